@@ -1,0 +1,324 @@
+"""The message contract between the server and the node agents.
+
+Plain data only: no Django, no torch, no Celery. Both sides import this module,
+so a field renamed here is renamed everywhere. Every message is a JSON object
+with a version field ``v``; validators return a normalised copy or raise
+``ContractError`` with a message that names the offending field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+VERSION = 1
+
+# Queues and task names (Celery routes by these strings; nothing else is shared).
+SERVER_QUEUE = "server"
+AGENT_QUEUE_PREFIX = "agent."
+TASK_PROBE = "agent.probe"  # server -> agent: run one probe half (kwargs: command)
+TASK_RESULT = "server.result"  # agent -> server: a probe half finished (kwargs: result)
+TASK_HEARTBEAT = "server.heartbeat"  # agent -> server: alive, with facts (kwargs: heartbeat)
+
+# Redis key under which rank 0 publishes the real port of its TCPStore.
+RENDEZVOUS_KEY_PREFIX = "cluster-health:rdv:"
+
+# Vocabulary (DESIGN.md): stable words used by the CLI JSON, the API and the tests.
+STATUSES = ("ok", "degraded", "failed", "timeout", "offline", "skipped")
+FINAL_STATUSES = STATUSES
+# Worst first: merging two halves keeps the one that ranks worse.
+STATUS_SEVERITY = {"offline": 5, "timeout": 4, "failed": 3, "degraded": 2, "skipped": 1, "ok": 0}
+STAGES = ("resolve", "connect", "store", "init", "collective", "bandwidth")
+REASONS = (
+    "dns",
+    "refused",
+    "unreachable",
+    "connect_timeout",
+    "store_timeout",
+    "transport",
+    "collective_timeout",
+    "collective_error",
+    "data_mismatch",
+    "port_in_use",
+    "version_mismatch",
+    "backend_unavailable",
+    "agent_offline",
+    "probe_crashed",
+    "below_baseline",
+    "interface_missing",
+    "cancelled",
+)
+VERDICTS = ("pass", "warn", "fail", "unknown")
+VERDICT_EXIT_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
+BACKENDS = ("gloo", "nccl")
+PROBE_KINDS = ("pair", "group", "discover", "preflight")
+
+# Bounds on every probe parameter: a command outside them is refused, not clamped.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # one all_reduce buffer
+MIN_MESSAGE_BYTES = 4
+MAX_SIZES = 24
+MAX_ITERATIONS = 200
+MAX_WARMUP = 50
+MAX_STAGE_TIMEOUT_S = 300.0
+MAX_DEADLINE_S = 900.0
+MAX_BANDWIDTH_BUDGET_S = 120.0
+MAX_WORLD_SIZE = 1024
+MAX_TEXT = 4096  # hints, details
+MAX_STDERR_TAIL = 16384
+
+DEFAULT_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KiB .. 64 MiB, factor 4
+DEFAULT_TIMEOUTS = {
+    "resolve": 2.0,
+    "connect": 3.0,
+    "store": 5.0,
+    "init": 8.0,
+    "collective": 5.0,
+    "bandwidth": 6.0,  # the bandwidth stage's time budget; sizes stop growing before it is spent
+}
+DEFAULT_ITERATIONS = 10
+DEFAULT_WARMUP = 2
+DEFAULT_LATENCY_ITERATIONS = 20
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_RDV_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+_IFNAME_RE = re.compile(r"^[A-Za-z0-9._@:-]{1,32}$")
+
+
+class ContractError(ValueError):
+    """A message does not follow the contract; the text names the field."""
+
+
+def agent_queue(node_name: str) -> str:
+    return AGENT_QUEUE_PREFIX + check_node_name(node_name)
+
+
+def check_node_name(name: Any, field: str = "node") -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ContractError(
+            f"{field}: {name!r} is not a valid node name "
+            "(letters, digits, '.', '_', '-', at most 63 characters)"
+        )
+    return name
+
+
+def _obj(msg: Any, what: str) -> dict:
+    if not isinstance(msg, dict):
+        raise ContractError(f"{what}: expected a JSON object, got {type(msg).__name__}")
+    v = msg.get("v")
+    if v != VERSION:
+        raise ContractError(f"{what}.v: unsupported contract version {v!r} (this side speaks {VERSION})")
+    return msg
+
+
+def _num(msg: dict, field: str, lo: float, hi: float, *, integer=False, optional=False, default=None):
+    val = msg.get(field, default)
+    if val is None:
+        if optional:
+            return None
+        raise ContractError(f"{field}: required")
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        raise ContractError(f"{field}: expected a number, got {val!r}")
+    if integer and (not isinstance(val, int)):
+        if isinstance(val, float) and val.is_integer():
+            val = int(val)
+        else:
+            raise ContractError(f"{field}: expected an integer, got {val!r}")
+    if isinstance(val, float) and not math.isfinite(val):
+        raise ContractError(f"{field}: {val!r} is not finite")
+    if not lo <= val <= hi:
+        raise ContractError(f"{field}: {val} is outside the allowed range {lo}..{hi}")
+    return val
+
+
+def _choice(msg: dict, field: str, choices, *, optional=False, default=None):
+    val = msg.get(field, default)
+    if val is None and optional:
+        return None
+    if val not in choices:
+        raise ContractError(f"{field}: {val!r} is not one of {', '.join(map(str, choices))}")
+    return val
+
+
+def _text(msg: dict, field: str, limit: int = MAX_TEXT, *, optional=True) -> str | None:
+    val = msg.get(field)
+    if val is None:
+        if optional:
+            return None
+        raise ContractError(f"{field}: required")
+    if not isinstance(val, str):
+        raise ContractError(f"{field}: expected a string, got {type(val).__name__}")
+    return val[-limit:] if field == "stderr_tail" else val[:limit]
+
+
+def _address(msg: dict, field: str, optional=False) -> str | None:
+    val = msg.get(field)
+    if val is None and optional:
+        return None
+    if not isinstance(val, str) or not val or len(val) > 253 or any(c.isspace() for c in val):
+        raise ContractError(f"{field}: {val!r} is not a host name or address")
+    return val
+
+
+def validate_sizes(sizes: Any) -> list[int]:
+    if not isinstance(sizes, (list, tuple)) or not sizes:
+        raise ContractError("sizes: expected a non-empty list of message sizes in bytes")
+    if len(sizes) > MAX_SIZES:
+        raise ContractError(f"sizes: {len(sizes)} sizes requested, at most {MAX_SIZES} allowed")
+    out = []
+    for s in sizes:
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise ContractError(f"sizes: {s!r} is not a whole number of bytes")
+        if not MIN_MESSAGE_BYTES <= s <= MAX_MESSAGE_BYTES:
+            raise ContractError(
+                f"sizes: {s} bytes is outside {MIN_MESSAGE_BYTES}..{MAX_MESSAGE_BYTES} "
+                f"({MAX_MESSAGE_BYTES // 2**20} MiB)"
+            )
+        out.append(s)
+    return sorted(set(out))
+
+
+def validate_timeouts(timeouts: Any) -> dict[str, float]:
+    merged = dict(DEFAULT_TIMEOUTS)
+    if timeouts is None:
+        return merged
+    if not isinstance(timeouts, dict):
+        raise ContractError("timeouts: expected an object of stage -> seconds")
+    for stage, val in timeouts.items():
+        if stage not in DEFAULT_TIMEOUTS:
+            raise ContractError(f"timeouts.{stage}: unknown stage (stages: {', '.join(STAGES)})")
+        hi = MAX_BANDWIDTH_BUDGET_S if stage == "bandwidth" else MAX_STAGE_TIMEOUT_S
+        merged[stage] = float(_num(timeouts, stage, 0.1, hi))
+    return merged
+
+
+def default_deadline(timeouts: dict[str, float]) -> float:
+    """Whole-probe wall-clock deadline: every stage's budget plus process start and slack."""
+    return round(sum(timeouts.values()) + 15.0, 1)
+
+
+def validate_command(msg: Any) -> dict:
+    """Validate a probe command sent to one agent (one half of a pair, or one rank of a group)."""
+    msg = _obj(msg, "command")
+    kind = _choice(msg, "kind", PROBE_KINDS)
+    out: dict[str, Any] = {"v": VERSION, "kind": kind}
+    out["probe_id"] = _num(msg, "probe_id", 0, 2**62, integer=True)
+    out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
+    rdv = msg.get("rendezvous")
+    if not isinstance(rdv, str) or not _RDV_RE.match(rdv):
+        raise ContractError(f"rendezvous: {rdv!r} is not a rendezvous id (8-64 of [A-Za-z0-9_-])")
+    out["rendezvous"] = rdv
+    out["node"] = check_node_name(msg.get("node"), "node")
+    out["world_size"] = _num(msg, "world_size", 2, MAX_WORLD_SIZE, integer=True, default=2)
+    out["rank"] = _num(msg, "rank", 0, out["world_size"] - 1, integer=True)
+    out["backend"] = _choice(msg, "backend", BACKENDS, default="gloo")
+    out["bind_address"] = _address(msg, "bind_address")
+    out["master_address"] = _address(msg, "master_address")
+    out["master_port"] = _num(msg, "master_port", 1, 65535, integer=True, optional=True)
+    peers = msg.get("peers", [])
+    if not isinstance(peers, list) or len(peers) > MAX_WORLD_SIZE:
+        raise ContractError("peers: expected a list of {name, address}")
+    out["peers"] = []
+    for i, p in enumerate(peers):
+        if not isinstance(p, dict):
+            raise ContractError(f"peers[{i}]: expected an object")
+        out["peers"].append(
+            {"name": check_node_name(p.get("name"), f"peers[{i}].name"), "address": _address(p, "address")}
+        )
+    out["last_stage"] = _choice(msg, "last_stage", ("collective", "bandwidth"), default="bandwidth")
+    out["sizes"] = validate_sizes(msg.get("sizes", list(DEFAULT_SIZES)))
+    out["iterations"] = _num(msg, "iterations", 1, MAX_ITERATIONS, integer=True, default=DEFAULT_ITERATIONS)
+    out["warmup"] = _num(msg, "warmup", 0, MAX_WARMUP, integer=True, default=DEFAULT_WARMUP)
+    out["latency_iterations"] = _num(
+        msg, "latency_iterations", 1, MAX_ITERATIONS, integer=True, default=DEFAULT_LATENCY_ITERATIONS
+    )
+    out["timeouts"] = validate_timeouts(msg.get("timeouts"))
+    out["deadline_s"] = float(
+        _num(msg, "deadline_s", 1.0, MAX_DEADLINE_S, default=default_deadline(out["timeouts"]))
+    )
+    out["multi_group"] = bool(msg.get("multi_group", False))
+    env = msg.get("env", {})
+    if not isinstance(env, dict) or len(env) > 32:
+        raise ContractError("env: expected an object of at most 32 launch variables")
+    for k, val in env.items():
+        if not (isinstance(k, str) and re.match(r"^(MASTER_|GLOO_|NCCL_|TORCH_)[A-Z0-9_]{1,60}$", k)):
+            raise ContractError(f"env.{k}: only MASTER_*, GLOO_*, NCCL_* and TORCH_* variables may be set")
+        if not isinstance(val, str) or len(val) > 256:
+            raise ContractError(f"env.{k}: expected a string of at most 256 characters")
+    out["env"] = dict(env)
+    out["expires_at"] = _num(msg, "expires_at", 0, 1e11, optional=True)
+    return out
+
+
+def validate_size_result(entry: Any, i: int) -> dict:
+    if not isinstance(entry, dict):
+        raise ContractError(f"sizes[{i}]: expected an object")
+    return {
+        "bytes": _num(entry, "bytes", MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES, integer=True),
+        "time_us": _num(entry, "time_us", 0, 1e12),
+        "algbw_gbps": _num(entry, "algbw_gbps", 0, 1e5),
+        "busbw_gbps": _num(entry, "busbw_gbps", 0, 1e5),
+        "ok": bool(entry.get("ok", True)),
+    }
+
+
+def validate_result(msg: Any) -> dict:
+    """Validate one agent's half of a probe result."""
+    msg = _obj(msg, "result")
+    out: dict[str, Any] = {"v": VERSION}
+    out["kind"] = _choice(msg, "kind", PROBE_KINDS, default="pair")
+    out["probe_id"] = _num(msg, "probe_id", 0, 2**62, integer=True)
+    out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
+    out["node"] = check_node_name(msg.get("node"))
+    out["rank"] = _num(msg, "rank", 0, MAX_WORLD_SIZE - 1, integer=True)
+    out["status"] = _choice(msg, "status", STATUSES)
+    out["stage"] = _choice(msg, "stage", STAGES)
+    out["reason"] = _choice(msg, "reason", REASONS, optional=True)
+    if out["status"] in ("failed", "timeout") and out["reason"] is None:
+        raise ContractError(f"reason: required when status is {out['status']}")
+    out["hint"] = _text(msg, "hint")
+    out["detail"] = _text(msg, "detail")
+    out["stderr_tail"] = _text(msg, "stderr_tail", MAX_STDERR_TAIL)
+    out["interface"] = _text(msg, "interface", 64)
+    out["latency_us_p50"] = _num(msg, "latency_us_p50", 0, 1e10, optional=True)
+    out["latency_us_p99"] = _num(msg, "latency_us_p99", 0, 1e10, optional=True)
+    sizes = msg.get("sizes") or []
+    if not isinstance(sizes, list) or len(sizes) > MAX_SIZES:
+        raise ContractError(f"sizes: expected a list of at most {MAX_SIZES} per-size results")
+    out["sizes"] = [validate_size_result(e, i) for i, e in enumerate(sizes)]
+    out["algbw_gbps"] = _num(msg, "algbw_gbps", 0, 1e5, optional=True)
+    out["busbw_gbps"] = _num(msg, "busbw_gbps", 0, 1e5, optional=True)
+    for field in ("versions", "peer_versions", "stage_times", "timings", "extra"):
+        val = msg.get(field) or {}
+        if not isinstance(val, dict) or len(val) > 64:
+            raise ContractError(f"{field}: expected an object of at most 64 entries")
+        out[field] = val
+    out["duration_s"] = _num(msg, "duration_s", 0, 1e5, optional=True)
+    out["finished_at"] = _num(msg, "finished_at", 0, 1e11, optional=True)
+    return out
+
+
+def validate_heartbeat(msg: Any) -> dict:
+    msg = _obj(msg, "heartbeat")
+    facts = msg.get("facts") or {}
+    if not isinstance(facts, dict):
+        raise ContractError("facts: expected an object")
+    return {
+        "v": VERSION,
+        "node": check_node_name(msg.get("node")),
+        "address": _address(msg, "address"),
+        "facts": facts,
+        "agent_version": _text(msg, "agent_version", 64),
+        "sent_at": _num(msg, "sent_at", 0, 1e11, optional=True),
+        "busy": bool(msg.get("busy", False)),
+    }
+
+
+def busbw_factor(world_size: int) -> float:
+    """all_reduce bus bandwidth factor, as nccl-tests defines it: 2(n-1)/n."""
+    return 2.0 * (world_size - 1) / world_size
+
+
+def worse(a: str, b: str) -> str:
+    """The worse of two pair statuses."""
+    return a if STATUS_SEVERITY[a] >= STATUS_SEVERITY[b] else b

@@ -1,0 +1,71 @@
+"""Typed readers for settings from environment variables.
+
+A bad value raises ImproperlyConfigured naming the variable, so a typo stops the
+process at start instead of running with a silent default. Secrets may also come
+from a file named by ``NAME_FILE`` (Docker and Kubernetes secrets).
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envstr(name: str, default: str | None = None) -> str | None:
+    file_var = os.environ.get(name + "_FILE")
+    if file_var:
+        try:
+            with open(file_var, encoding="utf-8") as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE: cannot read {file_var}: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    val = raw.strip().lower()
+    if val in _TRUE:
+        return True
+    if val in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}: expected a boolean (1/0, true/false, yes/no), got {raw!r}")
+
+
+def envint(name: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        val = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected an integer, got {raw!r}") from None
+    if (lo is not None and val < lo) or (hi is not None and val > hi):
+        raise ImproperlyConfigured(f"{name}: {val} is outside {lo}..{hi}")
+    return val
+
+
+def envfloat(name: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        val = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}") from None
+    if (lo is not None and val < lo) or (hi is not None and val > hi):
+        raise ImproperlyConfigured(f"{name}: {val} is outside {lo}..{hi}")
+    return val
+
+
+def envlist(name: str, default: list[str] | None = None) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return list(default or [])
+    return [item.strip() for item in raw.split(",") if item.strip()]

@@ -1,0 +1,181 @@
+"""Django settings for cluster-health, read only from environment variables.
+
+Development defaults let `scripts/run` work on a fresh machine; production mode
+(CLUSTER_HEALTH_PRODUCTION=1) refuses to start without SECRET_KEY, ALLOWED_HOSTS
+and REDIS_URL, and turns on the secure-cookie, HSTS and SSL settings that
+`manage.py check --deploy` asks for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from cluster_health.env import envbool, envfloat, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(envstr("CLUSTER_HEALTH_VAR_DIR", str(BASE_DIR / "var")))
+
+PRODUCTION = envbool("CLUSTER_HEALTH_PRODUCTION", False)
+DEBUG = envbool("DEBUG", False)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DEBUG: must be off when CLUSTER_HEALTH_PRODUCTION=1")
+
+
+def _required(name: str) -> str:
+    val = envstr(name)
+    if not val:
+        raise ImproperlyConfigured(f"{name}: required when CLUSTER_HEALTH_PRODUCTION=1")
+    return val
+
+
+if PRODUCTION:
+    SECRET_KEY = _required("SECRET_KEY")
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+        raise ImproperlyConfigured("SECRET_KEY: use at least 50 random characters in production")
+    ALLOWED_HOSTS = envlist("ALLOWED_HOSTS")
+    if not ALLOWED_HOSTS:
+        raise ImproperlyConfigured("ALLOWED_HOSTS: required when CLUSTER_HEALTH_PRODUCTION=1")
+    REDIS_URL = _required("REDIS_URL")
+else:
+    SECRET_KEY = envstr("SECRET_KEY") or "dev-only-insecure-key-cluster-health-do-not-use-in-production"
+    ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+    REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_celery_beat",
+    "cluster_health",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "cluster_health.urls"
+ASGI_APPLICATION = "cluster_health.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASE_URL = envstr("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'cluster-health.sqlite3'}"
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 0, 0))}
+except Exception as exc:  # dj_database_url raises several types for a bad URL
+    raise ImproperlyConfigured(f"DATABASE_URL: cannot parse {DATABASE_URL!r}: {exc}") from exc
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several processes (web, Celery worker, beat) write to one file: wait for the lock
+    # instead of failing, and use WAL so readers never block the writer.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "transaction_mode": "IMMEDIATE",
+         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+    )
+    DATABASES["default"]["TEST"] = {"NAME": envstr("CLUSTER_HEALTH_TEST_SQLITE") or None}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "overview"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = envstr("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "cluster_health" / "static_build"] if (
+    BASE_DIR / "cluster_health" / "static_build"
+).is_dir() else []
+# Serve static files from the ASGI app itself (clusters are often offline and have no CDN).
+SERVE_STATIC = envbool("CLUSTER_HEALTH_SERVE_STATIC", True)
+
+# Channels: the same Redis carries the channel layer, so Celery ingest can group_send.
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+    }
+}
+
+# Celery: JSON only, no result backend (the UI and CLI read rows, never Celery results).
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_DEFAULT_QUEUE = "server"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 4
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TIMEZONE = TIME_ZONE
+
+# Product settings.
+NODE_ONLINE_AFTER_S = envfloat("CLUSTER_HEALTH_ONLINE_AFTER_S", 20.0, 1.0, 3600.0)
+REAPER_INTERVAL_S = envfloat("CLUSTER_HEALTH_REAPER_INTERVAL_S", 3.0, 0.5, 600.0)
+DEGRADED_RATIO = envfloat("CLUSTER_HEALTH_DEGRADED_RATIO", 0.9, 0.0, 1.0)
+NIGHTLY_SWEEP_CRON = envstr("CLUSTER_HEALTH_NIGHTLY_CRON", "30 2 * * *")
+RETENTION_DAYS = envint("CLUSTER_HEALTH_RETENTION_DAYS", 90, 1)
+METRICS_TOKEN = envstr("CLUSTER_HEALTH_METRICS_TOKEN")
+
+# Security. Production turns on everything `check --deploy` asks for; a deployment
+# behind a TLS-terminating proxy sets SECURE_PROXY_SSL_HEADER through its env.
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", PRODUCTION)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0, 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", PRODUCTION)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+if envbool("BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SILENCED_SYSTEM_CHECKS = envlist("SILENCED_SYSTEM_CHECKS")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+}

@@ -1,0 +1,179 @@
+"""Shared test harness: real services started privately for the test session.
+
+- `redis_server` / `redis_url`: a private redis-server on a free loopback port
+  (never the machine's 6379); Django's broker and channel layer point at it.
+- `stack`: the real server side against the test database: a Celery worker on
+  queue "server", celery beat, agents started on demand, the ASGI server on
+  demand. One stack per session; tests that use it are marked e2e and run with
+  `django_db(transaction=True)` so the other processes see committed rows.
+
+Everything started here is stopped at the end of the session, also when tests fail.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from tests import services  # noqa: E402
+
+ARTIFACTS = Path(os.environ.get("CLUSTER_HEALTH_TEST_ARTIFACTS", Path(ROOT) / "test-artifacts"))
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    server = services.RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server):
+    """URL of a private redis-server on a free loopback port, for the whole session."""
+    return redis_server.url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _django_uses_private_redis(request):
+    """Point settings, the Celery app and the channel layer at the private Redis.
+
+    Only for sessions that have Django configured; the agent tests need none of it.
+    """
+    try:
+        from django.conf import settings
+    except ImportError:
+        yield
+        return
+    if not settings.configured:
+        yield
+        return
+    url = request.getfixturevalue("redis_url")
+    from channels.layers import channel_layers
+
+    from cluster_health.celery import app as celery_app
+
+    settings.REDIS_URL = url
+    settings.CELERY_BROKER_URL = url
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
+    }
+    celery_app.conf.broker_url = url
+    channel_layers.backends.clear()
+    os.environ["REDIS_URL"] = url
+    yield
+
+
+def _database_url(settings_dict: dict) -> str:
+    engine = settings_dict["ENGINE"]
+    if engine.endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = settings_dict.get("USER") or ""
+    password = settings_dict.get("PASSWORD") or ""
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    port = settings_dict.get("PORT") or 5432
+    return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+
+
+class Stack:
+    """The real server side for e2e tests: worker, beat, agents and (on demand) the web server."""
+
+    def __init__(self, workdir: Path, env: dict, redis_server: services.RedisServer):
+        self.workdir = workdir
+        self.env = env
+        self.redis = redis_server
+        self.sup = services.Supervisor(workdir / "logs", env)
+        self.agents: dict[str, str] = {}
+        self.web_url: str | None = None
+
+    # server side
+    def start_server_worker(self) -> None:
+        self.sup.start("worker", services.server_worker_args("server@test"))
+
+    def restart_server_worker(self) -> None:
+        self.sup.stop("worker")
+        self.start_server_worker()
+
+    def start_beat(self) -> None:
+        self.sup.start("beat", services.beat_args(self.workdir))
+
+    def start_web(self) -> str:
+        if self.web_url and self.sup.alive("web"):
+            return self.web_url
+        port = services.free_port()
+        proc = self.sup.start("web", services.web_args("127.0.0.1", port))
+        services.wait_for_port("127.0.0.1", port, 30, proc)
+        self.web_url = f"http://127.0.0.1:{port}"
+        self._web_port = port
+        return self.web_url
+
+    def restart_web(self) -> str:
+        """Restart the ASGI server on the same port (a browser page stays open across it)."""
+        port = self._web_port
+        self.sup.stop("web")
+        proc = self.sup.start("web", services.web_args("127.0.0.1", port))
+        services.wait_for_port("127.0.0.1", port, 30, proc)
+        return self.web_url
+
+    # agents
+    def start_agent(self, name: str, address: str = "127.0.0.1", env: dict | None = None) -> None:
+        self.sup.start(f"agent-{name}", services.agent_args(name, address, self.redis.url), env=env)
+        self.agents[name] = address
+
+    def stop_agent(self, name: str, sig: int = 15) -> None:
+        self.sup.stop(f"agent-{name}", sig=sig)
+        self.agents.pop(name, None)
+
+    def agent_alive(self, name: str) -> bool:
+        return self.sup.alive(f"agent-{name}")
+
+    def log(self, name: str) -> str:
+        return self.sup.log(name)
+
+    def stop(self) -> None:
+        self.sup.stop_all()
+
+
+@pytest.fixture(scope="session")
+def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
+    """One real server side per session, against the test database and the private Redis."""
+    from django.db import connection
+
+    workdir = tmp_path_factory.mktemp("stack")
+    with django_db_blocker.unblock():
+        db_url = _database_url(connection.settings_dict)
+    env = services.python_env(
+        DJANGO_SETTINGS_MODULE="cluster_health.settings",
+        DATABASE_URL=db_url,
+        REDIS_URL=redis_server.url,
+        CLUSTER_HEALTH_BROKER_URL=redis_server.url,
+        CLUSTER_HEALTH_VAR_DIR=str(workdir / "var"),
+        CLUSTER_HEALTH_HEARTBEAT_S="1",
+        CLUSTER_HEALTH_ONLINE_AFTER_S="6",
+        CLUSTER_HEALTH_REAPER_INTERVAL_S="1",
+        LOG_LEVEL="INFO",
+    )
+    env.pop("CLUSTER_HEALTH_PRODUCTION", None)
+    st = Stack(workdir, env, redis_server)
+    try:
+        st.start_server_worker()
+        st.start_beat()
+        yield st
+    finally:
+        st.stop()
+        logs = workdir / "logs"
+        if logs.is_dir():
+            dest = ARTIFACTS / "stack-logs"
+            dest.mkdir(parents=True, exist_ok=True)
+            for f in logs.glob("*.log"):
+                (dest / f.name).write_bytes(f.read_bytes()[-2_000_000:])

@@ -1,0 +1,18 @@
+"""Test settings: the production module, with a file-backed SQLite test database.
+
+Subprocesses the tests start (Celery workers, the ASGI server) must see the same
+database, which an in-memory SQLite database cannot offer.
+"""
+
+import os
+
+from cluster_health.settings import *  # noqa: F401,F403
+from cluster_health.settings import DATABASES, VAR_DIR
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
+else:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_cluster_health_{os.getpid()}"}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
