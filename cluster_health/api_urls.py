@@ -1,0 +1,3 @@
+"""JSON API routes, mounted at /api/."""
+
+urlpatterns: list = []
