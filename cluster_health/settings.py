@@ -33,7 +33,7 @@ def _required(name: str) -> str:
 
 if PRODUCTION:
     SECRET_KEY = _required("SECRET_KEY")
-    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5 or SECRET_KEY.startswith("change-me"):
         raise ImproperlyConfigured("SECRET_KEY: use at least 50 random characters in production")
     ALLOWED_HOSTS = envlist("ALLOWED_HOSTS")
     if not ALLOWED_HOSTS:

@@ -1,0 +1,101 @@
+"""Settings come from the environment; production refuses unsafe defaults; check --deploy is clean."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.services import ROOT, python_env
+
+GOOD_KEY = "k3y-" + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP"
+PRODUCTION = {
+    "CLUSTER_HEALTH_PRODUCTION": "1",
+    "SECRET_KEY": GOOD_KEY,
+    "ALLOWED_HOSTS": "health.example.org",
+    "REDIS_URL": "redis://127.0.0.1:1/0",
+    "DJANGO_SETTINGS_MODULE": "cluster_health.settings",
+}
+
+
+def run_django(code: str, env: dict) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k != "DEBUG"}
+    base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
+    base.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); " + code],
+        cwd=ROOT, env=base, capture_output=True, text=True, timeout=60,
+    )
+
+
+def manage(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k != "DEBUG"}
+    base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
+    base.update(env)
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=base,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("missing", ["SECRET_KEY", "ALLOWED_HOSTS", "REDIS_URL"])
+def test_it_refuses_to_start_in_production_without(missing):
+    env = {k: v for k, v in PRODUCTION.items() if k != missing}
+    out = run_django("print('started')", env)
+    assert out.returncode != 0
+    assert "started" not in out.stdout
+    assert f"{missing}: required when CLUSTER_HEALTH_PRODUCTION=1" in out.stderr
+
+
+def test_it_refuses_a_placeholder_secret_key_in_production():
+    out = run_django("print('started')", {**PRODUCTION, "SECRET_KEY": "change-me-" + "x" * 60})
+    assert out.returncode != 0
+    assert "SECRET_KEY: use at least 50 random characters" in out.stderr
+
+
+def test_it_names_the_variable_with_a_bad_value():
+    out = run_django("print('started')", {"CLUSTER_HEALTH_REAPER_INTERVAL_S": "soon"})
+    assert out.returncode != 0
+    assert "CLUSTER_HEALTH_REAPER_INTERVAL_S: expected a number, got 'soon'" in out.stderr
+    out = run_django("print('started')", {"DEBUG": "maybe"})
+    assert "DEBUG: expected a boolean" in out.stderr
+
+
+def test_it_reads_database_url(tmp_path):
+    db = tmp_path / "x.sqlite3"
+    out = run_django(
+        "from django.conf import settings; d = settings.DATABASES['default']; print(d['ENGINE'], d['NAME'])",
+        {"DATABASE_URL": f"sqlite:///{db}"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["django.db.backends.sqlite3", str(db)]
+    out = run_django(
+        "from django.conf import settings; d = settings.DATABASES['default']; print(d['ENGINE'], d['NAME'], d['HOST'])",
+        {"DATABASE_URL": "postgres://ops@db.internal:5432/health"},
+    )
+    assert out.stdout.split() == ["django.db.backends.postgresql", "health", "db.internal"]
+
+
+def test_it_reads_secrets_from_files(tmp_path):
+    key_file = tmp_path / "secret"
+    key_file.write_text(GOOD_KEY + "\n")
+    env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
+    env["SECRET_KEY_FILE"] = str(key_file)
+    out = run_django("from django.conf import settings; print(settings.SECRET_KEY == %r)" % GOOD_KEY, env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_it_passes_check_deploy_in_production(tmp_path):
+    env = {**PRODUCTION, "CLUSTER_HEALTH_VAR_DIR": str(tmp_path)}
+    out = manage(["check", "--deploy", "--fail-level", "WARNING"], env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "no issues" in out.stdout
+
+
+def test_it_is_json_only_for_celery():
+    from django.conf import settings
+
+    from cluster_health.celery import app
+
+    assert settings.CELERY_ACCEPT_CONTENT == ["json"]
+    assert app.conf.accept_content == ["json"]
+    assert app.conf.task_serializer == "json"
+    assert app.conf.result_backend is None
