@@ -322,3 +322,10 @@ def busbw_factor(world_size: int) -> float:
 def worse(a: str, b: str) -> str:
     """The worse of two pair statuses."""
     return a if STATUS_SEVERITY[a] >= STATUS_SEVERITY[b] else b
+
+
+def redis_client_url(broker_url: str) -> str:
+    """The redis-py form of a Celery broker URL (Celery says redis+socket://, redis-py unix://)."""
+    if broker_url.startswith("redis+socket://"):
+        return "unix://" + broker_url[len("redis+socket://"):]
+    return broker_url

@@ -81,12 +81,16 @@ def spawn(args: list[str], log_path: Path, env: dict | None = None, cwd: Path = 
 
 # The command lines, one place for the demo, the tests and the docs.
 
-def redis_args(port: int, workdir: Path) -> list[str]:
+def redis_args(port: int, workdir: Path, unixsocket: Path | None = None) -> list[str]:
     exe = shutil.which("redis-server")
     if not exe:
         raise RuntimeError("redis-server is not installed: run scripts/setup, or apt-get install redis-server")
-    return [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+    args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
             "--dir", str(workdir), "--protected-mode", "yes"]
+    if unixsocket is not None:
+        # Agents in the namespace test bed reach the broker through the shared file system.
+        args += ["--unixsocket", str(unixsocket), "--unixsocketperm", "700"]
+    return args
 
 
 def web_args(host: str, port: int) -> list[str]:

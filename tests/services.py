@@ -37,8 +37,14 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def socket_url(self) -> str:
+        """The same server through its unix socket (for agents inside network namespaces)."""
+        return f"redis+socket://{self.workdir / 'redis.sock'}"
+
     def start(self) -> None:
-        self.proc = spawn(redis_args(self.port, self.workdir), self.workdir / "redis.log")
+        self.proc = spawn(redis_args(self.port, self.workdir, self.workdir / "redis.sock"),
+                          self.workdir / "redis.log")
         wait_for_port("127.0.0.1", self.port, 10, self.proc)
 
     def stop(self) -> None:
