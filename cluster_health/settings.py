@@ -121,6 +121,11 @@ STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "cluster_health" / "static_build"] if (
     BASE_DIR / "cluster_health" / "static_build"
 ).is_dir() else []
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "cluster_health.staticfinders.PlotlyFinder",  # plotly.min.js from the pinned plotly package
+]
 # Serve static files from the ASGI app itself (clusters are often offline and have no CDN).
 SERVE_STATIC = envbool("CLUSTER_HEALTH_SERVE_STATIC", True)
 

@@ -1,0 +1,67 @@
+"""WebSocket consumers for live pages: one sweep's cells, and the overview.
+
+The control plane sends ``sweep.update`` events to the groups ``sweep.<id>`` and
+``overview`` after each commit. Under load that is one event per result; a
+consumer gathers them and forwards at most one frame per FLUSH_S, with each
+pair's latest state, so a browser at 1,024 nodes redraws a few times a second,
+not half a million times. A browser that connects or reconnects re-reads the
+whole state over HTTP, so frames are an optimisation and never the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+FLUSH_S = 0.25
+CLOSE_UNAUTHENTICATED = 4401
+
+
+class SweepUpdatesConsumer(AsyncJsonWebsocketConsumer):
+    """Forwards batched sweep updates to a logged-in browser; anonymous handshakes are refused."""
+
+    async def connect(self):
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            # Closing before accept makes the server answer the handshake with 403.
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        sweep_id = self.scope["url_route"]["kwargs"].get("sweep_id")
+        self.group = f"sweep.{sweep_id}" if sweep_id is not None else "overview"
+        self.pending_pairs: dict[tuple[str, str], dict] = {}
+        self.pending_meta: dict[int, dict] = {}
+        self.flusher: asyncio.Task | None = None
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self.send_json({"type": "hello", "group": self.group})
+
+    async def disconnect(self, code):
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "flusher", None):
+            self.flusher.cancel()
+
+    async def receive_json(self, content, **kwargs):
+        if content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
+
+    async def sweep_update(self, event):
+        sweep = event.get("sweep")
+        for pair in event.get("pairs") or []:
+            self.pending_pairs[(sweep, pair.get("a"), pair.get("b"))] = pair
+        meta = self.pending_meta.setdefault(sweep, {})
+        for field in ("progress", "status", "verdict"):
+            if event.get(field) is not None:
+                meta[field] = event[field]
+        if self.flusher is None or self.flusher.done():
+            self.flusher = asyncio.ensure_future(self._flush_later())
+
+    async def _flush_later(self):
+        await asyncio.sleep(FLUSH_S)
+        pairs, self.pending_pairs = self.pending_pairs, {}
+        metas, self.pending_meta = self.pending_meta, {}
+        for sweep in {*metas, *(s for s, _a, _b in pairs)}:
+            frame = {"type": "update", "sweep": sweep, **metas.get(sweep, {}),
+                     "pairs": [p for (s, _a, _b), p in pairs.items() if s == sweep]}
+            await self.send_json(frame)

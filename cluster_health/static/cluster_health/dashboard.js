@@ -1,0 +1,57 @@
+/* Page wiring: the overview and sweep pages share one live heatmap panel. */
+"use strict";
+
+(function () {
+  const CH = window.CH;
+  const OPEN = ["pending", "running"];
+
+  function progressText(p) {
+    if (!p) return "";
+    const rounds = p.rounds ? `round ${p.round}/${p.rounds} · ` : "";
+    return `${rounds}${p.pairs_done}/${p.pairs_total} pairs done${p.failures ? ` · ${p.failures} failing` : ""}`;
+  }
+
+  function renderFindings(findings) {
+    const list = document.querySelector("[data-findings]");
+    if (!list || !findings) return;
+    if (!findings.length) { list.innerHTML = '<li class="muted">Nothing to report.</li>'; return; }
+    list.innerHTML = findings.map((f) => `<li class="sev-${CH.esc(f.severity)}"><span class="sev">${CH.esc(f.severity)}</span> <b class="subject">${CH.esc(f.subject)}</b> ${CH.esc(f.text)}</li>`).join("");
+  }
+
+  function renderMeta(meta) {
+    const set = (sel, fn) => document.querySelectorAll(sel).forEach(fn);
+    if (meta.status) set("[data-sweep-status]", (el) => { el.textContent = meta.status; el.dataset.value = meta.status; });
+    if (meta.verdict) set("[data-verdict]", (el) => { el.textContent = meta.verdict; el.className = `verdict verdict-${meta.verdict}`; });
+    if (meta.progress) {
+      set("[data-progress]", (el) => { el.textContent = progressText(meta.progress); });
+      set("progress[data-progress-bar]", (el) => { el.max = meta.progress.pairs_total || 1; el.value = meta.progress.pairs_done; });
+    }
+    if (meta.status && !OPEN.includes(meta.status)) set("[data-open-only]", (el) => { el.hidden = true; });
+  }
+
+  CH.initSweepPage = function (cfg) {
+    const root = document.getElementById("heatmaps");
+    const pairUrl = (a, b) => cfg.pairUrl.replace("/A/", `/${encodeURIComponent(a)}/`).replace("/B/", `/${encodeURIComponent(b)}/`);
+    const matrix = new CH.SweepMatrix(root, { pairUrl });
+    let lastStatus = null;
+    const live = new CH.LiveSweep({
+      sweepId: cfg.sweepId, wsPath: cfg.wsPath, followNewest: cfg.followNewest, matrix,
+      stateUrl: (id) => cfg.stateUrl.replace("/0/", `/${id}/`),
+      onState: (state) => {
+        lastStatus = state.status;
+        renderMeta(state);
+        renderFindings(state.findings);
+        document.querySelectorAll("[data-sweep-link]").forEach((a) => { a.href = a.href.replace(/\/sweeps\/\d+\//, `/sweeps/${state.sweep}/`); a.textContent = `#${state.sweep}`; });
+      },
+      onFrame: (frame) => {
+        renderMeta(frame);
+        // Findings are written when the sweep closes: re-read once at that moment.
+        if (frame.status && OPEN.includes(lastStatus) && !OPEN.includes(frame.status)) live.reload();
+        if (frame.status) lastStatus = frame.status;
+      },
+    });
+    CH.live = live;
+    CH.matrix = matrix;
+    live.start();
+  };
+})();

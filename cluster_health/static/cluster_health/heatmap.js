@@ -1,0 +1,384 @@
+/* Heatmaps of a sweep: reachability, throughput (busbw), latency; and the diff of two sweeps.
+ *
+ * Data arrive as the compact payload of cluster_health/matrix.py: node names in
+ * natural order and base64 typed arrays over the upper triangle (i < j). One
+ * plotly heatmap per view (a canvas image, no per-cell DOM), hover through one
+ * tooltip element, live updates applied in place and redrawn at most once per
+ * animation frame.
+ */
+"use strict";
+
+const CH = (window.CH = window.CH || {});
+
+// Okabe-Ito: distinguishable with the common colour-vision deficiencies.
+CH.STATUS_COLORS = {
+  untested: "#eeeeee", pending: "#bbbbbb", running: "#56b4e9", ok: "#009e73",
+  degraded: "#f0e442", failed: "#d55e00", timeout: "#cc79a7", offline: "#000000", skipped: "#0072b2",
+};
+CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00" };
+
+CH.decode = function (b64, Type) {
+  const bin = atob(b64);
+  const bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new Type(bytes.buffer);
+};
+
+CH.pairIndex = function (i, j, n) {
+  if (i > j) { const t = i; i = j; j = t; }
+  return (i * (2 * n - i - 1)) / 2 + (j - i - 1);
+};
+
+CH.naturalKey = function (name) {
+  return name.split(/(\d+)/).map((p) => (/^\d+$/.test(p) ? p.padStart(12, "0") : p.toLowerCase())).join("");
+};
+
+CH.discreteScale = function (codes, colors) {
+  const n = codes.length, scale = [];
+  codes.forEach((c, i) => { scale.push([i / n, colors[c]]); scale.push([(i + 1) / n, colors[c]]); });
+  return scale;
+};
+
+CH.esc = function (s) {
+  return String(s == null ? "" : s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+};
+
+CH.fmt = function (v, digits) {
+  return v == null || Number.isNaN(v) ? "–" : Number(v).toFixed(digits);
+};
+
+/* Display order of the nodes: natural order, optionally grouped by a hostname pattern (rack). */
+CH.displayOrder = function (nodes, pattern) {
+  const idx = nodes.map((_, i) => i);
+  let groups = nodes.map(() => "");
+  if (pattern) {
+    let re = null;
+    try { re = new RegExp(pattern); } catch (e) { re = null; }
+    if (re) groups = nodes.map((n) => { const m = n.match(re); return m ? (m[1] !== undefined ? m[1] : m[0]) : "~"; });
+  }
+  idx.sort((a, b) => {
+    const ga = CH.naturalKey(groups[a]), gb = CH.naturalKey(groups[b]);
+    return ga < gb ? -1 : ga > gb ? 1 : a - b;
+  });
+  const bounds = [];
+  for (let r = 1; r < idx.length; r++) if (groups[idx[r]] !== groups[idx[r - 1]]) bounds.push(r);
+  return { order: idx, bounds, groups };
+};
+
+/* One heatmap in a div: z built from a triangle array through the display order. */
+class MatrixPlot {
+  constructor(el, opts) {
+    this.el = el;
+    this.opts = opts; // {kind: "discrete"|"continuous", codes, colors, colorscale, zmin, zmax, zmid, title, hover(i,j), click(i,j)}
+    this.revision = 0;
+    this.tooltip = document.createElement("div");
+    this.tooltip.className = "tooltip";
+    this.tooltip.hidden = true;
+    document.body.appendChild(this.tooltip);
+  }
+
+  setData(nodes, values, order, bounds) {
+    this.nodes = nodes;
+    this.values = values; // typed array over the triangle
+    this.order = order;
+    this.bounds = bounds || [];
+    const n = nodes.length;
+    this.z = [];
+    for (let r = 0; r < n; r++) {
+      const row = new Float32Array(n);
+      const i = order[r];
+      for (let c = 0; c < n; c++) {
+        const j = order[c];
+        row[c] = i === j ? NaN : values[CH.pairIndex(i, j, n)];
+      }
+      this.z.push(row);
+    }
+    this.pos = new Int32Array(n);
+    order.forEach((node, r) => { this.pos[node] = r; });
+  }
+
+  /* Write one pair's value into z without rebuilding it. */
+  setCell(i, j, value) {
+    const r = this.pos[i], c = this.pos[j];
+    this.z[r][c] = value;
+    this.z[c][r] = value;
+  }
+
+  trace() {
+    const o = this.opts;
+    const t = { type: "heatmap", z: this.z, hoverinfo: "none", xgap: 0, ygap: 0 };
+    if (o.kind === "discrete") {
+      Object.assign(t, { zmin: -0.5, zmax: o.codes.length - 0.5, colorscale: CH.discreteScale(o.codes, o.colors), showscale: false });
+    } else {
+      Object.assign(t, { colorscale: o.colorscale, reversescale: !!o.reversescale,
+        colorbar: { title: { text: o.unit, side: "right" }, thickness: 12 } });
+      if (o.zmin != null) t.zmin = o.zmin;
+      if (o.zmax != null) t.zmax = o.zmax;
+      if (o.zmid != null) t.zmid = o.zmid;
+    }
+    return t;
+  }
+
+  layout() {
+    const n = this.nodes.length;
+    const labels = n <= 64;
+    const text = this.order.map((i) => this.nodes[i]);
+    const ticks = labels ? { tickmode: "array", tickvals: text.map((_, r) => r), ticktext: text } : { showticklabels: false };
+    const shapes = this.bounds.map((b) => [
+      { type: "line", x0: b - 0.5, x1: b - 0.5, y0: -0.5, y1: n - 0.5, line: { color: "#333", width: 1 } },
+      { type: "line", y0: b - 0.5, y1: b - 0.5, x0: -0.5, x1: n - 0.5, line: { color: "#333", width: 1 } },
+    ]).flat();
+    const side = Math.max(320, Math.min(760, this.el.clientWidth || 640));
+    return {
+      datarevision: this.revision, width: side + (this.opts.kind === "discrete" ? 0 : 80), height: side,
+      margin: { l: labels ? 90 : 20, r: 10, t: 10, b: labels ? 90 : 20 }, shapes,
+      xaxis: Object.assign({ constrain: "domain", scaleanchor: "y", showgrid: false, zeroline: false, tickangle: -60, fixedrange: n <= 64 }, ticks),
+      yaxis: Object.assign({ autorange: "reversed", showgrid: false, zeroline: false, fixedrange: n <= 64 }, ticks),
+      plot_bgcolor: "#ffffff", paper_bgcolor: "#ffffff", font: { size: 11 },
+    };
+  }
+
+  draw() {
+    this.revision++;
+    const started = performance.now();
+    const done = Plotly.react(this.el, [this.trace()], this.layout(), { displaylogo: false, responsive: false,
+      modeBarButtonsToRemove: ["select2d", "lasso2d"] });
+    if (!this.bound) {
+      this.bound = true;
+      this.el.on("plotly_hover", (ev) => this.hover(ev));
+      this.el.on("plotly_unhover", () => { this.tooltip.hidden = true; });
+      this.el.on("plotly_click", (ev) => {
+        const p = ev.points[0];
+        const i = this.order[p.pointIndex[0]], j = this.order[p.pointIndex[1]];
+        if (i !== j && this.opts.click) this.opts.click(i, j);
+      });
+    }
+    return done.then(() => { this.el.dataset.drawnMs = String(performance.now() - started); this.el.dataset.revision = String(this.revision); });
+  }
+
+  hover(ev) {
+    const p = ev.points[0];
+    const i = this.order[p.pointIndex[0]], j = this.order[p.pointIndex[1]];
+    if (i === j) { this.tooltip.hidden = true; return; }
+    this.tooltip.innerHTML = this.opts.hover(i, j);
+    this.tooltip.hidden = false;
+    const e = ev.event;
+    this.tooltip.style.left = e.pageX + 14 + "px";
+    this.tooltip.style.top = e.pageY + 14 + "px";
+  }
+}
+CH.MatrixPlot = MatrixPlot;
+
+/* A sweep's three heatmaps, fed by state.json and by WebSocket frames. */
+class SweepMatrix {
+  constructor(root, opts) {
+    this.root = root;
+    this.opts = opts; // {pairUrl(a, b), onState(state), onFrame(frame)}
+    this.view = localStorage.getItem("ch.view") || "status";
+    this.pattern = localStorage.getItem("ch.group") || "";
+    this.plotEl = root.querySelector(".plot");
+    this.legendEl = root.querySelector(".legend");
+    const groupInput = root.querySelector("input[name=group]");
+    if (groupInput) {
+      groupInput.value = this.pattern;
+      groupInput.addEventListener("change", () => { this.pattern = groupInput.value.trim(); localStorage.setItem("ch.group", this.pattern); this.reorder(); });
+    }
+    root.querySelectorAll("[data-view]").forEach((b) => b.addEventListener("click", () => this.show(b.dataset.view)));
+    this.frameQueued = false;
+  }
+
+  load(m) {
+    this.nodes = m.nodes;
+    this.codes = m.status_codes;
+    this.index = new Map(m.nodes.map((n, i) => [n, i]));
+    this.status = CH.decode(m.status, Uint8Array);
+    this.busbw = CH.decode(m.busbw_gbps, Float32Array);
+    this.latency = CH.decode(m.latency_us, Float32Array);
+    this.details = m.details || {};
+    this.reorder();
+  }
+
+  reorder() {
+    const d = CH.displayOrder(this.nodes, this.pattern);
+    this.order = d.order; this.bounds = d.bounds;
+    this.show(this.view);
+  }
+
+  plotOptions(view) {
+    const hover = (i, j) => this.hoverText(i, j);
+    const click = (i, j) => { if (this.opts.pairUrl) window.location = this.opts.pairUrl(this.nodes[i], this.nodes[j]); };
+    if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, hover, click };
+    if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, hover, click };
+    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, hover, click };
+  }
+
+  valuesFor(view) {
+    if (view === "busbw") return this.busbw;
+    if (view === "latency") return this.latency;
+    return this.status;
+  }
+
+  show(view) {
+    this.view = view;
+    localStorage.setItem("ch.view", view);
+    this.root.querySelectorAll("[data-view]").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+    if (this.plot) Plotly.purge(this.plotEl);
+    this.plot = new MatrixPlot(this.plotEl, this.plotOptions(view));
+    this.plot.setData(this.nodes, this.valuesFor(view), this.order, this.bounds);
+    this.renderLegend();
+    return this.plot.draw();
+  }
+
+  renderLegend() {
+    if (!this.legendEl) return;
+    const counts = {};
+    this.codes.forEach((c) => { counts[c] = 0; });
+    for (let k = 0; k < this.status.length; k++) counts[this.codes[this.status[k]]]++;
+    this.legendEl.innerHTML = this.codes.map((c) => `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[c]}</b></span>`).join("");
+  }
+
+  hoverText(i, j) {
+    const n = this.nodes.length, k = CH.pairIndex(i, j, n);
+    const st = this.codes[this.status[k]];
+    const d = this.details[k];
+    let html = `<b>${CH.esc(this.nodes[i])} ↔ ${CH.esc(this.nodes[j])}</b><br>status: <b>${st}</b>`;
+    if (d) {
+      if (d[0]) html += `<br>stage: ${CH.esc(d[0])}`;
+      if (d[1]) html += `<br>reason: ${CH.esc(d[1])}`;
+      if (d[2]) html += `<br><span class="hint">${CH.esc(d[2])}</span>`;
+    }
+    html += `<br>busbw: ${CH.fmt(this.busbw[k], 2)} GB/s · latency: ${CH.fmt(this.latency[k], 1)} µs`;
+    return html;
+  }
+
+  /* Apply pair dicts (a, b, status, stage, reason, hint, busbw_gbps, latency_us) in place.
+   * Returns false if a pair names a node this matrix does not have (the caller re-reads). */
+  apply(pairs) {
+    const n = this.nodes.length;
+    for (const p of pairs) {
+      const i = this.index.get(p.a), j = this.index.get(p.b);
+      if (i === undefined || j === undefined) return false;
+      if (i === j) continue;
+      const k = CH.pairIndex(i, j, n);
+      const code = this.codes.indexOf(p.status);
+      if (code < 0) continue;
+      const current = this.codes[this.status[k]];
+      const open = (s) => s === "untested" || s === "pending" || s === "running";
+      if (open(p.status) && !open(current)) continue; // a late "running" never undoes a result
+      this.status[k] = code;
+      this.busbw[k] = p.busbw_gbps == null ? NaN : p.busbw_gbps;
+      this.latency[k] = p.latency_us == null ? NaN : p.latency_us;
+      if ((p.status !== "ok" && !open(p.status)) || p.hint) this.details[k] = [p.stage, p.reason, p.hint];
+      else delete this.details[k];
+      if (this.plot) this.plot.setCell(i, j, this.valuesFor(this.view)[k]);
+    }
+    this.scheduleDraw();
+    return true;
+  }
+
+  scheduleDraw() {
+    if (this.frameQueued) return;
+    this.frameQueued = true;
+    requestAnimationFrame(() => {
+      this.frameQueued = false;
+      this.renderLegend();
+      this.plot.draw().then(() => { this.root.dataset.updatedAt = String(Date.now()); });
+    });
+  }
+
+  statusOf(a, b) {
+    const i = this.index.get(a), j = this.index.get(b);
+    if (i === undefined || j === undefined || i === j) return null;
+    return this.codes[this.status[CH.pairIndex(i, j, this.nodes.length)]];
+  }
+}
+CH.SweepMatrix = SweepMatrix;
+
+/* Follows a sweep live: re-reads state.json on every (re)connect, then applies batched frames. */
+class LiveSweep {
+  constructor(opts) {
+    this.opts = opts; // {stateUrl(id), wsPath, sweepId, matrix, onState, onFrame, followNewest}
+    this.sweepId = opts.sweepId;
+    this.backoff = 500;
+    this.buffer = null;
+    this.loadedAt = null;
+  }
+
+  start() { this.connect(); if (this.sweepId) this.reload(); }
+
+  connect() {
+    const proto = location.protocol === "https:" ? "wss:" : "ws:";
+    const ws = new WebSocket(`${proto}//${location.host}${this.opts.wsPath}`);
+    this.ws = ws;
+    window.CH.wsState = "connecting";
+    ws.onopen = () => {
+      this.backoff = 500;
+      window.CH.wsState = "open";
+      document.body.dataset.ws = "open";
+      if (this.everOpened && this.sweepId) this.reload(); // missed frames while away: re-read
+      this.everOpened = true;
+    };
+    ws.onmessage = (ev) => this.onMessage(JSON.parse(ev.data));
+    ws.onclose = () => {
+      window.CH.wsState = "closed";
+      document.body.dataset.ws = "closed";
+      setTimeout(() => this.connect(), this.backoff);
+      this.backoff = Math.min(this.backoff * 2, 8000);
+    };
+  }
+
+  onMessage(frame) {
+    if (frame.type !== "update") return;
+    frame.receivedAt = Date.now();
+    if (frame.sweep !== this.sweepId) {
+      if (this.opts.followNewest && (!this.sweepId || frame.sweep > this.sweepId)) { this.sweepId = frame.sweep; this.reload(); }
+      return;
+    }
+    if (this.buffer) { this.buffer.push(frame); return; } // a state read is in flight
+    this.applyFrame(frame);
+  }
+
+  applyFrame(frame) {
+    if (frame.pairs && frame.pairs.length && !this.opts.matrix.apply(frame.pairs)) { this.reload(); return; }
+    window.CH.lastFrame = { receivedAt: frame.receivedAt, pairs: (frame.pairs || []).length };
+    if (this.opts.onFrame) this.opts.onFrame(frame);
+  }
+
+  reload() {
+    this.buffer = this.buffer || [];
+    const started = performance.now();
+    return fetch(this.opts.stateUrl(this.sweepId), { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => { if (!r.ok) throw new Error(`state: HTTP ${r.status}`); return r.json(); })
+      .then((state) => {
+        window.CH.fetchMs = performance.now() - started;
+        this.opts.matrix.load(state.matrix);
+        if (this.opts.onState) this.opts.onState(state);
+        const frames = this.buffer; this.buffer = null;
+        frames.forEach((f) => this.applyFrame(f));
+        return this.opts.matrix.plot.draw();
+      })
+      .then(() => { window.CH.firstDrawMs = window.CH.firstDrawMs || performance.now(); document.body.dataset.loaded = String(this.sweepId); })
+      .catch((err) => { this.buffer = null; console.error(err); setTimeout(() => this.reload(), 2000); });
+  }
+}
+CH.LiveSweep = LiveSweep;
+
+/* The diff of two sweeps: status changes and busbw ratio. */
+CH.drawDiff = function (root, diff, pairUrl) {
+  const nodes = diff.nodes, n = nodes.length;
+  const change = CH.decode(diff.change, Uint8Array);
+  const ratio = CH.decode(diff.busbw_ratio, Float32Array);
+  const hover = (i, j) => {
+    const k = CH.pairIndex(i, j, n);
+    return `<b>${CH.esc(nodes[i])} ↔ ${CH.esc(nodes[j])}</b><br>status: ${diff.diff_codes[change[k]]}<br>busbw after/before: ${CH.fmt(ratio[k], 2)}`;
+  };
+  const click = (i, j) => { window.location = pairUrl(nodes[i], nodes[j]); };
+  const order = nodes.map((_, i) => i);
+  const a = new MatrixPlot(root.querySelector(".plot-change"), { kind: "discrete", codes: diff.diff_codes, colors: CH.DIFF_COLORS, hover, click });
+  a.setData(nodes, change, order);
+  const b = new MatrixPlot(root.querySelector(".plot-ratio"), { kind: "continuous", colorscale: "RdBu", reversescale: true, zmin: 0, zmax: 2, zmid: 1, unit: "after/before", hover, click });
+  b.setData(nodes, ratio, order);
+  const legend = root.querySelector(".legend");
+  if (legend) legend.innerHTML = diff.diff_codes.map((c) => `<span class="swatch-item"><i class="swatch" style="background:${CH.DIFF_COLORS[c]}"></i>${c}</span>`).join("");
+  return Promise.all([a.draw(), b.draw()]);
+};

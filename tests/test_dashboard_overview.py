@@ -1,0 +1,48 @@
+"""The overview page: nodes with their online state, the latest sweep's verdict and findings."""
+
+import pytest
+from django.urls import reverse
+
+from tests.dashboard_rows import make_nodes, make_sweep, make_user
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_requires_login(client):
+    response = client.get("/")
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_it_lists_nodes_with_online_state_and_the_latest_verdict(client):
+    client.force_login(make_user("viewer", operator=False))
+    nodes = make_nodes(["node10", "node2", "node1"])
+    make_nodes(["stale1"], online=False)
+    make_sweep(nodes, {("node1", "node2"): {"status": "timeout", "stage": "connect", "reason": "connect_timeout"}},
+               verdict="fail", findings=[("fail", "node2", "node2 cannot be reached from node1")])
+    html = client.get("/").content.decode()
+    # Natural order: node2 before node10.
+    assert html.index('data-node="node1"') < html.index('data-node="node2"') < html.index('data-node="node10"')
+    assert "3 of 4 online" in html
+    assert 'class="verdict verdict-fail"' in html
+    assert "node2 cannot be reached from node1" in html
+    assert "cluster_health/vendor/plotly.min.js" in html
+    assert "Start a sweep" not in html  # a viewer changes nothing
+
+
+def test_it_shows_operators_the_start_button(client):
+    client.force_login(make_user("op", operator=True))
+    assert "Start a sweep" in client.get("/").content.decode()
+
+
+def test_it_says_how_to_start_an_agent_when_there_is_none(client):
+    client.force_login(make_user("viewer", operator=False))
+    assert "python -m agents run" in client.get("/").content.decode()
+
+
+def test_its_state_endpoint_returns_the_compact_matrix(client):
+    client.force_login(make_user("viewer", operator=False))
+    sweep = make_sweep(make_nodes(["a", "b", "c"]))
+    state = client.get(reverse("sweep-state", args=[sweep.pk])).json()
+    assert state["matrix"]["nodes"] == ["a", "b", "c"]
+    assert state["progress"]["pairs_done"] == 3 and state["verdict"] == "pass"
