@@ -177,3 +177,37 @@ def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
             dest.mkdir(parents=True, exist_ok=True)
             for f in logs.glob("*.log"):
                 (dest / f.name).write_bytes(f.read_bytes()[-2_000_000:])
+
+
+def _testbed_or_skip():
+    from cluster_health import testbed
+
+    reason = testbed.available()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the namespace test bed, but: {reason}")
+        pytest.skip(f"namespace test bed unavailable: {reason}")
+    return testbed
+
+
+@pytest.fixture
+def make_testbed(tmp_path):
+    """Build namespace test beds (hosts on a bridge); every one is torn down after the test."""
+    testbed = _testbed_or_skip()
+    testbed.cleanup_stale()
+    made = []
+
+    def make(hosts: int = 4, **kwargs):
+        bed = testbed.TestBed(hosts, workdir=tmp_path / f"bed{len(made)}", **kwargs)
+        made.append(bed)
+        return bed.build()
+
+    try:
+        yield make
+    finally:
+        for bed in made:
+            bed.close()
+            for log in bed.workdir.glob("*.log"):
+                dest = ARTIFACTS / "testbed-logs"
+                dest.mkdir(parents=True, exist_ok=True)
+                (dest / f"{bed.tag}-{log.name}").write_bytes(log.read_bytes()[-1_000_000:])
