@@ -141,11 +141,14 @@ class Sweep(models.Model):
             return None
         return round(((self.finished or timezone.now()) - self.started).total_seconds(), 3)
 
-    def progress(self) -> dict:
-        """Counts by pair status, rounds and failures: what a progress line or a browser shows."""
-        counts = dict(
-            self.pairs.values("status").annotate(n=models.Count("id")).values_list("status", "n")
-        )
+    def progress(self, round_only: bool = False) -> dict:
+        """Counts by pair status, rounds and failures: what a progress line or a browser shows.
+
+        ``round_only`` counts the current round alone, cheap enough to send with every pair
+        of a 1,024-node sweep; the whole-sweep count is for round changes and the end.
+        """
+        qs = self.pairs.filter(round=self.current_round) if round_only else self.pairs.all()
+        counts = dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
         total = sum(counts.values())
         done = total - counts.get("pending", 0) - counts.get("running", 0)
         bad = sum(counts.get(s, 0) for s in ("failed", "timeout", "offline"))
@@ -156,6 +159,7 @@ class Sweep(models.Model):
             "pairs_done": done,
             "failures": bad,
             "counts": counts,
+            "scope": "round" if round_only else "sweep",
         }
 
 

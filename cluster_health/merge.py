@@ -1,0 +1,88 @@
+"""Merging the two agents' halves of a pair probe into one result. Pure: no Django.
+
+Each agent reports what it saw; the pair's result is the worse view: the worse
+status, and for equally bad halves the one that stopped at the earlier stage.
+Measurements take the pessimistic side too (the higher latency, the lower bandwidth).
+"""
+
+from __future__ import annotations
+
+from agents import contract
+
+STAGE_ORDER = {s: i for i, s in enumerate(contract.STAGES)}
+FIELDS = ("status", "stage", "reason", "hint", "latency_us_p50", "latency_us_p99", "sizes",
+          "algbw_gbps", "busbw_gbps", "duration_s")
+
+
+def _badness(half: dict) -> tuple[int, int]:
+    # Higher is worse: status severity first, then how early the probe stopped.
+    return (contract.STATUS_SEVERITY[half["status"]], -STAGE_ORDER.get(half.get("stage"), 0))
+
+
+def _pick(values, fn):
+    present = [v for v in values if v is not None]
+    return fn(present) if present else None
+
+
+def merge_halves(half_a: dict, half_b: dict) -> dict:
+    """The pair's result from both validated halves (rank 0's and rank 1's)."""
+    worse, better = (half_a, half_b) if _badness(half_a) >= _badness(half_b) else (half_b, half_a)
+    out = {
+        "status": worse["status"],
+        "stage": worse.get("stage"),
+        "reason": worse.get("reason") or (better.get("reason") if better["status"] == worse["status"] else None),
+        "hint": worse.get("hint") or better.get("hint"),
+        "sizes": worse.get("sizes") or better.get("sizes") or [],
+        "duration_s": _pick((half_a.get("duration_s"), half_b.get("duration_s")), max),
+    }
+    if worse["status"] in ("ok", "degraded"):
+        out["latency_us_p50"] = _pick((half_a.get("latency_us_p50"), half_b.get("latency_us_p50")), max)
+        out["latency_us_p99"] = _pick((half_a.get("latency_us_p99"), half_b.get("latency_us_p99")), max)
+        out["algbw_gbps"] = _pick((half_a.get("algbw_gbps"), half_b.get("algbw_gbps")), min)
+        out["busbw_gbps"] = _pick((half_a.get("busbw_gbps"), half_b.get("busbw_gbps")), min)
+    else:
+        out.update(latency_us_p50=None, latency_us_p99=None, algbw_gbps=None, busbw_gbps=None)
+    return out
+
+
+def close_unanswered(half_a: dict | None, half_b: dict | None, names: tuple[str, str], *,
+                     offline: tuple[bool, bool], deadline_s: float | None = None) -> dict:
+    """The pair's result when its deadline passed with a half (or both) missing.
+
+    Never ``ok``: a silent side whose heartbeats stopped makes the pair ``offline``
+    (reason ``agent_offline``), otherwise ``timeout``, keeping the stage and reason of
+    a half that did report a failure.
+    """
+    halves = (half_a, half_b)
+    silent = [n for n, h in zip(names, halves) if h is None]
+    gone = [n for n, h, off in zip(names, halves, offline) if h is None and off]
+    arrived = next((h for h in halves if h is not None), None)
+    failed = arrived if arrived and arrived["status"] not in ("ok", "degraded", "skipped") else None
+    out = {"latency_us_p50": None, "latency_us_p99": None, "algbw_gbps": None, "busbw_gbps": None,
+           "sizes": (arrived or {}).get("sizes") or [], "duration_s": (arrived or {}).get("duration_s"),
+           "stage": (arrived or {}).get("stage")}
+    if gone:
+        out.update(status="offline", reason="agent_offline", offline_nodes=gone,
+                   hint=f"{' and '.join(gone)} stopped sending heartbeats; is the agent running "
+                        "and can it reach the broker?")
+    elif failed:
+        out.update(status="timeout", reason=failed.get("reason"), hint=failed.get("hint")
+                   or f"{' and '.join(silent)} sent no result before the deadline")
+    else:
+        within = f" within {deadline_s:.0f}s" if deadline_s else ""
+        out.update(status="timeout", reason="probe_crashed",
+                   hint=f"{' and '.join(silent)} sent no result{within}: the probe or the agent died, "
+                        "or the agent never picked the command up")
+    return out
+
+
+def below_baseline(busbw_gbps: float | None, expected_gbps: float | None, ratio: float) -> bool:
+    return bool(busbw_gbps is not None and expected_gbps and busbw_gbps < ratio * expected_gbps)
+
+
+def merge_many(halves: list[dict]) -> dict:
+    """A group collective's result from every rank's half: the worst rank's view."""
+    out = dict(halves[0])
+    for half in halves[1:]:
+        out = merge_halves(out, half)
+    return out
