@@ -1,0 +1,150 @@
+"""Command line: `python -m agents run | facts | pair` (see docs/PROBES.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import socket
+import sys
+
+from agents import contract
+
+EXIT_CODES = {"ok": 0, "degraded": 1}  # anything else: 2
+_SIZE_RE = re.compile(r"^(\d+)([KMG]?)(i?B)?$", re.I)
+
+
+def parse_size(text: str) -> int:
+    """'1K', '64MiB', '4096' -> bytes (K, M, G are powers of 1024)."""
+    m = _SIZE_RE.match(text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (examples: 4096, 64K, 16M)")
+    return int(m.group(1)) * 1024 ** " KMG".index((m.group(2) or " ").upper())
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [parse_size(s) for s in text.split(",") if s.strip()]
+
+
+def parse_timeout(text: str) -> tuple[str, float]:
+    stage, _, seconds = text.partition("=")
+    if stage not in contract.DEFAULT_TIMEOUTS or not seconds:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected STAGE=SECONDS, stages {', '.join(contract.DEFAULT_TIMEOUTS)}")
+    return stage, float(seconds)
+
+
+def local_node_name() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:63].lstrip("._-")
+    return name or "node"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agents", description="cluster-health node agent")
+    sub = parser.add_subparsers(dest="action", required=True)
+
+    run = sub.add_parser("run", help="serve this node's probe queue (a Celery worker)")
+    run.add_argument("--name", default=os.environ.get("CLUSTER_HEALTH_NODE_NAME"), help="node name (queue agent.NAME)")
+    run.add_argument("--address", default=os.environ.get("CLUSTER_HEALTH_NODE_ADDRESS"),
+                     help="address peers use to reach this node (default: the interface that routes to the broker)")
+    run.add_argument("--broker", default=os.environ.get("CLUSTER_HEALTH_BROKER_URL"), help="Redis URL of the broker")
+    run.add_argument("--loglevel", default="INFO")
+
+    sub.add_parser("facts", help="print this node's facts as JSON")
+
+    pair = sub.add_parser("pair", help="probe a pair by hand: rank 0 prints ADDR:PORT, rank 1 joins it")
+    pair.add_argument("--rank", type=int, choices=(0, 1), required=True)
+    pair.add_argument("--bind", help="rank 0: the address to listen on (printed as ADDR:PORT)")
+    pair.add_argument("--port", type=int, default=0, help="rank 0: port to bind (default: any free port)")
+    pair.add_argument("--connect", help="rank 1: ADDR:PORT that rank 0 printed")
+    pair.add_argument("--name", default=local_node_name(), help="this host's name in hints")
+    pair.add_argument("--backend", choices=contract.BACKENDS, default="gloo")
+    pair.add_argument("--sizes", type=parse_sizes, help="comma-separated message sizes, e.g. 1K,1M,64M")
+    pair.add_argument("--iterations", type=int, default=contract.DEFAULT_ITERATIONS)
+    pair.add_argument("--warmup", type=int, default=contract.DEFAULT_WARMUP)
+    pair.add_argument("--timeout", type=parse_timeout, action="append", default=[], metavar="STAGE=SECONDS",
+                      help="override one stage's timeout (repeatable)")
+    pair.add_argument("--wait", type=float, default=120.0,
+                      help="rank 0: seconds to wait for rank 1 to join (the store stage)")
+    pair.add_argument("--multi-group", action="store_true", help="also run collectives on a second process group")
+    pair.add_argument("--collective-only", action="store_true", help="stop after the small all_reduce")
+    return parser
+
+
+def pair_command(args) -> tuple[dict, int | None]:
+    timeouts = dict(contract.DEFAULT_TIMEOUTS)
+    timeouts.update(dict(args.timeout))
+    command = {
+        "v": contract.VERSION, "kind": "pair", "probe_id": 0, "rendezvous": "manual-" + secrets.token_hex(6),
+        "node": args.name, "rank": args.rank, "world_size": 2, "backend": args.backend,
+        "iterations": args.iterations, "warmup": args.warmup, "multi_group": args.multi_group,
+        "last_stage": "collective" if args.collective_only else "bandwidth",
+    }
+    if args.sizes:
+        command["sizes"] = args.sizes
+    if args.rank == 0:
+        if not args.bind:
+            raise SystemExit("pair --rank 0 needs --bind ADDR")
+        timeouts["store"] = min(args.wait, contract.MAX_STAGE_TIMEOUT_S)
+        command.update(bind_address=args.bind, master_address=args.bind, master_port=args.port or None)
+        port = None
+    else:
+        if not args.connect or ":" not in args.connect:
+            raise SystemExit("pair --rank 1 needs --connect ADDR:PORT (what rank 0 printed)")
+        host, _, port_text = args.connect.rpartition(":")
+        from agents import netinfo
+
+        try:
+            bind = netinfo.source_address_towards(socket.gethostbyname(host))
+        except OSError:
+            bind = host  # the probe's resolve stage reports the real problem
+        command.update(bind_address=bind, master_address=host)
+        port = int(port_text)
+    command["timeouts"] = timeouts
+    command["deadline_s"] = contract.default_deadline(timeouts)
+    return command, port
+
+
+def run_pair(args) -> int:
+    from agents.runner import run_probe
+
+    command, port = pair_command(args)
+
+    def announce(event):
+        if event.get("event") == "listening":
+            print(f"{event['address']}:{event['port']}", flush=True)
+            print(f"waiting up to {args.wait:.0f}s for: python -m agents pair --rank 1 --connect "
+                  f"{event['address']}:{event['port']}", file=sys.stderr, flush=True)
+
+    try:
+        result = run_probe(command, port=port, on_event=announce)
+    except contract.ContractError as e:
+        print(f"invalid probe parameters: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2), flush=True)
+    return EXIT_CODES.get(result["status"], 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.action == "facts":
+        from agents import facts
+
+        print(json.dumps(facts.collect(), indent=2))
+        return 0
+    if args.action == "pair":
+        return run_pair(args)
+    if not args.name or not args.broker:
+        print("run needs --name (or CLUSTER_HEALTH_NODE_NAME) and --broker (or CLUSTER_HEALTH_BROKER_URL)",
+              file=sys.stderr)
+        return 2
+    from agents.worker import run_agent
+
+    try:
+        contract.check_node_name(args.name)
+    except contract.ContractError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    run_agent(args.name, args.address, args.broker, args.loglevel)
+    return 0

@@ -1,0 +1,209 @@
+"""Run one probe half in a fresh subprocess and hold it to its wall-clock deadline.
+
+`run_probe(command, broker_url)` is what the agent's Celery task, the pair CLI
+and the tests call. The probe runs as `python -m agents.probe` (exec, never a
+fork of a process that imported torch) in its own session, so that on expiry
+the whole process group is stopped: evidence first (its stage log, a py-spy
+dump where py-spy is installed), then SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agents import contract
+from agents.probe import TIMEOUT_REASONS
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+TERM_GRACE_S = 1.0
+PY_SPY_TIMEOUT_S = 5.0
+STACK_LIMIT = 8000
+
+_NOISE = re.compile(r"^(frame #|Exception raised from|File \"|Traceback|\^|~|warnings\.warn|cpu = _conversion)")
+_TELLING = re.compile(r"(Error|Exception|error:|timed out|Timeout|refused|reset by peer|closed|EADDRINUSE)", re.I)
+
+# What an overrun most likely means, by the stage the stage log shows.
+STAGE_HINTS = {
+    "resolve": "name resolution hung: check DNS and /etc/hosts",
+    "connect": "TCP to the master never completed: a firewall may be dropping the store port",
+    "store": "the peer never arrived in the store",
+    "init": "the process group never connected: check GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME and the firewall",
+    "collective": "a collective never completed: a peer stopped responding (process stopped or dead, or the link dropped)",
+    "bandwidth": "a collective never completed: a peer stopped responding (process stopped or dead, or the link dropped)",
+}
+
+
+def explanatory_line(stderr: str) -> str | None:
+    """The one line of a noisy torch stderr that says what went wrong (the last telling line)."""
+    for raw in reversed(stderr.splitlines()):
+        line = raw.strip()
+        if line and not _NOISE.match(line) and _TELLING.search(line):
+            return line[:400]
+    return None
+
+
+def rendezvous_spec(command: dict, broker_url: str | None, port: int | None) -> dict:
+    if port is not None:
+        return {"kind": "manual", "port": port}
+    if broker_url:
+        return {"kind": "redis", "url": broker_url, "id": command["rendezvous"], "ttl_s": command["deadline_s"] + 60}
+    return {"kind": "manual", "port": None}
+
+
+def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    events = []
+    for line in data[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events, offset + end
+
+
+def _py_spy_dump(pid: int) -> str | None:
+    exe = shutil.which("py-spy")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S)
+        return (out.stdout + out.stderr)[-STACK_LIMIT:]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"py-spy dump failed: {e}"
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # The leader may be gone while children linger in the group.
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def base_result(command: dict) -> dict:
+    return {
+        "v": contract.VERSION, "kind": command.get("kind", "pair"), "probe_id": command.get("probe_id"),
+        "sweep_id": command.get("sweep_id"), "node": command.get("node"), "rank": command.get("rank", 0),
+    }
+
+
+def failed_result(command: dict, reason: str, hint: str, detail: str | None = None, stage: str = "resolve") -> dict:
+    """A result for a command that never reached a probe (refused, expired, crashed runner)."""
+    return dict(base_result(command), status="failed", stage=stage, reason=reason, hint=hint, detail=detail,
+                finished_at=time.time())
+
+
+def run_probe(command: dict, broker_url: str | None = None, *, port: int | None = None, on_event=None,
+              python: str | None = None) -> dict:
+    """Run one half of a probe and return its result (contract.validate_result shape).
+
+    command is validated first (ContractError if it is not a valid command).
+    broker_url: Redis URL for the rendezvous; port: the master's store port given
+    by hand instead (the pair CLI). on_event(event) sees each stage-log event as
+    it is written (the pair CLI prints ADDR:PORT from the "listening" event).
+    Never blocks longer than the command's deadline_s plus the kill grace.
+    """
+    cmd = contract.validate_command(command)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cluster-health-probe-") as tmp:
+        tmpdir = Path(tmp)
+        events_path, result_path, output_path = tmpdir / "stages.jsonl", tmpdir / "result.json", tmpdir / "output.log"
+        spec = {"command": cmd, "rendezvous": rendezvous_spec(cmd, broker_url, port), "events_path": str(events_path),
+                "result_path": str(result_path), "spawned_at": time.time()}
+        (tmpdir / "spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(output_path, "wb") as out:
+            proc = subprocess.Popen([python or sys.executable, "-m", "agents.probe", str(tmpdir / "spec.json")],
+                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=tmp, env=env)
+        deadline = started + cmd["deadline_s"]
+        offset, events, stack = 0, [], None
+        killed = False
+        try:
+            while True:
+                new, offset = _read_events(events_path, offset)
+                events += new
+                if on_event:
+                    for event in new:
+                        on_event(event)
+                if proc.poll() is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    killed = True
+                    stack = _py_spy_dump(proc.pid)
+                    break
+                time.sleep(0.05)
+        finally:
+            _stop_group(proc)
+        new, offset = _read_events(events_path, offset)
+        events += new
+        output = output_path.read_text(errors="replace")
+        probe_result = json.loads(result_path.read_text()) if result_path.exists() else None
+    return _finish(cmd, probe_result, events, output, killed, stack, proc.returncode, time.monotonic() - started)
+
+
+def _finish(cmd, probe_result, events, output, killed, stack, returncode, elapsed) -> dict:
+    stages = [e for e in events if e.get("event") == "stage"]
+    stage = stages[-1]["stage"] if stages else "resolve"
+    line = explanatory_line(output)
+    result = base_result(cmd)
+    if probe_result is not None:
+        result.update(probe_result)
+    elif killed:
+        entered = stages[-1]["t"] - events[0]["t"] if stages and events else 0.0
+        result.update(
+            status="timeout", stage=stage, reason=TIMEOUT_REASONS[stage],
+            hint=(f"the probe on {cmd['node']} was stopped at its {cmd['deadline_s']:.1f}s deadline in stage {stage} "
+                  f"(entered {entered:.1f}s after start): {STAGE_HINTS[stage]}"),
+            detail=line or f"no output explains it; stage log: {[s['stage'] for s in stages]}",
+        )
+    else:
+        result.update(
+            status="failed", stage=stage, reason="probe_crashed",
+            hint=f"the probe process on {cmd['node']} exited with code {returncode} in stage {stage} without a result",
+            detail=line,
+        )
+    if result.get("detail") is None and result["status"] != "ok":
+        result["detail"] = line
+    extra = dict(result.get("extra") or {})
+    if stack:
+        extra["stack"] = stack
+    if line and result["status"] != "ok":
+        extra["stderr_line"] = line
+    extra["stage_log"] = [[e["stage"], round(e["t"] - events[0]["t"], 3)] for e in events if e.get("event") == "stage"][-20:]
+    result["extra"] = extra
+    result["stderr_tail"] = output[-contract.MAX_STDERR_TAIL:] if output else None
+    result["duration_s"] = round(elapsed, 3)
+    result["finished_at"] = time.time()
+    try:
+        return contract.validate_result(result)
+    except contract.ContractError as e:
+        return contract.validate_result(failed_result(cmd, "probe_crashed", f"the probe wrote an invalid result: {e}",
+                                                      detail=str(e), stage=stage))

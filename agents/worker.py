@@ -1,0 +1,194 @@
+"""The resident node agent: a Celery worker on its own queue `agent.<name>`.
+
+It runs one probe at a time (solo pool, prefetch 1), speaks JSON only, acks
+a command after its result is sent (acks_late), and sends a heartbeat with
+this node's facts to the server queue on start and every few seconds. It
+never imports torch: facts that need torch are gathered once in a child
+process, and each probe runs in its own subprocess (agents.runner).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from urllib.parse import urlsplit
+
+from celery import Celery, signals
+from kombu import Queue
+
+import agents
+from agents import contract, facts, netinfo
+from agents.runner import failed_result, run_probe
+
+log = logging.getLogger("agents.worker")
+
+# A probe can never run past MAX_DEADLINE_S (the runner kills it); the task limit sits above
+# that, and the broker's visibility timeout above the task limit, so Redis never hands a
+# command that is still running to a second delivery.
+TASK_TIME_LIMIT_S = contract.MAX_DEADLINE_S + 60
+VISIBILITY_TIMEOUT_S = TASK_TIME_LIMIT_S + 240
+FACTS_REFRESH_S = 60.0
+RESULT_RETRY = {"max_retries": 30, "interval_start": 0.5, "interval_step": 1.0, "interval_max": 2.0}
+HEARTBEAT_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+
+
+def pick_address(broker_url: str) -> str:
+    """The address of the interface that routes to the broker; loopback only if the broker is on loopback."""
+    parts = urlsplit(broker_url)
+    host = parts.hostname
+    if host:
+        try:
+            ip = socket.getaddrinfo(host, parts.port or 6379, socket.AF_INET)[0][4][0]
+            local = netinfo.source_address_towards(ip, parts.port or 6379)
+            if not netinfo.is_loopback(local) or netinfo.is_loopback(ip):
+                return local
+        except OSError:
+            pass
+    candidates = netinfo.candidate_interfaces(include_loopback=False)
+    if not candidates:
+        raise RuntimeError("no non-loopback interface with an IPv4 address: pass --address")
+    return candidates[0]["address"]
+
+
+class Agent:
+    """One node's agent: its identity, cached facts, and the Celery app that serves its queue."""
+
+    def __init__(self, name: str, address: str, broker_url: str, heartbeat_s: float = 5.0):
+        self.name = contract.check_node_name(name)
+        self.address = address
+        self.broker_url = broker_url
+        self.heartbeat_s = heartbeat_s
+        self.busy = False
+        self.versions: dict | None = None
+        self.facts: dict = {}
+        self.facts_at = 0.0
+        self.stopping = threading.Event()
+        self.app = self.make_app()
+
+    def make_app(self) -> Celery:
+        app = Celery("cluster_health_agent", broker=self.broker_url, set_as_current=False)
+        queue = contract.agent_queue(self.name)
+        app.conf.update(
+            task_serializer="json", result_serializer="json", accept_content=["json"],
+            result_backend=None, task_ignore_result=True,
+            task_acks_late=True, worker_prefetch_multiplier=1, worker_concurrency=1, worker_pool="solo",
+            task_time_limit=TASK_TIME_LIMIT_S,
+            broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+            broker_connection_retry=True, broker_connection_retry_on_startup=True,
+            broker_connection_max_retries=None,
+            task_queues=[Queue(queue, routing_key=queue)], task_default_queue=queue,
+            task_create_missing_queues=True,
+            worker_send_task_events=False, task_send_sent_event=False,
+            worker_hijack_root_logger=True,
+        )
+        agent = self
+
+        @app.task(name=contract.TASK_PROBE, ignore_result=True)
+        def probe(command=None, **unexpected):
+            agent.handle(command)
+
+        return app
+
+    # -- probes -------------------------------------------------------------------
+    def handle(self, command) -> dict | None:
+        """Validate, run and report one command; never raises (a bad command must not stop the agent)."""
+        try:
+            cmd = contract.validate_command(command)
+        except contract.ContractError as e:
+            log.error("refused a probe command: %s", e)
+            self.report_refusal(command, e)
+            return None
+        if cmd["expires_at"] is not None and time.time() > cmd["expires_at"]:
+            log.warning("dropped probe %s: it expired %.0fs ago", cmd["probe_id"], time.time() - cmd["expires_at"])
+            return None
+        log.info("probe %s (%s, rank %s of %s, %s) starting", cmd["probe_id"], cmd["kind"], cmd["rank"],
+                 cmd["world_size"], cmd["backend"])
+        self.busy = True
+        try:
+            result = run_probe(cmd, self.broker_url)
+        except Exception as e:  # the runner itself failed: still tell the server
+            log.exception("probe %s could not run", cmd["probe_id"])
+            result = contract.validate_result(failed_result(
+                cmd, "probe_crashed", f"agent {self.name} could not start the probe: {e}", detail=str(e)))
+        finally:
+            self.busy = False
+        log.info("probe %s: %s at %s (%s)", cmd["probe_id"], result["status"], result["stage"], result["reason"])
+        self.send_result(result)
+        return result
+
+    def report_refusal(self, command, error: Exception) -> None:
+        if not isinstance(command, dict):
+            return
+        readable = {
+            "kind": command.get("kind") if command.get("kind") in contract.PROBE_KINDS else "pair",
+            "probe_id": command.get("probe_id"),
+            "sweep_id": command.get("sweep_id") if isinstance(command.get("sweep_id"), int) else None,
+            "node": command.get("node"),
+            "rank": command.get("rank") if isinstance(command.get("rank"), int) else 0,
+        }
+        try:
+            result = contract.validate_result(failed_result(
+                readable, "probe_crashed", f"agent {self.name} refused the command: {error}", detail=str(error)))
+        except contract.ContractError:
+            return  # no probe id or node to report against; the log line above is all there is
+        self.send_result(result)
+
+    def send_result(self, result: dict) -> None:
+        self.app.send_task(contract.TASK_RESULT, kwargs={"result": result}, queue=contract.SERVER_QUEUE,
+                           retry=True, retry_policy=RESULT_RETRY)
+
+    # -- heartbeats ---------------------------------------------------------------
+    def current_facts(self) -> dict:
+        if self.versions is None:
+            self.versions = facts.torch_versions_in_subprocess()
+        now = time.monotonic()
+        if not self.facts or now - self.facts_at > FACTS_REFRESH_S:
+            self.facts, self.facts_at = facts.collect(self.versions), now
+        else:
+            self.facts["system"].update(facts.memory_and_load())
+        return self.facts
+
+    def heartbeat(self) -> dict:
+        return contract.validate_heartbeat({
+            "v": contract.VERSION, "node": self.name, "address": self.address, "facts": self.current_facts(),
+            "agent_version": agents.__version__, "sent_at": time.time(), "busy": self.busy,
+        })
+
+    def send_heartbeat(self) -> None:
+        # A short expiry: heartbeats queued while the server was down are worthless later.
+        self.app.send_task(contract.TASK_HEARTBEAT, kwargs={"heartbeat": self.heartbeat()},
+                           queue=contract.SERVER_QUEUE, expires=max(10.0, 3 * self.heartbeat_s),
+                           retry=True, retry_policy=HEARTBEAT_RETRY)
+
+    def heartbeat_loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.send_heartbeat()
+            except Exception as e:  # broker down: keep trying, the worker reconnects on its own
+                log.warning("heartbeat not sent: %s", e)
+            self.stopping.wait(self.heartbeat_s)
+
+    def run(self, loglevel: str = "INFO") -> None:
+        """Serve this node's queue until stopped (SIGTERM: finish the current probe, then exit)."""
+
+        def start_heartbeats(**_):
+            threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+
+        def stop_heartbeats(**_):
+            self.stopping.set()
+
+        signals.worker_ready.connect(start_heartbeats, weak=False)
+        signals.worker_shutdown.connect(stop_heartbeats, weak=False)
+        self.app.worker_main([
+            "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            f"--hostname=agent-{self.name}@%h", f"--queues={contract.agent_queue(self.name)}", f"--loglevel={loglevel}",
+        ])
+
+
+def run_agent(name: str, address: str | None, broker_url: str, loglevel: str = "INFO") -> None:
+    heartbeat_s = float(os.environ.get("CLUSTER_HEALTH_HEARTBEAT_S", "5"))
+    Agent(name, address or pick_address(broker_url), broker_url, heartbeat_s).run(loglevel)

@@ -1,0 +1,54 @@
+"""Helpers for the probe and agent tests: commands with test-sized parameters, pairs run side by side."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+
+from agents import contract
+from agents.runner import run_probe
+
+SMALL_SIZES = [1024, 4096, 16384, 65536, 262144]
+SHORT_TIMEOUTS = {"resolve": 2.0, "connect": 2.0, "store": 6.0, "init": 6.0, "collective": 4.0, "bandwidth": 4.0}
+
+
+def command(rank: int, rendezvous: str | None = None, **overrides) -> dict:
+    """One half of a loopback pair probe: node n<rank>, small sizes, short timeouts."""
+    cmd = {
+        "v": contract.VERSION, "kind": "pair", "probe_id": 7, "sweep_id": 3,
+        "rendezvous": rendezvous or "t" + secrets.token_hex(8), "node": f"n{rank}", "rank": rank, "world_size": 2,
+        "backend": "gloo", "bind_address": "127.0.0.1", "master_address": "127.0.0.1",
+        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
+        "sizes": SMALL_SIZES, "iterations": 3, "warmup": 1, "latency_iterations": 10,
+        "timeouts": dict(SHORT_TIMEOUTS), "deadline_s": 30.0,
+    }
+    cmd.update(overrides)
+    return cmd
+
+
+def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict]:
+    """Run every rank's half at once through the Redis rendezvous; results in rank order."""
+    results: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def one(cmd):
+        try:
+            results[cmd["rank"]] = run_probe(
+                cmd, broker_url, on_event=(lambda e: on_event(cmd["rank"], e)) if on_event else None)
+        except BaseException as e:  # surfaced below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in commands]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [results[c["rank"]] for c in commands]
+
+
+def pair(broker_url: str, on_event=None, **overrides) -> tuple[dict, dict]:
+    rdv = "t" + secrets.token_hex(8)
+    r0, r1 = run_ranks([command(0, rdv, **overrides), command(1, rdv, **overrides)], broker_url, on_event)
+    return r0, r1
