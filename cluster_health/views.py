@@ -7,44 +7,33 @@ follow the sweep over a WebSocket.
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
 from django.core.cache import cache
+from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
 
-from cluster_health import matrix
-from cluster_health.models import Finding, Node, PairProbe, Sweep
-
-
-def node_names() -> dict[int, str]:
-    return dict(Node.objects.values_list("id", "name"))
-
-
-def sweep_pairs(sweep: Sweep, names: dict[int, str] | None = None) -> list[dict]:
-    """A sweep's pair results as the sweep JSON of DESIGN.md has them (a, b, status, ...)."""
-    names = names if names is not None else node_names()
-    rows = PairProbe.objects.filter(sweep=sweep).order_by("id").values_list(
-        "node_a_id", "node_b_id", "status", "stage", "reason", "hint", "latency_us_p50", "algbw_gbps",
-        "busbw_gbps",
-    )
-    return [
-        {"a": names.get(a, str(a)), "b": names.get(b, str(b)), "status": status, "stage": stage,
-         "reason": reason, "hint": hint, "latency_us": lat, "algbw_gbps": algbw, "busbw_gbps": busbw}
-        for a, b, status, stage, reason, hint, lat, algbw, busbw in rows.iterator(chunk_size=20000)
-    ]
+from cluster_health import consistency, matrix, reports, sweeps
+from cluster_health.forms import HistoryFilterForm, StartSweepForm
+from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
 
 
 def sweep_matrix(sweep: Sweep) -> dict:
     """The matrix payload of a sweep; cached once the sweep is closed, since it no longer changes."""
-    key = f"cluster_health:matrix:{sweep.pk}"
+    key = f"cluster_health:matrix:{sweep.pk}:{sweep.created.timestamp()}:{sweep.status}"
     if not sweep.is_open:
         cached = cache.get(key)
         if cached is not None:
             return cached
-    names = node_names()
-    pairs = sweep_pairs(sweep, names)
+    pairs = reports.pair_dicts(sweep)
     nodes = sweep.nodes or {p[k] for p in pairs for k in ("a", "b")}
     payload = matrix.build_matrix(nodes, pairs)
     if not sweep.is_open:
@@ -88,11 +77,161 @@ def overview(request):
     })
 
 
-def _todo(request, *args, **kwargs):
-    from django.http import HttpResponse
 
-    return HttpResponse("coming soon", status=501)
+@login_required
+def sweep_detail(request, sweep_id: int):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    previous = (Sweep.objects.filter(kind=sweep.kind, created__lt=sweep.created)
+                .exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created").first())
+    return render(request, "cluster_health/sweep.html", {
+        "sweep": sweep, "findings": sweep.findings.all(), "groups": GroupProbe.objects.filter(sweep=sweep),
+        "previous": previous,
+    })
 
 
-consistency = node_detail = pair_detail = probe_detail = history = start_sweep = compare = _todo
-compare_state = sweep_detail = cancel_sweep = report = _todo
+@login_required
+def history(request):
+    form = HistoryFilterForm(request.GET or None)
+    qs = form.filter(Sweep.objects.select_related("requested_by").order_by("-created"))
+    page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "cluster_health/history.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+def _get_sweep_param(request, name):
+    raw = request.GET.get(name, "")
+    return get_object_or_404(Sweep, pk=int(raw)) if raw.isdigit() else None
+
+
+@login_required
+def compare(request):
+    before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
+    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before and after else None
+    recent = Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created")[:200]
+    return render(request, "cluster_health/compare.html", {
+        "before": before, "after": after, "diff": diff, "recent": recent,
+    })
+
+
+@login_required
+@never_cache
+def compare_state(request):
+    before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
+    if not (before and after):
+        return JsonResponse({"error": "a and b: two sweep ids are required"}, status=400)
+    return JsonResponse(matrix.build_diff(sweep_matrix(before), sweep_matrix(after)))
+
+
+@login_required
+def report(request, sweep_id: int):
+    """Pre-maintenance report: this sweep (after) against an earlier one (before), printable."""
+    after = get_object_or_404(Sweep, pk=sweep_id)
+    before = _get_sweep_param(request, "before") or (
+        Sweep.objects.filter(status="finished", created__lt=after.created).order_by("-created").first())
+    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before else None
+    return render(request, "cluster_health/report.html", {
+        "after": after, "before": before, "diff": diff,
+        "after_counts": matrix.status_counts(sweep_matrix(after)),
+        "before_counts": matrix.status_counts(sweep_matrix(before)) if before else None,
+        "findings": after.findings.all(), "baseline": after.baseline, "now": timezone.now(),
+    })
+
+
+@login_required
+def consistency_view(request):
+    nodes = sorted(Node.objects.all(), key=lambda n: matrix.natural_key(n.name))
+    now = timezone.now()
+    table = consistency.table({n.name: n.facts or {} for n in nodes})
+    online = {n.name: n.is_online(now) for n in nodes}
+    return render(request, "cluster_health/consistency.html", {"table": table, "online": online})
+
+
+def _flatten(facts, prefix=""):
+    """Facts as (dotted key, value) rows; lists of objects stay JSON, everything else is shown as is."""
+    for key, val in facts.items():
+        name = f"{prefix}{key}"
+        if isinstance(val, dict) and val:
+            yield from _flatten(val, name + ".")
+        elif isinstance(val, list) and val and isinstance(val[0], dict):
+            yield name, json.dumps(val, indent=1)
+        else:
+            yield name, ", ".join(map(str, val)) if isinstance(val, list) else val
+
+
+@login_required
+def node_detail(request, name: str):
+    node = get_object_or_404(Node, name=name)
+    table = consistency.table({n.name: n.facts or {} for n in Node.objects.all()})
+    row = next((r for r in table["rows"] if r["node"] == name), None)
+    failures = (PairProbe.objects.filter(Q(node_a=node) | Q(node_b=node), status__in=matrix.BAD_STATUSES)
+                .select_related("node_a", "node_b", "sweep").order_by("-id")[:30])
+    interfaces = (node.facts or {}).get("interfaces") or []
+    facts = [(k, v) for k, v in _flatten(node.facts or {}) if not k.startswith("interfaces")]
+    return render(request, "cluster_health/node.html", {
+        "node": node, "online": node.is_online(), "row": row, "table": table, "failures": failures,
+        "facts": facts, "interfaces": interfaces,
+    })
+
+
+def _pair_probes(a: Node, b: Node):
+    return PairProbe.objects.filter(Q(node_a=a, node_b=b) | Q(node_a=b, node_b=a))
+
+
+@login_required
+def pair_detail(request, a: str, b: str):
+    node_a, node_b = get_object_or_404(Node, name=a), get_object_or_404(Node, name=b)
+    probes = list(_pair_probes(node_a, node_b).select_related("sweep", "node_a", "node_b").order_by("-id")[:200])
+    probe_id = request.GET.get("probe", "")
+    probe = next((p for p in probes if str(p.pk) == probe_id), None) if probe_id.isdigit() else None
+    probe = probe or next((p for p in probes if p.is_final), probes[0] if probes else None)
+    trend = [{"t": p.finished.isoformat() if p.finished else p.sweep.created.isoformat(), "sweep": p.sweep_id,
+              "status": p.status, "busbw_gbps": p.busbw_gbps, "latency_us": p.latency_us_p50}
+             for p in reversed(probes) if p.is_final]
+    halves = []
+    if probe:
+        for role, node_name, half in (("rank 0", probe.node_a.name, probe.half_a), ("rank 1", probe.node_b.name, probe.half_b)):
+            half = half or {}
+            halves.append({"role": role, "node": node_name, "status": half.get("status"), "stage": half.get("stage"),
+                           "reason": half.get("reason"), "hint": half.get("hint"), "detail": half.get("detail"),
+                           "interface": half.get("interface"),
+                           "stage_times": half.get("stage_times") or half.get("timings") or {},
+                           "stderr_tail": half.get("stderr_tail")})
+    return render(request, "cluster_health/pair.html", {
+        "a": node_a, "b": node_b, "probes": probes[:50], "probe": probe, "halves": halves,
+        "trend": trend, "sizes": (probe.sizes if probe else None) or [],
+    })
+
+
+@login_required
+def probe_detail(request, probe_id: int):
+    probe = get_object_or_404(PairProbe.objects.select_related("node_a", "node_b"), pk=probe_id)
+    return redirect(f"{reverse('pair', args=[probe.node_a.name, probe.node_b.name])}?probe={probe.pk}")
+
+
+@login_required
+@permission_required("cluster_health.start_sweep", raise_exception=True)
+def start_sweep(request):
+    form = StartSweepForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            sweep = sweeps.request_sweep(source="page", user=request.user, kind=data["kind"],
+                                         backend=data["backend"], nodes=list(data["nodes"]) or None)
+        except sweeps.SweepRequestError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("sweep", sweep.pk)
+    return render(request, "cluster_health/start_sweep.html", {"form": form})
+
+
+@login_required
+@permission_required("cluster_health.start_sweep", raise_exception=True)
+@require_POST
+def cancel_sweep(request, sweep_id: int):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    if sweeps.cancel(sweep.pk):
+        messages.info(request, f"Sweep {sweep.pk} cancelled; probes still running finish but are not counted.")
+    else:
+        messages.error(request, f"Sweep {sweep.pk} had already ended.")
+    return redirect("sweep", sweep.pk)

@@ -8,7 +8,8 @@
   function progressText(p) {
     if (!p) return "";
     const rounds = p.rounds ? `round ${p.round}/${p.rounds} · ` : "";
-    return `${rounds}${p.pairs_done}/${p.pairs_total} pairs done${p.failures ? ` · ${p.failures} failing` : ""}`;
+    const scope = p.scope === "round" ? " in this round" : "";
+    return `${rounds}${p.pairs_done}/${p.pairs_total} pairs done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
   }
 
   function renderFindings(findings) {

@@ -1,0 +1,26 @@
+/* Pair page: bandwidth per message size of one probe, and the pair's busbw trend over sweeps. */
+"use strict";
+(function () {
+  const sizes = JSON.parse(document.getElementById("sizes-data").textContent) || [];
+  const trend = JSON.parse(document.getElementById("trend-data").textContent) || [];
+  const cfg = { displaylogo: false, responsive: true };
+  const human = (b) => (b >= 1 << 20 ? `${b / (1 << 20)} MiB` : b >= 1024 ? `${b / 1024} KiB` : `${b} B`);
+  if (sizes.length) {
+    Plotly.newPlot("sizes-plot", [
+      { x: sizes.map((s) => s.bytes), y: sizes.map((s) => s.busbw_gbps), name: "busbw", mode: "lines+markers",
+        text: sizes.map((s) => human(s.bytes)), hovertemplate: "%{text}: %{y:.3f} GB/s<extra>busbw</extra>" },
+      { x: sizes.map((s) => s.bytes), y: sizes.map((s) => s.algbw_gbps), name: "algbw", mode: "lines+markers", line: { dash: "dot" },
+        text: sizes.map((s) => human(s.bytes)), hovertemplate: "%{text}: %{y:.3f} GB/s<extra>algbw</extra>" },
+    ], { xaxis: { type: "log", title: { text: "message size (bytes)" } }, yaxis: { title: { text: "GB/s" }, rangemode: "tozero" },
+         margin: { t: 10, r: 10 }, height: 300, legend: { orientation: "h" } }, cfg);
+  } else {
+    document.getElementById("sizes-plot").innerHTML = '<p class="muted">No bandwidth measured in this probe (connectivity sweep, or it stopped earlier).</p>';
+  }
+  if (trend.length) {
+    Plotly.newPlot("trend-plot", [{
+      x: trend.map((p) => p.t), y: trend.map((p) => (p.busbw_gbps == null ? 0 : p.busbw_gbps)), mode: "lines+markers",
+      marker: { size: 10, color: trend.map((p) => CH.STATUS_COLORS[p.status] || "#999"), line: { color: "#333", width: 1 } },
+      text: trend.map((p) => `sweep #${p.sweep}: ${p.status}`), hovertemplate: "%{text}<br>%{y:.3f} GB/s<extra></extra>",
+    }], { yaxis: { title: { text: "busbw GB/s" }, rangemode: "tozero" }, margin: { t: 10, r: 10 }, height: 300 }, cfg);
+  }
+})();
