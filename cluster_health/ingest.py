@@ -9,6 +9,7 @@ still empty), so a duplicate or a late result changes nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 
@@ -27,14 +28,20 @@ log = logging.getLogger(__name__)
 APPLIED, FINAL, DUPLICATE, LATE, REJECTED = "applied", "final", "duplicate", "late", "rejected"
 
 
-def reject(task: str, payload, error: str, node: str = "") -> str:
-    node = node or (payload.get("node") if isinstance(payload, dict) and isinstance(payload.get("node"), str) else "")
+def _storable(payload):
+    """The payload as stored JSON, or its repr when it is not valid JSON (NaN, odd types)."""
     try:
-        RejectedMessage.objects.create(task=task, node=node[:100], error=error[:4000],
-                                       payload=payload if isinstance(payload, (dict, list)) else {"raw": repr(payload)[:4000]})
-    except Exception:  # the payload itself may not be storable (e.g. NaN in JSON on PostgreSQL)
-        RejectedMessage.objects.create(task=task, node=node[:100], error=error[:4000],
-                                       payload={"raw": repr(payload)[:4000]})
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError):
+        return {"raw": repr(payload)[:8000]}
+    return payload if isinstance(payload, (dict, list)) else {"raw": payload}
+
+
+def reject(task: str, payload, error: str, node: str = "") -> str:
+    """Keep a message that cannot be applied, with the reason, and log it."""
+    if not node and isinstance(payload, dict) and isinstance(payload.get("node"), str):
+        node = payload["node"]
+    RejectedMessage.objects.create(task=task, node=node[:100], error=error[:4000], payload=_storable(payload))
     log.warning("rejected %s from %r: %s", task, node, error)
     return REJECTED
 

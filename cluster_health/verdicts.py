@@ -103,8 +103,10 @@ def _launch_env(facts: dict) -> dict:
 
 
 def _hostname_addresses(facts: dict) -> tuple[str | None, list[str]]:
-    host = facts.get("hostname")
+    host = facts.get("host") or facts.get("hostname")
     if isinstance(host, dict):
+        if "hostname" in host:
+            return host.get("hostname"), [a for a in host.get("resolves_to") or [] if isinstance(a, str)]
         return host.get("name"), list(host.get("addresses") or host.get("resolves_to") or [])
     addrs = facts.get("hostname_addresses") or facts.get("hostname_resolves_to") or []
     return host, [a for a in addrs if isinstance(a, str)]

@@ -1,0 +1,52 @@
+"""Launch rehearsal: reproduce a job's rendezvous from every node and say which ranks would hang.
+
+Exit codes as for ``sweep``: 0 every rank would join, 2 some would hang, 3 unknown.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from django.core.management.base import BaseCommand, CommandError
+
+from agents import contract
+from cluster_health import reports, sweeps, textmatrix
+from cluster_health.management.commands.sweep import wait_for
+
+
+class Command(BaseCommand):
+    help = "Rehearse a job's launch (master, MASTER_PORT, backend, interface variables) on its nodes."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--master", required=True, help="the node the job uses as MASTER_ADDR (rank 0)")
+        parser.add_argument("--port", type=int, required=True, help="the job's MASTER_PORT")
+        parser.add_argument("--nodes", help="comma-separated nodes of the job (default: every online node)")
+        parser.add_argument("--backend", default="gloo", choices=contract.BACKENDS)
+        parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                            help="launch variable the job sets, e.g. GLOO_SOCKET_IFNAME=eth0 (repeatable)")
+        parser.add_argument("--timeout", type=float, default=300.0)
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **opts):
+        env = {}
+        for item in opts["env"]:
+            if "=" not in item:
+                raise CommandError(f"--env: {item!r} is not NAME=VALUE")
+            k, v = item.split("=", 1)
+            env[k] = v
+        request = {"kind": "preflight", "backend": opts["backend"], "master": opts["master"],
+                   "master_port": opts["port"], "env": env}
+        if opts["nodes"]:
+            request["nodes"] = [n.strip() for n in opts["nodes"].split(",") if n.strip()]
+        try:
+            sweep = sweeps.request_sweep(source="command", **request)
+        except sweeps.SweepRequestError as exc:
+            raise CommandError(str(exc)) from None
+        ended = wait_for(sweep, opts["timeout"])
+        if not ended:
+            sweeps.cancel(sweep.pk)
+            sweep.refresh_from_db()
+        report = reports.sweep_json(sweep)
+        self.stdout.write(json.dumps(report) if opts["json"] else textmatrix.render(report))
+        sys.exit(contract.VERDICT_EXIT_CODES[sweep.verdict] if sweep.status == "finished" else 3)
