@@ -344,7 +344,8 @@ def finish(sweep: Sweep) -> bool:
             found += verdicts.group_findings({"status": g.status, "stage": g.stage, "reason": g.reason,
                                               "hint": g.hint, "nodes": g.nodes})
     if sweep.kind in ("full", "preflight", "group"):
-        found += verdicts.consistency_findings({n.name: n.facts for n in nodes})
+        found += verdicts.consistency_findings({n.name: n.facts for n in nodes},
+                                                {n.name: n.address for n in nodes})
     if sweep.kind == "preflight":
         from cluster_health import preflight
 

@@ -123,8 +123,13 @@ def _odd_ones_out(values: dict[str, str]) -> tuple[list[str], str]:
     return odd, summary
 
 
-def consistency_findings(facts_by_node: dict[str, dict]) -> list[dict]:
-    """Warnings for versions and launch variables that differ across nodes, and loopback hostnames."""
+def consistency_findings(facts_by_node: dict[str, dict], addresses: dict[str, str] | None = None) -> list[dict]:
+    """Warnings for versions and launch variables that differ across nodes, and loopback hostnames.
+
+    A hostname resolving to loopback matters only when peers reach the node at another
+    address (``addresses``: the address each node's agent registered).
+    """
+    addresses = addresses or {}
     out = []
     if len(facts_by_node) >= 2:
         version_keys = sorted({k for f in facts_by_node.values() for k in _versions(f)})
@@ -143,6 +148,8 @@ def consistency_findings(facts_by_node: dict[str, dict]) -> list[dict]:
                                    f"{key} differs across nodes: {summary}"))
     for node, facts in sorted(facts_by_node.items()):
         host, addrs = _hostname_addresses(facts)
+        if str(addresses.get(node, "")).startswith(LOOPBACK_PREFIXES + ("localhost",)):
+            continue
         if addrs and all(a.startswith(LOOPBACK_PREFIXES) for a in addrs):
             out.append(finding("warn", "hostname_loopback", node,
                                f"{node}: hostname {host or ''} resolves to {', '.join(addrs)} (loopback); "

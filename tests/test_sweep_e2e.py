@@ -1,0 +1,119 @@
+"""End to end: real Redis, real server worker and beat, real agents probing on loopback.
+
+Sweeps are requested the way a CI job does, with ``manage.py sweep --wait --json``
+in a subprocess pointed at the test database. Small sizes and short stage
+timeouts keep these fast on two cores.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cluster_health.models import Node
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+FAST = ["--sizes", "4096,65536", "--iterations", "3", "--stage-timeout", "connect=3",
+        "--stage-timeout", "init=10", "--stage-timeout", "bandwidth=3"]
+
+
+def wait_online(names, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        online = {n.name for n in Node.objects.filter(name__in=names) if n.is_online()}
+        if online == set(names):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"agents not online after {timeout}s: {set(names) - online}")
+
+
+def manage(stack, *args, timeout=240):
+    return subprocess.run([sys.executable, "manage.py", *args], env=stack.env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def agents(stack, names):
+    for name in names:
+        if name not in stack.agents:
+            stack.start_agent(name)
+    for name in list(stack.agents):
+        if name not in names:
+            stack.stop_agent(name)
+    wait_online(names)
+
+
+def test_it_runs_a_4_node_full_sweep_with_every_pair_ok(stack):
+    names = ["e0", "e1", "e2", "e3"]
+    agents(stack, names)
+    started = time.monotonic()
+    run = manage(stack, "sweep", "--kind", "full", "--nodes", ",".join(names), "--wait", "--json", *FAST)
+    elapsed = time.monotonic() - started
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    print(f"4-node full sweep: {elapsed:.1f}s wall, {report['rounds']} rounds, sweep {report['duration_s']}s")
+    assert set(report) >= {"sweep", "status", "verdict", "kind", "backend", "nodes", "pairs", "findings"}
+    assert (report["status"], report["verdict"], report["kind"]) == ("finished", "pass", "full")
+    assert report["rounds"] == 4  # 3 pair rounds + the group all_reduce
+    assert len(report["pairs"]) == 6
+    for p in report["pairs"]:
+        assert set(p) >= {"a", "b", "status", "stage", "reason", "latency_us", "algbw_gbps", "busbw_gbps", "hint"}
+        assert (p["status"], p["stage"], p["reason"]) == ("ok", "bandwidth", None)
+        assert p["busbw_gbps"] > 0 and p["latency_us"] > 0
+    assert report["groups"][0]["status"] == "ok"
+
+
+def test_it_gives_byes_to_5_nodes(stack):
+    names = ["e0", "e1", "e2", "e3", "e4"]
+    agents(stack, names)
+    run = manage(stack, "sweep", "--kind", "connectivity", "--nodes", ",".join(names), "--wait", "--json", *FAST)
+    report = json.loads(run.stdout)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert report["rounds"] == 5 and len(report["pairs"]) == 10
+    assert {p["status"] for p in report["pairs"]} == {"ok"}
+
+
+def test_it_blames_an_agent_stopped_mid_sweep(stack):
+    names = ["e0", "e1", "e2", "e3"]
+    agents(stack, names)
+    proc = subprocess.Popen([sys.executable, "manage.py", "sweep", "--kind", "connectivity", "--nodes",
+                             ",".join(names), "--wait", "--json", *FAST],
+                            env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from cluster_health.models import PairProbe
+
+    deadline = time.monotonic() + 60
+    while not PairProbe.objects.filter(status="ok").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stack.stop_agent("e3", sig=9)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 2, out + err
+    report = json.loads(out)
+    assert report["status"] == "finished" and report["verdict"] == "fail"
+    e3_pairs = [p for p in report["pairs"] if "e3" in (p["a"], p["b"]) and p["status"] != "ok"]
+    assert e3_pairs and {p["status"] for p in e3_pairs} <= {"offline", "timeout"}
+    assert any(p["status"] == "offline" for p in e3_pairs)
+    assert [f["subject"] for f in report["findings"] if f["severity"] == "fail"] == ["e3"]
+    others = [p for p in report["pairs"] if "e3" not in (p["a"], p["b"])]
+    assert {p["status"] for p in others} == {"ok"}
+
+
+def test_it_catches_a_taken_master_port_in_the_launch_rehearsal(stack):
+    names = ["e0", "e1"]
+    agents(stack, names)
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(1)
+    port = squatter.getsockname()[1]
+    try:
+        run = manage(stack, "preflight", "--master", "e0", "--port", str(port), "--nodes", "e0,e1", "--json",
+                     "--timeout", "120")
+    finally:
+        squatter.close()
+    assert run.returncode == 2, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert any("port_in_use" in (f["code"], f["text"]) or "port_in_use" in f["text"]
+               for f in report["findings"]), report["findings"]
