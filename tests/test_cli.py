@@ -1,0 +1,74 @@
+"""manage.py sweep / nodes / prune: text matrix with legend, JSON, exit codes, retention."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from cluster_health import reports, textmatrix
+from cluster_health.management.commands.prune import prune
+from cluster_health.models import PairProbe, Sweep
+from tests.sweep_driver import Driver, heartbeat, result_for
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def memory_channel_layer(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+@pytest.fixture
+def finished(django_capture_on_commit_callbacks):
+    driver = Driver(django_capture_on_commit_callbacks)
+    for n in ("n0", "n1", "n2"):
+        heartbeat(n)
+    sweep = driver.sweep(kind="connectivity")
+    driver.answer_all(lambda c: result_for(c, status="failed", stage="connect", reason="refused",
+                                           hint="n0 cannot reach 127.0.0.1:1")
+                      if {c["node"], c["peers"][0]["name"]} == {"n0", "n2"} else result_for(c))
+    sweep.refresh_from_db()
+    return sweep
+
+
+def test_it_renders_a_matrix_with_a_legend(finished):
+    text = textmatrix.render(reports.sweep_json(finished))
+    assert "verdict FAIL" in text
+    assert "legend: . ok" in text
+    assert "n0<->n2: failed at connect (refused)" in text
+    row_n0 = next(line for line in text.splitlines() if line.startswith("n0"))
+    assert row_n0.split()[2:] == [".", "X"]
+
+
+def test_it_prints_nodes_as_json(capsys):
+    heartbeat("n0", address="10.1.1.1")
+    call_command("nodes", "--json")
+    data = json.loads(capsys.readouterr().out)
+    assert data["nodes"][0]["address"] == "10.1.1.1" and data["nodes"][0]["online"]
+
+
+def test_it_requests_a_sweep_without_waiting(capsys, django_capture_on_commit_callbacks):
+    heartbeat("n0"), heartbeat("n1")
+    Driver(django_capture_on_commit_callbacks).run(call_command, "sweep", "--kind", "quick", "--json")
+    data = json.loads(capsys.readouterr().out)
+    assert data["status"] == "pending" and Sweep.objects.get(pk=data["sweep"]).source == "command"
+
+
+def test_it_exits_with_the_verdicts_code(finished, monkeypatch):
+    from cluster_health import sweeps
+
+    monkeypatch.setattr(sweeps, "request_sweep", lambda **kw: finished)
+    with pytest.raises(SystemExit) as exc:
+        call_command("sweep", "--wait", "--json")
+    assert exc.value.code == 2
+
+
+def test_it_prunes_raw_detail_and_keeps_summaries(finished):
+    assert prune(30) == {"pairs": 0, "groups": 0, "rejected": 0}
+    Sweep.objects.filter(pk=finished.pk).update(created=timezone.now() - timedelta(days=40))
+    assert prune(30)["pairs"] == 3
+    probe = PairProbe.objects.filter(sweep=finished, status="ok").first()
+    assert probe.half_a is None and probe.sizes is None and probe.pruned
+    assert probe.latency_us_p50 is not None and probe.status == "ok"
