@@ -146,5 +146,4 @@ def main(argv: list[str] | None = None) -> int:
     except contract.ContractError as e:
         print(str(e), file=sys.stderr)
         return 2
-    run_agent(args.name, args.address, args.broker, args.loglevel)
-    return 0
+    return run_agent(args.name, args.address, args.broker, args.loglevel) or 0

@@ -69,7 +69,9 @@ class Agent:
         self.app = self.make_app()
 
     def make_app(self) -> Celery:
-        app = Celery("cluster_health_agent", broker=self.broker_url, set_as_current=False)
+        # fixups=[]: with DJANGO_SETTINGS_MODULE in the environment (a demo host running the
+        # server too), Celery's Django fixup would import and set up the whole Django project.
+        app = Celery("cluster_health_agent", broker=self.broker_url, set_as_current=False, fixups=[])
         queue = contract.agent_queue(self.name)
         app.conf.update(
             task_serializer="json", result_serializer="json", accept_content=["json"],
@@ -171,7 +173,7 @@ class Agent:
                 log.warning("heartbeat not sent: %s", e)
             self.stopping.wait(self.heartbeat_s)
 
-    def run(self, loglevel: str = "INFO") -> None:
+    def run(self, loglevel: str = "INFO") -> int:
         """Serve this node's queue until stopped (SIGTERM: finish the current probe, then exit)."""
 
         def start_heartbeats(**_):
@@ -182,13 +184,17 @@ class Agent:
 
         signals.worker_ready.connect(start_heartbeats, weak=False)
         signals.worker_shutdown.connect(stop_heartbeats, weak=False)
-        self.app.worker_main([
-            "worker", "--pool=solo", "--concurrency=1", "--prefetch-multiplier=1",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            f"--hostname=agent-{self.name}@%h", f"--queues={contract.agent_queue(self.name)}", f"--loglevel={loglevel}",
-        ])
+        # The worker is built directly rather than through `celery worker`: the command line
+        # machinery (click, prompt_toolkit) would cost this resident process ~10 MB.
+        worker = self.app.Worker(
+            hostname=f"agent-{self.name}@{socket.gethostname()}", pool_cls="solo", concurrency=1,
+            prefetch_multiplier=1, queues=[contract.agent_queue(self.name)], loglevel=loglevel,
+            without_gossip=True, without_mingle=True, without_heartbeat=True,
+        )
+        worker.start()
+        return worker.exitcode
 
 
-def run_agent(name: str, address: str | None, broker_url: str, loglevel: str = "INFO") -> None:
+def run_agent(name: str, address: str | None, broker_url: str, loglevel: str = "INFO") -> int:
     heartbeat_s = float(os.environ.get("CLUSTER_HEALTH_HEARTBEAT_S", "5"))
-    Agent(name, address or pick_address(broker_url), broker_url, heartbeat_s).run(loglevel)
+    return Agent(name, address or pick_address(broker_url), broker_url, heartbeat_s).run(loglevel)

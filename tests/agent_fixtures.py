@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 
@@ -52,3 +53,24 @@ def pair(broker_url: str, on_event=None, **overrides) -> tuple[dict, dict]:
     rdv = "t" + secrets.token_hex(8)
     r0, r1 = run_ranks([command(0, rdv, **overrides), command(1, rdv, **overrides)], broker_url, on_event)
     return r0, r1
+
+
+def children_running(parent_pid: int, needle: str) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of parent's live children whose command line contains needle (from /proc)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = [a.decode() for a in f.read().split(b"\0") if a]
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent_pid and any(needle in a for a in argv):
+            found.append((int(pid), argv))
+    return found
+
+
+def resident_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))

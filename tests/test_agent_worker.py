@@ -1,0 +1,176 @@
+"""The real agent end to end: `python -m agents run` workers on a private Redis, commands in, results out.
+
+Commands go to each agent's queue with a Celery send_task, the way the server
+sends them; results and heartbeats are read off the `server` queue with kombu.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from celery import Celery
+from kombu import Connection
+
+from agents import contract
+from tests.agent_fixtures import children_running, command, resident_kib
+from tests.services import python_env, spawn, stop_process
+
+NODES = ("a0", "a1")
+IDLE_RSS_LIMIT_KIB = 80 * 1024
+
+
+@pytest.fixture(scope="module")
+def broker(redis_url):
+    # A database of its own, so no other test's server worker consumes these messages.
+    url = redis_url.rsplit("/", 1)[0] + "/9"
+    with Connection(url) as conn:
+        conn.default_channel.client.flushdb()
+    return url
+
+
+@pytest.fixture(scope="module")
+def agents_running(broker, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("agents")
+    procs = {}
+    try:
+        for name in NODES:
+            procs[name] = spawn(
+                [sys.executable, "-m", "agents", "run", "--name", name, "--address", "127.0.0.1", "--broker", broker],
+                logs / f"{name}.log", env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
+            )
+        yield procs
+    finally:
+        for proc in procs.values():
+            stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def sender(broker):
+    app = Celery("test-server", broker=broker)
+    app.conf.update(task_serializer="json", accept_content=["json"])
+    return app
+
+
+class ServerQueue:
+    """Reads what the agents sent to the server queue, keeping what the current test does not ask for."""
+
+    def __init__(self, url: str):
+        self.conn = Connection(url)
+        self.queue = self.conn.SimpleQueue(contract.SERVER_QUEUE)
+        self.seen: list[tuple[str, dict]] = []
+
+    def wait_for(self, predicate, count: int, timeout: float) -> list[dict]:
+        end = time.monotonic() + timeout
+        while True:
+            matched = [body for task, body in self.seen if predicate(task, body)]
+            if len(matched) >= count:
+                return matched
+            left = end - time.monotonic()
+            assert left > 0, f"only {len(matched)} of {count} expected messages after {timeout}s"
+            try:
+                message = self.queue.get(timeout=min(left, 1.0))
+            except self.queue.Empty:
+                continue
+            args, kwargs, _ = message.decode()
+            self.seen.append((message.headers["task"], kwargs))
+            message.ack()
+
+    def results(self, probe_id: int, count: int = 2, timeout: float = 60.0) -> list[dict]:
+        found = self.wait_for(
+            lambda task, body: task == contract.TASK_RESULT and body["result"]["probe_id"] == probe_id, count, timeout)
+        return sorted((contract.validate_result(b["result"]) for b in found), key=lambda r: r["rank"])
+
+    def close(self):
+        self.queue.close()
+        self.conn.release()
+
+
+@pytest.fixture(scope="module")
+def server_queue(broker):
+    queue = ServerQueue(broker)
+    yield queue
+    queue.close()
+
+
+def send(sender, cmd, node: str | None = None) -> None:
+    sender.send_task(contract.TASK_PROBE, kwargs={"command": cmd}, queue=contract.agent_queue(node or cmd["node"]))
+
+
+def send_pair(sender, probe_id: int, **overrides) -> None:
+    rdv = f"e2e-{probe_id:06d}-{os.getpid()}"
+    for rank, node in enumerate(NODES):
+        peers = [{"name": n, "address": "127.0.0.1"} for n in NODES]
+        send(sender, command(rank, rdv, node=node, probe_id=probe_id, peers=peers, **overrides))
+
+
+@pytest.mark.timeout(60)
+def test_it_sends_heartbeats_with_facts_and_stays_small(agents_running, server_queue):
+    beats = server_queue.wait_for(lambda task, body: task == contract.TASK_HEARTBEAT, 4, 40)
+    by_node = {}
+    for body in beats:
+        beat = contract.validate_heartbeat(body["heartbeat"])
+        by_node[beat["node"]] = beat
+    assert set(by_node) == set(NODES)
+    for beat in by_node.values():
+        assert beat["address"] == "127.0.0.1"
+        assert beat["facts"]["versions"]["torch"]
+        assert any(i["name"] == "lo" for i in beat["facts"]["interfaces"])
+        assert "resolves_to" in beat["facts"]["host"]
+    for name, proc in agents_running.items():
+        rss = resident_kib(proc.pid)
+        print(f"idle agent {name}: {rss / 1024:.1f} MiB resident")
+        assert rss < IDLE_RSS_LIMIT_KIB
+        assert not any("torch" in Path(m).name for m in open(f"/proc/{proc.pid}/maps").read().split())
+
+
+@pytest.mark.timeout(90)
+def test_it_runs_a_pair_and_reports_both_halves(agents_running, sender, server_queue):
+    send_pair(sender, 101)
+    halves = server_queue.results(101)
+    assert [r["node"] for r in halves] == list(NODES)
+    for result in halves:
+        assert result["status"] == "ok", result["hint"]
+        assert result["stage"] == "bandwidth" and result["busbw_gbps"] > 0
+        assert result["sweep_id"] == 3
+
+
+@pytest.mark.timeout(90)
+def test_it_refuses_a_malformed_command_and_keeps_serving(agents_running, sender, server_queue):
+    send(sender, "not a command", node="a0")
+    send(sender, {**command(0, node="a0", probe_id=102), "sizes": [10**12]})
+    refused = server_queue.results(102, count=1)[0]
+    assert (refused["status"], refused["reason"]) == ("failed", "probe_crashed")
+    assert "sizes" in refused["detail"] and "refused" in refused["hint"]
+
+    # An expired command is dropped without a result; the one after it runs.
+    for rank, node in enumerate(NODES):
+        send(sender, command(rank, "expired-rdv-1", node=node, probe_id=103, expires_at=time.time() - 5))
+    send_pair(sender, 104, last_stage="collective")
+    assert all(r["status"] == "ok" for r in server_queue.results(104))
+    assert not [b for t, b in server_queue.seen if t == contract.TASK_RESULT and b["result"]["probe_id"] == 103]
+
+
+@pytest.mark.timeout(120)
+def test_a_stopped_peer_times_out_and_the_agents_pass_the_next_probe(agents_running, sender, server_queue):
+    send_pair(sender, 105, sizes=[1024, 4096, 16384, 65536, 262144], iterations=200, warmup=0,
+              timeouts={"collective": 60.0, "bandwidth": 60.0}, deadline_s=10.0)
+    agent = agents_running["a1"].pid
+    end = time.monotonic() + 30
+    stopped = None
+    while stopped is None and time.monotonic() < end:
+        for pid, argv in children_running(agent, "agents.probe"):
+            stages = Path(argv[-1]).parent / "stages.jsonl"
+            if stages.exists() and '"event": "size"' in stages.read_text():
+                os.kill(pid, signal.SIGSTOP)
+                stopped = pid
+        time.sleep(0.05)
+    assert stopped, "a1's probe never reached the bandwidth stage"
+    for result in server_queue.results(105):
+        assert (result["status"], result["stage"], result["reason"]) == ("timeout", "bandwidth", "collective_timeout")
+    send_pair(sender, 106)
+    assert [r["status"] for r in server_queue.results(106)] == ["ok", "ok"]
