@@ -67,7 +67,7 @@ def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):  # noqa: F81
         wait_finished(page, first)
         shot(page, "sweep-finished")
 
-        second = start_sweep_from_form(page, base, AGENTS[:2])
+        second = start_sweep_from_form(page, base, AGENTS)
         wait_finished(page, second)
 
         page.goto(base + "/sweeps/")

@@ -128,7 +128,7 @@ class MatrixPlot {
       { type: "line", x0: b - 0.5, x1: b - 0.5, y0: -0.5, y1: n - 0.5, line: { color: "#333", width: 1 } },
       { type: "line", y0: b - 0.5, y1: b - 0.5, x0: -0.5, x1: n - 0.5, line: { color: "#333", width: 1 } },
     ]).flat();
-    const side = Math.max(320, Math.min(760, this.el.clientWidth || 640));
+    const side = Math.max(320, Math.min(560, this.el.clientWidth || 560));
     return {
       datarevision: this.revision, width: side + (this.opts.kind === "discrete" ? 0 : 80), height: side,
       margin: { l: labels ? 90 : 20, r: 10, t: 10, b: labels ? 90 : 20 }, shapes,
