@@ -28,6 +28,8 @@ PROCESS_STARTED = time.time()
 KEY = "cluster-health/"  # prefix of every key this probe puts in the store
 MAX_DISCOVER_COMBINATIONS = 9
 DISCOVER_ATTEMPT_S = 3.0
+# Rank 0 hosts the store: after its result it waits this long for the others to let go of it.
+LINGER_S = 3.0
 # The watchdog is a backstop: the stage's own timeouts (which know more) get this long to fire first.
 WATCHDOG_GRACE_S = 0.75
 
@@ -102,6 +104,8 @@ class Probe:
         self.finished = False
         self.result_path = spec["result_path"]
         self.torch = self.dist = None
+        self.store = None
+        self.joined: list[int] = []  # ranks seen in the store: the ones rank 0 waits for before it leaves
 
     # -- naming, for hints ---------------------------------------------------
     def peer_name(self, rank: int) -> str:
@@ -180,27 +184,33 @@ class Probe:
         self.log.emit(event="finished", status=status, stage=self.stage, reason=reason)
         return True
 
+    def linger(self) -> None:
+        """Keep the store up until every rank is done with it; a rank that leaves says so first."""
+        if self.store is None:
+            return
+        try:
+            if self.rank:
+                self.store.set(f"{KEY}done/{self.rank}", "1")
+            else:
+                others = [f"{KEY}done/{r}" for r in self.joined if r != 0]
+                if others:
+                    self.store.wait(others, timedelta(seconds=LINGER_S))
+        except Exception:  # a rank that never says goodbye must not keep this one
+            pass
+
     def finish_failure(self, f: StageFailure) -> bool:
         return self.finish(f.status, f.reason, f.hint, f.detail)
 
     # -- ladder ---------------------------------------------------------------
     def run(self) -> None:
-        t = time.monotonic()
         self.apply_env()
-        import warnings
-
-        warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-        import torch
-        import torch.distributed as dist
-
-        self.torch, self.dist = torch, dist
-        self.timings["import_s"] = round(time.monotonic() - t, 4)
-        self.versions = self.local_versions()
-        self.log.emit(event="imported", import_s=self.timings["import_s"])
+        # torch takes about a second to import: it loads in the background while this rank
+        # resolves names, waits for the rendezvous and tests TCP, which need only sockets.
+        self.importer = threading.Thread(target=self.import_torch, name="import-torch", daemon=True)
+        self.importer.start()
         self.stage_started = time.monotonic()
-
         rdv_started = time.monotonic()
-        store = self.rendezvous()
+        store = self.store = self.rendezvous()
         peers = self.exchange(store)
         self.timings["rendezvous_s"] = round(time.monotonic() - rdv_started, 4)
         self.compare_versions(peers)
@@ -215,6 +225,32 @@ class Probe:
             self.bandwidth()
         self.timings["collectives_s"] = round(time.monotonic() - started, 4)
         self.finish("ok")
+
+    def import_torch(self) -> None:
+        began = time.monotonic()
+        try:
+            import warnings
+
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+            import torch
+            import torch.distributed as dist
+
+            self.torch, self.dist = torch, dist
+            self.versions = self.local_versions()
+            self.log.emit(event="imported")
+        except BaseException as e:  # re-raised in the main thread by need_torch()
+            self.import_error = e
+        self.timings["import_s"] = round(time.monotonic() - began, 4)
+
+    def need_torch(self) -> None:
+        """Wait for the background import; the wait does not count against the current stage."""
+        limit, self.stage_limit = self.stage_limit, None
+        waited = time.monotonic()
+        self.importer.join()
+        self.stage_started += time.monotonic() - waited
+        self.stage_limit = limit
+        if getattr(self, "import_error", None) is not None:
+            raise self.import_error
 
     def apply_env(self) -> None:
         # The command's launch variables win; otherwise pair/group/discover pin the routed
@@ -276,7 +312,6 @@ class Probe:
             self.extra["gloo_default"] = gloo_default_address()
 
     def rendezvous(self):
-        dist = self.dist
         cmd, t = self.cmd, self.t
         rdv = from_spec(self.spec["rendezvous"], announce=lambda a, p: self.log.emit(event="listening", address=a, port=p))
         self.enter("resolve", t["resolve"])
@@ -290,10 +325,11 @@ class Probe:
                 raise StageFailure("interface_missing", f"{self.name}'s probe address {cmd['bind_address']} ({bind_ip}) "
                                    f"is not an address of this host (it has {', '.join(sorted(local))}): start the "
                                    "agent with --address set to one of them")
+            self.need_torch()
             self.enter("connect", t["connect"], step="bind")
             want = cmd["master_port"] or 0
             try:
-                store = dist.TCPStore(bind_ip, want, self.n, True, timeout=timedelta(seconds=t["store"]),
+                store = self.dist.TCPStore(bind_ip, want, self.n, True, timeout=timedelta(seconds=t["store"]),
                                       wait_for_workers=False)
             except Exception as e:
                 failure = self.bind_failure(e, bind_ip, want)
@@ -319,9 +355,10 @@ class Probe:
             raise StageFailure(e.reason, f"master {self.peer_name(0)} failed: {e.hint}")
         self.enter("connect", t["connect"])
         self.tcp_connect(self.master_ip, self.port, rdv.port_known_in_advance)
+        self.need_torch()
         self.enter("store", t["store"], step="join")
         try:
-            return dist.TCPStore(self.master_ip, self.port, self.n, False, timeout=timedelta(seconds=t["store"]))
+            return self.dist.TCPStore(self.master_ip, self.port, self.n, False, timeout=timedelta(seconds=t["store"]))
         except Exception as e:
             raise StageFailure("store_timeout", f"{self.name} reached {self.master_label()} but could not join its "
                                f"store within {t['store']:.1f}s", detail=first_line(e), status="timeout")
@@ -369,9 +406,11 @@ class Probe:
             store.wait(keys, timedelta(seconds=max(0.1, self.stage_limit - (time.monotonic() - self.stage_started))))
         except Exception as e:
             missing = [r for r in range(self.n) if not store.check([keys[r]])]
+            self.joined = [r for r in range(self.n) if r not in missing]
             names = ", ".join(f"{self.peer_name(r)} (rank {r})" for r in missing)
             raise StageFailure("store_timeout", f"{self.name} waited {self.t['store']:.1f}s in the store on "
                                f"{self.master_label()} for {names}: never arrived", detail=first_line(e), status="timeout")
+        self.joined = list(range(self.n))
         return {r: json.loads(store.get(k)) for r, k in enumerate(keys)}
 
     def init_problem(self) -> dict | None:
@@ -613,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         probe.finish("failed", reason, f"the probe on {probe.name} failed in stage {probe.stage}: {first_line(e)}",
                      detail=first_line(e))
+    probe.linger()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: destroying a process group whose peer is gone can block.

@@ -1,0 +1,71 @@
+"""`python -m agents pair` and `python -m agents facts`: the by-hand tools, with nothing else running."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.services import ROOT, python_env, stop_process
+
+
+def agents_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "agents", *args]
+
+
+def json_after_first_brace(text: str) -> dict:
+    return json.loads(text[text.index("{"):])
+
+
+@pytest.mark.timeout(60)
+def test_pair_by_hand_prints_the_address_then_both_results(tmp_path):
+    rank0 = subprocess.Popen(agents_cli("pair", "--rank", "0", "--bind", "127.0.0.1", "--sizes", "1K,4K,16K",
+                                        "--wait", "30"),
+                             cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        address = rank0.stdout.readline().strip()
+        host, _, port = address.rpartition(":")
+        assert host == "127.0.0.1" and port.isdigit()
+        rank1 = subprocess.run(agents_cli("pair", "--rank", "1", "--connect", address, "--sizes", "1K,4K,16K"),
+                               cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=40)
+        out0, _ = rank0.communicate(timeout=20)
+    finally:
+        stop_process(rank0)
+    assert rank1.returncode == 0, rank1.stderr[-2000:]
+    assert rank0.returncode == 0
+    for result in (json_after_first_brace(out0), json_after_first_brace(rank1.stdout)):
+        assert result["status"] == "ok"
+        assert [s["bytes"] for s in result["sizes"]] == [1024, 4096, 16384]
+
+
+@pytest.mark.timeout(30)
+def test_pair_by_hand_exits_non_zero_when_nobody_listens(tmp_path):
+    from tests.services import free_port
+
+    began = time.monotonic()
+    rank1 = subprocess.run(agents_cli("pair", "--rank", "1", "--connect", f"127.0.0.1:{free_port()}",
+                                      "--timeout", "connect=1"),
+                           cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=25)
+    result = json.loads(rank1.stdout)
+    assert rank1.returncode == 2
+    assert (result["stage"], result["reason"]) == ("connect", "refused")
+    assert time.monotonic() - began < 15
+
+
+@pytest.mark.timeout(60)
+def test_facts_reports_versions_interfaces_hostname_and_launch_variables():
+    out = subprocess.run(agents_cli("facts"), cwd=ROOT, capture_output=True, text=True, timeout=50,
+                         env=python_env(MASTER_PORT="29500", NCCL_DEBUG="INFO", TORCH_NCCL_BLOCKING_WAIT="1",
+                                        UNRELATED="x"))
+    assert out.returncode == 0, out.stderr
+    facts = json.loads(out.stdout)
+    assert facts["versions"]["torch"] and facts["versions"]["python"]
+    lo = next(i for i in facts["interfaces"] if i["name"] == "lo")
+    assert lo["loopback"] and "127.0.0.1" in lo["addresses"] and lo["mtu"] > 0
+    assert facts["host"]["hostname"] and isinstance(facts["host"]["loopback"], bool)
+    assert facts["env"] == {"MASTER_PORT": "29500", "NCCL_DEBUG": "INFO", "TORCH_NCCL_BLOCKING_WAIT": "1"}
+    assert facts["system"]["mem_available_mib"] > 0 and len(facts["system"]["load"]) == 3
