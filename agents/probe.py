@@ -128,8 +128,13 @@ class Probe:
         self.log.emit(event="stage", stage=stage, step=step, limit_s=limit_s)
 
     def watchdog(self) -> None:
+        # The runner kills this process at the deadline; should the runner itself be gone
+        # (agent killed), the probe still ends a little after it.
+        orphan_deadline = self.spec["spawned_at"] + self.cmd["deadline_s"] + 5.0
         while True:
             time.sleep(0.05)
+            if time.time() > orphan_deadline:
+                os._exit(4)
             limit = self.stage_limit
             if limit is None or time.monotonic() - self.stage_started <= limit + WATCHDOG_GRACE_S:
                 continue
