@@ -1,0 +1,69 @@
+"""The agent survives a Redis restart: it reconnects by itself, heartbeats resume and commands are served."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from celery import Celery
+from kombu import Connection
+
+from agents import contract
+from tests.agent_fixtures import command
+from tests.services import RedisServer, python_env, spawn, stop_process
+
+
+def drain_until(url: str, predicate, timeout: float) -> dict:
+    end = time.monotonic() + timeout
+    with Connection(url) as conn:
+        queue = conn.SimpleQueue(contract.SERVER_QUEUE)
+        try:
+            while time.monotonic() < end:
+                try:
+                    message = queue.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                message.ack()
+                body = message.decode()[1]
+                if predicate(message.headers["task"], body):
+                    return body
+        finally:
+            queue.close()
+    raise AssertionError(f"no matching message on {contract.SERVER_QUEUE} within {timeout}s")
+
+
+@pytest.mark.timeout(120)
+def test_the_agent_reconnects_after_redis_restarts(tmp_path):
+    redis = RedisServer(tmp_path)
+    redis.start()
+    agent = None
+    try:
+        agent = spawn([sys.executable, "-m", "agents", "run", "--name", "r0", "--address", "127.0.0.1",
+                       "--broker", redis.url], tmp_path / "agent.log", env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"))
+        drain_until(redis.url, lambda task, body: task == contract.TASK_HEARTBEAT, 40)
+
+        redis.restart()  # same port, nothing kept: queues, bindings and messages are gone
+        restarted = time.time()
+        beat = drain_until(redis.url, lambda task, body: task == contract.TASK_HEARTBEAT
+                           and body["heartbeat"]["sent_at"] > restarted, 40)
+        assert beat["heartbeat"]["node"] == "r0"
+
+        sender = Celery("test-server", broker=redis.url)
+        sender.conf.update(task_serializer="json", accept_content=["json"])
+        # Served after the restart: a half whose master name does not resolve answers at once.
+        cmd = command(1, node="r0", probe_id=301, master_address="no-such-host.invalid")
+        deadline = time.monotonic() + 40
+        while True:  # the worker may still be re-declaring its queue: resend until it answers
+            sender.send_task(contract.TASK_PROBE, kwargs={"command": cmd}, queue=contract.agent_queue("r0"))
+            try:
+                body = drain_until(redis.url, lambda task, body: task == contract.TASK_RESULT, 8)
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()[-3000:]
+        assert (body["result"]["probe_id"], body["result"]["reason"]) == (301, "dns")
+        assert agent.poll() is None
+    finally:
+        if agent:
+            stop_process(agent)
+        redis.stop()
