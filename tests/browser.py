@@ -17,16 +17,24 @@ def chromium():
     if not shutil.which(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: run scripts/setup --with-browser")
     # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-    # between page actions are plain synchronous ones.
-    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    # between page actions are plain synchronous ones. conftest runs browser tests last, and
+    # the variable is removed again so no later subprocess inherits it.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                yield browser
+            finally:
+                browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 def log_in(page, base_url: str, username: str, password: str) -> None:

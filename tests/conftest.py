@@ -27,6 +27,13 @@ from tests import services  # noqa: E402
 ARTIFACTS = Path(os.environ.get("CLUSTER_HEALTH_TEST_ARTIFACTS", Path(ROOT) / "test-artifacts"))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """Browser tests last: Playwright's sync API keeps an event loop running in the main
+    thread for the rest of the session, which Channels' async_to_sync refuses to run beside."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     server = services.RedisServer(tmp_path_factory.mktemp("redis"))
@@ -152,8 +159,10 @@ def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("stack")
     with django_db_blocker.unblock():
         db_url = _database_url(connection.settings_dict)
+    # tests.settings is the production module plus the test database name and the fast
+    # password hasher, so logins made by the tests work in the server processes too.
     env = services.python_env(
-        DJANGO_SETTINGS_MODULE="cluster_health.settings",
+        DJANGO_SETTINGS_MODULE="tests.settings",
         DATABASE_URL=db_url,
         REDIS_URL=redis_server.url,
         CLUSTER_HEALTH_BROKER_URL=redis_server.url,
@@ -163,7 +172,8 @@ def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
         CLUSTER_HEALTH_REAPER_INTERVAL_S="1",
         LOG_LEVEL="INFO",
     )
-    env.pop("CLUSTER_HEALTH_PRODUCTION", None)
+    for var in ("CLUSTER_HEALTH_PRODUCTION", "DJANGO_ALLOW_ASYNC_UNSAFE"):
+        env.pop(var, None)
     st = Stack(workdir, env, redis_server)
     try:
         st.start_server_worker()

@@ -43,11 +43,3 @@ def make_sweep(nodes: list[Node], results: dict | None = None, status="finished"
     for severity, subject, text in findings:
         Finding.objects.create(sweep=sweep, severity=severity, code="test", subject=subject, text=text)
     return sweep
-
-
-def password_for_other_processes(user: User) -> None:
-    """Store the password with a hasher the server processes know (the tests' settings use a fast MD5 one)."""
-    from django.contrib.auth.hashers import PBKDF2PasswordHasher
-
-    user.password = PBKDF2PasswordHasher().encode(PASSWORD, "clusterhealthsalt", iterations=1000)
-    user.save(update_fields=["password"])

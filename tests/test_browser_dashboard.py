@@ -10,7 +10,7 @@ import pytest
 from cluster_health.models import Node, Sweep
 from tests.browser import chromium, log_in  # noqa: F401  (fixture)
 from tests.conftest import ARTIFACTS
-from tests.dashboard_rows import PASSWORD, make_user, password_for_other_processes
+from tests.dashboard_rows import PASSWORD, make_user
 from tests.services import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -41,7 +41,7 @@ def wait_finished(page, sweep_id, timeout_s=90):
 
 
 def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):  # noqa: F811
-    password_for_other_processes(make_user("operator", operator=True))
+    make_user("operator", operator=True)
     for name in AGENTS:
         stack.start_agent(name, "127.0.0.1")
     wait_until(lambda: Node.objects.filter(Node.online_q(), name__in=AGENTS).count() == len(AGENTS), 60,

@@ -18,7 +18,7 @@ PRODUCTION = {
 
 
 def run_django(code: str, env: dict) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k != "DEBUG"}
+    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
     base.update(env)
     return subprocess.run(
@@ -28,7 +28,7 @@ def run_django(code: str, env: dict) -> subprocess.CompletedProcess:
 
 
 def manage(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k != "DEBUG"}
+    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
     base.update(env)
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=base,
