@@ -116,6 +116,12 @@ class Probe:
             return peers[0]["name"]
         return self.cmd["master_address"] if rank == 0 else f"rank {rank}"
 
+    def others_label(self) -> str:
+        """Who this rank talks to: the master for ranks 1..N-1, every other rank for rank 0."""
+        if self.rank:
+            return self.master_label()
+        return ", ".join(f"{self.peer_name(r)} (rank {r})" for r in range(1, self.n))
+
     def master_label(self) -> str:
         where = f"{self.master_ip or self.cmd['master_address']}:{self.port}" if self.port else self.cmd["master_address"]
         return f"{self.peer_name(0)} ({where})" if self.rank else f"{self.name} ({where})"
@@ -149,8 +155,7 @@ class Probe:
             return
 
     def timeout_hint(self, stage: str, limit: float) -> str:
-        others = ", ".join(f"{self.peer_name(r)} (rank {r})" for r in range(1, self.n))
-        peer = self.master_label() if self.rank else others
+        peer = self.others_label()
         if stage == "resolve":
             return f"{self.name} could not resolve {self.cmd['master_address']} within {limit:.1f}s: check DNS or /etc/hosts"
         if stage == "connect":
@@ -494,9 +499,11 @@ class Probe:
                 raise StageFailure("collective_timeout", self.timeout_hint(self.stage, self.stage_limit),
                                    detail=line, status="timeout")
             peer_gone = any(w in low for w in ("connection reset", "connection closed", "broken pipe", "eof"))
-            reason = "transport" if peer_gone else "collective_error"
-            raise StageFailure(reason, f"all_reduce on {self.name} with {self.master_label()} failed: {line}"
-                               + ("; the peer went away mid-collective" if peer_gone else ""), detail=line)
+            if peer_gone:
+                raise StageFailure("transport", f"{self.name} lost the connection to {self.others_label()} "
+                                   "mid-collective: the peer process died or the link dropped", detail=line)
+            raise StageFailure("collective_error", f"all_reduce on {self.name} with {self.others_label()} failed: "
+                               f"{line[:300]}", detail=line)
 
     def check(self, tensor, what: str) -> None:
         expected = self.n * (self.n + 1) / 2

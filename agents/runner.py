@@ -28,7 +28,9 @@ TERM_GRACE_S = 1.0
 PY_SPY_TIMEOUT_S = 5.0
 STACK_LIMIT = 8000
 
-_NOISE = re.compile(r"^(frame #|Exception raised from|File \"|Traceback|\^|~|warnings\.warn|cpu = _conversion)")
+# C++ frames, tracebacks, and torch's own warning lines ("[W1121 ...]", "[rank0]:[W1121 ...]").
+_NOISE = re.compile(r"^(frame #|Exception raised from|File \"|Traceback|\^|~|warnings\.warn|cpu = _conversion"
+                    r"|(\[rank\d+\]:)?\[[WI]\d{4} )")
 _TELLING = re.compile(r"(Error|Exception|error:|timed out|Timeout|refused|reset by peer|closed|EADDRINUSE)", re.I)
 
 # What an overrun most likely means, by the stage the stage log shows.
@@ -103,6 +105,15 @@ def _stop_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _exit_text(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name} (exit code {returncode})"
+        except ValueError:
+            pass
+    return f"exited with code {returncode}"
 
 
 def base_result(command: dict) -> dict:
@@ -187,7 +198,7 @@ def _finish(cmd, probe_result, events, output, killed, stack, returncode, elapse
     else:
         result.update(
             status="failed", stage=stage, reason="probe_crashed",
-            hint=f"the probe process on {cmd['node']} exited with code {returncode} in stage {stage} without a result",
+            hint=f"the probe process on {cmd['node']} {_exit_text(returncode)} in stage {stage} without a result",
             detail=line,
         )
     if result.get("detail") is None and result["status"] != "ok":
@@ -199,7 +210,8 @@ def _finish(cmd, probe_result, events, output, killed, stack, returncode, elapse
         extra["stderr_line"] = line
     extra["stage_log"] = [[e["stage"], round(e["t"] - events[0]["t"], 3)] for e in events if e.get("event") == "stage"][-20:]
     result["extra"] = extra
-    result["stderr_tail"] = output[-contract.MAX_STDERR_TAIL:] if output else None
+    # The tail is for explaining failures; a passing probe's torch chatter is not worth storing.
+    result["stderr_tail"] = output[-contract.MAX_STDERR_TAIL:] if output and result["status"] != "ok" else None
     result["duration_s"] = round(elapsed, 3)
     result["finished_at"] = time.time()
     try:
