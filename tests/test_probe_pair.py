@@ -42,3 +42,17 @@ def test_it_probes_a_group_of_three(redis_url):
         assert result["status"] == "ok", result["hint"]
         size = result["sizes"][-1]
         assert size["busbw_gbps"] == pytest.approx(size["algbw_gbps"] * 4 / 3, rel=1e-3)
+
+
+@pytest.mark.timeout(60)
+def test_it_stops_growing_sizes_before_the_bandwidth_budget_runs_out(redis_url):
+    sizes = [1024 * 4**k for k in range(9)]  # 1 KiB .. 64 MiB
+    timeouts = {"bandwidth": 0.3}
+    for result in pair(redis_url, sizes=sizes, iterations=10, warmup=2, timeouts=timeouts):
+        assert result["status"] == "ok", result["hint"]
+        ran, skipped = result["extra"]["sizes_run"], result["extra"]["sizes_skipped"]
+        assert ran and skipped and 64 * 2**20 in skipped
+        assert ran + skipped == sizes  # the ranks agreed: the same prefix ran on both
+        assert [s["bytes"] for s in result["sizes"]] == ran
+        assert result["busbw_gbps"] == result["sizes"][-1]["busbw_gbps"] > 0
+        assert result["stage_times"]["bandwidth"] < 0.3 + 1.0
