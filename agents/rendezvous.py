@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 
-from agents.contract import RENDEZVOUS_KEY_PREFIX
+from agents.contract import RENDEZVOUS_KEY_PREFIX, redis_client_url
 
 
 class RendezvousTimeout(Exception):
@@ -49,7 +49,8 @@ class RedisRendezvous(Rendezvous):
     def __init__(self, url: str, rendezvous_id: str, ttl_s: float, poll_s: float = 0.05):
         import redis  # the probe subprocess needs it only for this
 
-        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        # The broker URL may be Celery's redis+socket:// form (agents inside network namespaces).
+        self.client = redis.Redis.from_url(redis_client_url(url), socket_timeout=5, socket_connect_timeout=5)
         self.key = RENDEZVOUS_KEY_PREFIX + rendezvous_id
         self.ttl_ms = max(1000, int(ttl_s * 1000))
         self.poll_s = poll_s

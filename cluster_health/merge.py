@@ -1,7 +1,9 @@
 """Merging the two agents' halves of a pair probe into one result. Pure: no Django.
 
 Each agent reports what it saw; the pair's result is the worse view: the worse
-status, and for equally bad halves the one that stopped at the earlier stage.
+status, except that of two broken halves the one that stopped at the earlier
+stage wins (it is the cause: the other side was left waiting for it, as a master
+whose peer never arrives times out in `store` while the peer failed to `connect`).
 Measurements take the pessimistic side too (the higher latency, the lower bandwidth).
 """
 
@@ -14,9 +16,15 @@ FIELDS = ("status", "stage", "reason", "hint", "latency_us_p50", "latency_us_p99
           "algbw_gbps", "busbw_gbps", "duration_s")
 
 
-def _badness(half: dict) -> tuple[int, int]:
-    # Higher is worse: status severity first, then how early the probe stopped.
-    return (contract.STATUS_SEVERITY[half["status"]], -STAGE_ORDER.get(half.get("stage"), 0))
+BROKEN = ("failed", "timeout", "offline")
+
+
+def _badness(half: dict) -> tuple[int, int, int]:
+    # Higher is worse. Broken halves rank by how early they stopped, then by severity.
+    severity, early = contract.STATUS_SEVERITY[half["status"]], -STAGE_ORDER.get(half.get("stage"), 0)
+    if half["status"] in BROKEN:
+        return (1, early, severity)
+    return (0, severity, early)
 
 
 def _pick(values, fn):

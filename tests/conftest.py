@@ -200,6 +200,16 @@ def _testbed_or_skip():
     return testbed
 
 
+def _close_beds(beds) -> None:
+    """Tear the beds down and keep their agents' logs with the test artifacts."""
+    for bed in beds:
+        bed.close()
+        for log in bed.workdir.glob("*.log"):
+            dest = ARTIFACTS / "testbed-logs"
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / f"{bed.tag}-{log.name}").write_bytes(log.read_bytes()[-1_000_000:])
+
+
 @pytest.fixture
 def make_testbed(tmp_path):
     """Build namespace test beds (hosts on a bridge); every one is torn down after the test."""
@@ -215,9 +225,22 @@ def make_testbed(tmp_path):
     try:
         yield make
     finally:
-        for bed in made:
-            bed.close()
-            for log in bed.workdir.glob("*.log"):
-                dest = ARTIFACTS / "testbed-logs"
-                dest.mkdir(parents=True, exist_ok=True)
-                (dest / f"{bed.tag}-{log.name}").write_bytes(log.read_bytes()[-1_000_000:])
+        _close_beds(made)
+
+
+@pytest.fixture(scope="module")
+def make_module_testbed(tmp_path_factory):
+    """Like make_testbed, but the beds live for the whole test module (faults applied and cleared per test)."""
+    testbed = _testbed_or_skip()
+    testbed.cleanup_stale()
+    made = []
+
+    def make(hosts: int = 4, **kwargs):
+        bed = testbed.TestBed(hosts, workdir=tmp_path_factory.mktemp("bed"), **kwargs)
+        made.append(bed)
+        return bed.build()
+
+    try:
+        yield make
+    finally:
+        _close_beds(made)

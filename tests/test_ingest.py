@@ -78,6 +78,11 @@ def test_it_keeps_the_worse_half():
     m = merge.merge_halves(ok, failed)
     assert (m["status"], m["stage"], m["reason"], m["busbw_gbps"]) == ("failed", "init", "transport", None)
     assert merge.merge_halves(failed, early)["stage"] == "connect"
+    # The master timed out waiting in its store because its peer could not reach it: the peer's view is the cause.
+    waited = {"status": "timeout", "stage": "store", "reason": "store_timeout", "hint": "peer never arrived"}
+    unreachable = {"status": "failed", "stage": "connect", "reason": "unreachable", "hint": "no route to 10.9.9.9"}
+    m = merge.merge_halves(waited, unreachable)
+    assert (m["status"], m["stage"], m["reason"]) == ("failed", "connect", "unreachable")
 
 
 def test_it_closes_a_silent_half_with_the_other_halfs_stage_and_reason():

@@ -1,0 +1,152 @@
+"""Network faults on a namespace test bed, found and named in the matrix.
+
+Four hosts, one agent each, the real server side. The bed lives for the module;
+each test injects its fault, runs a sweep the way a CI job does, checks the
+cells (status, stage, reason, hint) and clears the fault again.
+"""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fault_bed import (FAST, TimedSweep, cell, manage, others, record, restart_agent, start_agents,
+                             wait_offline, wait_online)
+
+pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+NAMES = ["host1", "host2", "host3", "host4"]
+NOWHERE = "198.18.2.99"  # no route to it inside the bed: a wrong resolution fails at once, sends nothing
+
+
+@pytest.fixture(scope="module")
+def bed(make_module_testbed, stack):
+    bed = make_module_testbed(4)
+    start_agents(bed, stack)
+    return bed
+
+
+def connectivity(stack, injected_at, nodes=NAMES):
+    return TimedSweep(stack, "--kind", "connectivity", "--nodes", ",".join(nodes), "--wait", "--timeout", "150",
+                      *FAST, injected_at=injected_at)
+
+
+@pytest.mark.timeout(120)
+def test_it_names_a_firewall_and_one_way_loss(bed, stack):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    bed.firewall_between("host1", "host2")
+    bed.drop("host3", "host4")  # host3 -> host4 dropped, host4 -> host3 allowed
+    try:
+        sweep = connectivity(stack, injected)
+        times = sweep.time_to_cells(("host1", "host2"), ("host3", "host4"))
+        rc, report = sweep.report()
+    finally:
+        bed.heal("host1", "host2")
+        bed.undrop("host3", "host4")
+    assert rc == 2 and report["verdict"] == "fail", report
+    for link, fault in ((("host1", "host2"), "firewall (nft drop both ways)"),
+                        (("host3", "host4"), "one-way loss (host3 -> host4 dropped)")):
+        p = cell(report, *link)
+        assert p["status"] == "timeout", p
+        assert (p["stage"], p["reason"]) in (("connect", "connect_timeout"), ("store", "store_timeout")), p
+        assert "firewall" in p["hint"], p
+        record(fault, times[link], f"{p['status']} at {p['stage']} ({p['reason']})")
+    assert {p["status"] for p in others(report, ("host1", "host2"), ("host3", "host4"))} == {"ok"}
+
+
+@pytest.mark.timeout(120)
+def test_it_blames_a_host_whose_agent_is_stopped(bed, stack):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    bed.stop_agent("host4")
+    try:
+        wait_offline("host4")
+        sweep = connectivity(stack, injected)
+        times = sweep.time_to_cells(("host1", "host4"), ("host2", "host4"), ("host3", "host4"))
+        rc, report = sweep.report()
+    finally:
+        restart_agent(bed, stack, "host4")
+    assert rc == 2, report
+    dead = [p for p in report["pairs"] if "host4" in (p["a"], p["b"])]
+    assert {(p["status"], p["reason"]) for p in dead} == {("offline", "agent_offline")}, dead
+    assert all("host4" in p["hint"] for p in dead)
+    assert [f["subject"] for f in report["findings"] if f["severity"] == "fail"] == ["host4"]
+    assert {p["status"] for p in others(report, *[(p["a"], p["b"]) for p in dead])} == {"ok"}
+    record("agent stopped", max(times.values()), "3 pairs offline (agent_offline), fail finding on host4")
+
+
+@pytest.mark.timeout(150)
+def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, stack):
+    # Agents registered by host name, as many clusters do; on host1 and host3 each other's
+    # name resolves to an address nobody has (a stale /etc/hosts line).
+    for name in ("host1", "host3"):
+        restart_agent(bed, stack, name, address=name)
+    wait_online(NAMES, address={"host1": "host1", "host3": "host3"})
+    injected = time.monotonic()
+    bed.misresolve("host1", "host3", NOWHERE)
+    bed.misresolve("host3", "host1", NOWHERE)
+    try:
+        sweep = connectivity(stack, injected)
+        times = sweep.time_to_cells(("host1", "host3"))
+        rc, report = sweep.report()
+    finally:
+        for name in ("host1", "host3"):
+            bed.host(name).extra_hosts.clear()
+            bed.write_hosts_file(bed.host(name))
+            restart_agent(bed, stack, name)
+    assert rc == 2, report
+    p = cell(report, "host1", "host3")
+    assert p["status"] in ("failed", "timeout") and p["reason"] in ("dns", "unreachable"), p
+    assert NOWHERE in p["hint"], p
+    assert {q["status"] for q in others(report, ("host1", "host3"))} == {"ok"}
+    record("peer name resolves wrongly", times[("host1", "host3")],
+           f"{p['status']} at {p['stage']} ({p['reason']}), hint names {NOWHERE}")
+
+
+@pytest.mark.timeout(120)
+def test_it_warns_that_a_loopback_hostname_would_hang_a_default_job(bed, stack):
+    injected = time.monotonic()
+    bed.resolve_to_loopback("host2")
+    restart_agent(bed, stack, "host2")  # facts (what the hostname resolves to) are read at start
+    try:
+        wait_online(NAMES)
+        sweep = TimedSweep(stack, "--kind", "group", "--nodes", ",".join(NAMES), "--wait", "--timeout", "120",
+                           *FAST, injected_at=injected)
+        rc, report = sweep.report()
+        elapsed = sweep.elapsed()
+    finally:
+        bed.write_hosts_file(bed.host("host2"))
+        restart_agent(bed, stack, "host2")
+    assert report["groups"][0]["status"] == "ok", report  # our probes bind the routed interface
+    warn = [f for f in report["findings"] if f["subject"] == "host2" and f["severity"] == "warn"]
+    assert warn and "127.0.1.1" in warn[0]["text"] and "GLOO_SOCKET_IFNAME" in warn[0]["text"], report["findings"]
+    assert rc == 1 and report["verdict"] == "warn"
+    record("hostname -> 127.0.1.1", elapsed, "group all_reduce ok; warn finding on host2 naming GLOO_SOCKET_IFNAME")
+
+
+@pytest.mark.timeout(120)
+def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
+    wait_online(NAMES)
+    port = 29500
+    injected = time.monotonic()
+    squatter = subprocess.Popen(bed.exec_args(bed.host("host1"), [
+        sys.executable, "-c", "import socket,time;s=socket.socket();s.bind(('0.0.0.0',%d));s.listen();"
+        "print('ready',flush=True);time.sleep(120)" % port]), stdout=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        assert squatter.stdout.readline().strip() == "ready"
+        run = manage(stack, "preflight", "--master", "host1", "--port", str(port), "--nodes", "host1,host2",
+                     "--json", "--timeout", "120")
+        elapsed = time.monotonic() - injected
+    finally:
+        squatter.kill()
+        squatter.wait(timeout=5)
+    import json
+
+    assert run.returncode == 2, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    taken = [f for f in report["findings"] if "port_in_use" in (f.get("code"), f["text"]) or "in use" in f["text"]]
+    assert taken and str(port) in taken[0]["text"] and "MASTER_PORT" in taken[0]["text"], report["findings"]
+    record("MASTER_PORT taken on the master", elapsed, f"launch rehearsal fail: {taken[0]['text'][:80]}")
