@@ -222,7 +222,9 @@ class Probe:
         rdv_started = time.monotonic()
         store = self.store = self.rendezvous()
         peers = self.exchange(store)
-        self.timings["rendezvous_s"] = round(time.monotonic() - rdv_started, 4)
+        # The rendezvous's own cost: time spent waiting for the torch import is import_wait_s.
+        self.timings["rendezvous_s"] = round(
+            time.monotonic() - rdv_started - self.timings.get("import_wait_s", 0.0), 4)
         self.compare_versions(peers)
         if self.cmd["kind"] == "discover":
             return self.discover(store, peers)
@@ -257,7 +259,9 @@ class Probe:
         limit, self.stage_limit = self.stage_limit, None
         waited = time.monotonic()
         self.importer.join()
-        self.stage_started += time.monotonic() - waited
+        waited = time.monotonic() - waited
+        self.stage_started += waited
+        self.timings["import_wait_s"] = round(self.timings.get("import_wait_s", 0.0) + waited, 4)
         self.stage_limit = limit
         if getattr(self, "import_error", None) is not None:
             raise self.import_error

@@ -110,7 +110,7 @@ def main() -> None:
         probe.append(size["busbw_gbps"])
         # Rank 1 starts after rank 0 has bound its store, so its rendezvous is the pair's own cost.
         timings.append(dict(r1["timings"], duration_s=r1["duration_s"]))
-    keys = ["spawn_s", "import_s", "rendezvous_s", "init_s", "collectives_s", "total_s", "duration_s"]
+    keys = ["spawn_s", "import_s", "import_wait_s", "rendezvous_s", "init_s", "collectives_s", "total_s", "duration_s"]
     report = {
         "size_bytes": SIZE, "runs": args.runs, "iterations": args.iterations, "warmup": args.warmup,
         "bare_busbw_gbps": {"median": statistics.median(bare), "all": bare},
