@@ -210,18 +210,24 @@ def _close_beds(beds) -> None:
             (dest / f"{bed.tag}-{log.name}").write_bytes(log.read_bytes()[-1_000_000:])
 
 
-@pytest.fixture
-def make_testbed(tmp_path):
-    """Build namespace test beds (hosts on a bridge); every one is torn down after the test."""
+def _beds(workdir_for):
+    """A bed builder (hosts, **TestBed options) and the list of beds it made, for _close_beds."""
     testbed = _testbed_or_skip()
     testbed.cleanup_stale()
     made = []
 
     def make(hosts: int = 4, **kwargs):
-        bed = testbed.TestBed(hosts, workdir=tmp_path / f"bed{len(made)}", **kwargs)
+        bed = testbed.TestBed(hosts, workdir=workdir_for(len(made)), **kwargs)
         made.append(bed)
         return bed.build()
 
+    return make, made
+
+
+@pytest.fixture
+def make_testbed(tmp_path):
+    """Build namespace test beds (hosts on a bridge); every one is torn down after the test."""
+    make, made = _beds(lambda i: tmp_path / f"bed{i}")
     try:
         yield make
     finally:
@@ -231,15 +237,7 @@ def make_testbed(tmp_path):
 @pytest.fixture(scope="module")
 def make_module_testbed(tmp_path_factory):
     """Like make_testbed, but the beds live for the whole test module (faults applied and cleared per test)."""
-    testbed = _testbed_or_skip()
-    testbed.cleanup_stale()
-    made = []
-
-    def make(hosts: int = 4, **kwargs):
-        bed = testbed.TestBed(hosts, workdir=tmp_path_factory.mktemp("bed"), **kwargs)
-        made.append(bed)
-        return bed.build()
-
+    make, made = _beds(lambda i: tmp_path_factory.mktemp("bed"))
     try:
         yield make
     finally:
