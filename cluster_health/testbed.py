@@ -290,8 +290,13 @@ class TestBed:
                 res = subprocess.run(
                     ["ip", "netns", "exec", self.host(client).ns, "iperf3", "-c", s.address, "-p", str(port),
                      "-t", str(seconds), "-J"], capture_output=True, text=True, timeout=seconds + 20)
-                if res.returncode == 0:
-                    out = json.loads(res.stdout)
+                try:
+                    report = json.loads(res.stdout)
+                except ValueError:
+                    report = {}
+                # Before the server listens the client fails, or (racing its start) ends without a summary.
+                if res.returncode == 0 and "sum_received" in report.get("end", {}):
+                    out = report
                     break
                 time.sleep(0.2)
             if out is None:

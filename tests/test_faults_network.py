@@ -150,3 +150,32 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
     taken = [f for f in report["findings"] if "port_in_use" in (f.get("code"), f["text"]) or "in use" in f["text"]]
     assert taken and str(port) in taken[0]["text"] and "MASTER_PORT" in taken[0]["text"], report["findings"]
     record("MASTER_PORT taken on the master", elapsed, f"launch rehearsal fail: {taken[0]['text'][:80]}")
+
+
+@pytest.mark.timeout(150)
+def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
+    wait_online(NAMES)
+    bw = ["--kind", "pairs", "--pairs", "host1:host2", "--wait", "--timeout", "120", "--sizes",
+          "1048576,4194304", "--iterations", "3", "--stage-timeout", "bandwidth=10"]
+    rc, baseline = TimedSweep(stack, *bw, "--baseline", "none").report()
+    assert rc == 0 and cell(baseline, "host1", "host2")["status"] == "ok", baseline
+    rate_mbit = 200
+    injected = time.monotonic()
+    bed.shape("host1", rate_mbit)
+    try:
+        iperf_mbit = bed.iperf3_mbit("host1", "host2", seconds=2)
+        sweep = TimedSweep(stack, *bw, "--baseline", f"sweep:{baseline['sweep']}", injected_at=injected)
+        took = sweep.time_to_cells(("host1", "host2"))[("host1", "host2")]
+        rc, report = sweep.report()
+    finally:
+        bed.unshape("host1")
+    p = cell(report, "host1", "host2")
+    assert (p["status"], p["reason"]) == ("degraded", "below_baseline"), p
+    busbw_mbit = p["busbw_gbps"] * 8000  # GB/s (10^9 bytes) -> Mbit/s
+    print(f"\nshaped {rate_mbit} Mbit/s: busbw {busbw_mbit:.1f} Mbit/s, iperf3 {iperf_mbit:.1f} Mbit/s, "
+          f"baseline {cell(baseline, 'host1', 'host2')['busbw_gbps'] * 8000:.0f} Mbit/s")
+    assert abs(busbw_mbit - rate_mbit) <= 0.1 * rate_mbit, (busbw_mbit, rate_mbit)
+    assert abs(busbw_mbit - iperf_mbit) <= 0.1 * iperf_mbit, (busbw_mbit, iperf_mbit)
+    assert "host1" in p["hint"] or any("host1" in f["subject"] for f in report["findings"]), (p, report["findings"])
+    record(f"link shaped to {rate_mbit} Mbit/s (tc tbf)", took,
+           f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s")
