@@ -135,12 +135,13 @@ class Probe:
 
     def watchdog(self) -> None:
         # The runner kills this process at the deadline; should the runner itself be gone
-        # (agent killed), the probe still ends a little after it.
+        # (agent killed: this process is re-parented), the probe ends at once.
         orphan_deadline = self.spec["spawned_at"] + self.cmd["deadline_s"] + 5.0
+        parent = os.getppid()
         while True:
             time.sleep(0.05)
-            if time.time() > orphan_deadline:
-                os._exit(4)
+            if time.time() > orphan_deadline or os.getppid() != parent:
+                os._exit(4)  # nobody is left to read a result
             limit = self.stage_limit
             if limit is None or time.monotonic() - self.stage_started <= limit + WATCHDOG_GRACE_S:
                 continue

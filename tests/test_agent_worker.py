@@ -97,6 +97,15 @@ def server_queue(broker):
     queue.close()
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter from /proc (Z: exited, not yet reaped by whoever adopted it), or None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
 def send(sender, cmd, node: str | None = None) -> None:
     sender.send_task(contract.TASK_PROBE, kwargs={"command": cmd}, queue=contract.agent_queue(node or cmd["node"]))
 
@@ -174,3 +183,24 @@ def test_a_stopped_peer_times_out_and_the_agents_pass_the_next_probe(agents_runn
         assert (result["status"], result["stage"], result["reason"]) == ("timeout", "bandwidth", "collective_timeout")
     send_pair(sender, 106)
     assert [r["status"] for r in server_queue.results(106)] == ["ok", "ok"]
+
+
+@pytest.mark.timeout(60)
+def test_a_probe_does_not_outlive_its_agent(broker, sender, server_queue, tmp_path):
+    agent = spawn([sys.executable, "-m", "agents", "run", "--name", "a9", "--address", "127.0.0.1",
+                   "--broker", broker], tmp_path / "a9.log", env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"))
+    try:
+        # Rank 1 of a pair whose master never comes: it waits in the store stage for a minute.
+        send(sender, command(1, "orphan-rdv-1", node="a9", probe_id=107, timeouts={"store": 60.0}, deadline_s=90.0))
+        end = time.monotonic() + 30
+        probes = []
+        while not probes and time.monotonic() < end:
+            probes = children_running(agent.pid, "agents.probe")
+            time.sleep(0.1)
+        assert probes, "the agent never started the probe"
+        os.kill(agent.pid, signal.SIGKILL)
+        agent.wait(timeout=10)
+        time.sleep(1.0)
+        assert process_state(probes[0][0]) in (None, "Z"), "the probe is still running without its agent"
+    finally:
+        stop_process(agent)
