@@ -1,75 +1,110 @@
-"""Ingest throughput: synthetic pair results pushed through the real ingest function.
+"""Ingest throughput: synthetic pair results for N nodes pushed through the real ingest path.
 
-Plans a connectivity sweep over N synthetic nodes, then answers every command of
-every round with ``ingest.ingest_result`` (each half is one message, as from an
-agent), round advances and verdict included. Prints results per second.
+Registers N synthetic nodes by heartbeat, requests and starts a connectivity
+sweep (every pair row created at start), then answers every command of every
+round as the agents would, through ``ingest.ingest_results`` in the batches the
+server worker's ``cluster_health.results`` task takes; round advances, live
+broadcasts (in-memory channel layer) and the verdict are included in the time.
+For reference it also times the one-message-per-task path (``ingest_result``)
+on the first rounds of the same sweep.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
-        .venv/bin/python benchmarks/ingest_throughput.py --nodes 64
+    .venv/bin/python benchmarks/ingest_throughput.py --nodes 1024 \
+        --database postgres://postgres@127.0.0.1:5432/postgres
 
-Runs against a throwaway test database (created and dropped), never the real one.
+With ``--database`` a scratch database is created on that server and dropped
+after; without it, a scratch SQLite file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+TARGET_RESULTS_PER_S = 2000
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--database", default=None, help="postgres:// server URL (default: scratch SQLite)")
+    parser.add_argument("--batch", type=int, default=500)
     args = parser.parse_args()
+    from benchmarks.scratch import scratch_database
 
-    import django
+    with scratch_database(args.database):
+        print(json.dumps(measure(args.nodes, args.batch), indent=2))
 
-    django.setup()
+
+def run(database: str | None = None, nodes: int = 1024, batch: int = 500) -> dict:
+    """Runner entry point: figures for a scratch database on ``database`` (None: SQLite)."""
+    from benchmarks.scratch import scratch_database
+
+    with scratch_database(database):
+        return measure(nodes, batch)
+
+
+def measure(n: int, batch: int, reference_rounds: int = 8) -> dict:
+    """Ingest a whole connectivity sweep over ``n`` synthetic nodes into the current database."""
     from django.conf import settings
-    from django.test.utils import get_runner
-
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    runner = get_runner(settings)(verbosity=0, interactive=False)
-    old = runner.setup_databases()
-    try:
-        run(args.nodes)
-    finally:
-        runner.teardown_databases(old)
-
-
-def run(n: int) -> None:
     from django.db import connection
-
-    from cluster_health import dispatch, ingest, sweeps
     from django.utils import timezone
 
-    from cluster_health.models import Node, Sweep
+    from cluster_health import dispatch, ingest, sweeps
+    from cluster_health.models import Node, PairProbe, Sweep
     from tests.sweep_driver import heartbeat, result_for
 
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     for i in range(n):
-        heartbeat(f"b{i:04d}", address=f"10.0.{i // 250}.{i % 250 + 1}")
+        heartbeat(f"b{i:04d}", address=f"10.{i // 250}.{i % 250}.1")
     with dispatch.capture() as sent:
         sweep = sweeps.request_sweep(source="command", kind="connectivity")
+        t0 = time.perf_counter()
         sweeps.start_sweep(sweep.pk)
-        results = 0
-        started = time.perf_counter()
+        start_s = time.perf_counter() - t0
+        pair_rows = PairProbe.objects.filter(sweep=sweep).count()
+        single = batched = 0
+        single_s = batched_s = 0.0
+        rounds = 0
         while True:
             commands = [kw["command"] for task, _, kw, _ in sent if task == "agent.probe"]
             sent.clear()
             if not commands:
                 break
+            rounds += 1
             Node.objects.update(last_heartbeat=timezone.now())  # the agents are alive
-            for cmd in commands:
-                ingest.ingest_result(result_for(cmd))
-                results += 1
-        elapsed = time.perf_counter() - started
+            results = [result_for(cmd) for cmd in commands]
+            t0 = time.perf_counter()
+            if rounds <= reference_rounds:  # reference: one message per task, as before batching
+                for res in results:
+                    ingest.ingest_result(res)
+                single, single_s = single + len(results), single_s + time.perf_counter() - t0
+            else:
+                for k in range(0, len(results), batch):
+                    ingest.ingest_results(results[k: k + batch])
+                batched, batched_s = batched + len(results), batched_s + time.perf_counter() - t0
     sweep = Sweep.objects.get(pk=sweep.pk)
-    print(f"{connection.vendor}: {n} nodes, {sweep.total_rounds} rounds, {results} results in {elapsed:.2f}s "
-          f"= {results / elapsed:.0f} results/s (verdict {sweep.verdict})")
+    return {
+        "database": connection.vendor,
+        "nodes": n,
+        "pairs": pair_rows,
+        "rounds": sweep.total_rounds,
+        "sweep_id": sweep.pk,
+        "verdict": sweep.verdict,
+        "start_sweep_s": round(start_s, 2),
+        "batch": batch,
+        "batched_results": batched,
+        "batched_s": round(batched_s, 2),
+        "results_per_s": round(batched / batched_s) if batched_s else None,
+        "single_results": single,
+        "single_results_per_s": round(single / single_s) if single_s else None,
+        "target_results_per_s": TARGET_RESULTS_PER_S,
+    }
 
 
 if __name__ == "__main__":

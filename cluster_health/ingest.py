@@ -4,7 +4,9 @@ Every message is validated against the contract first. A message that fails,
 or names an unknown probe, a node that is not part of it, or another sweep, is
 kept as a RejectedMessage and logged; it never raises into the worker. Applying a
 half is a conditional UPDATE (only while the probe is open and that half is
-still empty), so a duplicate or a late result changes nothing.
+still empty), so a duplicate or a late result changes nothing. Halves are applied
+in batches (``ingest_results``): one transaction, one broadcast and one advance
+per sweep and batch, which is what lets one worker keep up with a 1,024-node sweep.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents import contract
-from cluster_health import broadcast, merge, sweeps
+from cluster_health import broadcast, bulk, merge, sweeps
 from cluster_health.models import (
-    OPEN_PAIR_STATUSES, BaselinePair, GroupProbe, Node, PairProbe, RejectedMessage, pair_key,
+    OPEN_PAIR_STATUSES, BaselinePair, GroupProbe, Node, PairProbe, RejectedMessage, Sweep, pair_key,
 )
 
 log = logging.getLogger(__name__)
@@ -62,80 +64,196 @@ def record_heartbeat(payload) -> str:
 
 def ingest_result(payload) -> str:
     """Apply one agent's half of a probe result; returns what happened (applied, final, duplicate, ...)."""
-    try:
-        result = contract.validate_result(payload)
-    except contract.ContractError as exc:
-        return reject(contract.TASK_RESULT, payload, str(exc))
-    try:
+    return ingest_results([payload])[0]
+
+
+def ingest_results(payloads: list) -> list[str]:
+    """Apply many halves (from any probes and sweeps); returns one outcome per payload, in order.
+
+    Pair halves are applied BATCH at a time in one transaction: one conditional UPDATE
+    per half (only while the probe is open and that half is empty, so a duplicate in
+    the same batch or a later one changes nothing), then every pair whose two halves
+    are now in is merged and closed. Browsers get one update per sweep and batch, and
+    each touched sweep is advanced once, after the commit. If a batch fails, its
+    halves are applied one at a time so that a poisoned message rejects only itself.
+    """
+    outcomes: list[str | None] = [None] * len(payloads)
+    pairs: list[tuple[int, dict]] = []
+    for i, payload in enumerate(payloads):
+        try:
+            result = contract.validate_result(payload)
+        except contract.ContractError as exc:
+            outcomes[i] = reject(contract.TASK_RESULT, payload, str(exc))
+            continue
         if result["kind"] == "pair":
-            return _ingest_pair(result, payload)
-        return _ingest_group(result, payload)
+            pairs.append((i, result))
+        else:
+            outcomes[i] = _guarded(_ingest_group, result, payload)
+    for start in range(0, len(pairs), BATCH):
+        chunk = pairs[start: start + BATCH]
+        try:
+            got = _ingest_pairs([(result, payloads[i]) for i, result in chunk])
+        except Exception:
+            if len(chunk) == 1:
+                i, result = chunk[0]
+                got = [_ingest_error(result, payloads[i])]
+            else:
+                log.warning("ingest batch of %d failed; applying its halves one at a time", len(chunk),
+                            exc_info=True)
+                got = [_guarded(lambda r, p: _ingest_pairs([(r, p)])[0], result, payloads[i])
+                       for i, result in chunk]
+        for (i, _result), outcome in zip(chunk, got):
+            outcomes[i] = outcome
+    return outcomes
+
+
+BATCH = 1000
+
+
+def _ingest_error(result: dict, payload) -> str:
+    log.exception("ingest of probe %s failed", result.get("probe_id"))
+    return reject(contract.TASK_RESULT, payload, "ingest error: " + traceback.format_exc(limit=3)[-3000:])
+
+
+def _guarded(fn, result: dict, payload) -> str:
+    try:
+        return fn(result, payload)
     except Exception:  # keep the message and the reason, never lose it to a worker traceback
-        log.exception("ingest of probe %s failed", result.get("probe_id"))
-        return reject(contract.TASK_RESULT, payload, "ingest error: " + traceback.format_exc(limit=3)[-3000:])
+        return _ingest_error(result, payload)
 
 
-def _ingest_pair(result: dict, payload) -> str:
+_PROBE_FIELDS = ("id", "sweep_id", "round", "node_a__name", "node_b__name", "status", "sweep__baseline_id")
+
+
+def _ingest_pairs(batch: list[tuple[dict, object]]) -> list[str]:
+    outcomes: list[str | None] = []
+    claims: dict[str, dict[int, int]] = {"half_a": {}, "half_b": {}}  # field -> probe id -> batch index
     with transaction.atomic():
-        probe = (PairProbe.objects.select_related("sweep", "node_a", "node_b")
-                 .filter(pk=result["probe_id"]).first())
-        if probe is None:
-            return reject(contract.TASK_RESULT, payload, f"probe_id: no pair probe {result['probe_id']}")
-        if result["sweep_id"] is not None and result["sweep_id"] != probe.sweep_id:
-            return reject(contract.TASK_RESULT, payload,
-                          f"sweep_id: probe {probe.pk} belongs to sweep {probe.sweep_id}, not {result['sweep_id']}")
-        names = (probe.node_a.name, probe.node_b.name)
-        if result["node"] not in names:
-            return reject(contract.TASK_RESULT, payload,
-                          f"node: {result['node']} is not part of probe {probe.pk} ({names[0]}, {names[1]})")
-        if result["rank"] != names.index(result["node"]):
-            return reject(contract.TASK_RESULT, payload,
-                          f"rank: {result['node']} is rank {names.index(result['node'])} of probe {probe.pk}, "
-                          f"not {result['rank']}")
-        if probe.status not in OPEN_PAIR_STATUSES:
-            log.info("late result for closed probe %s from %s ignored", probe.pk, result["node"])
-            return LATE
-        field = "half_a" if result["rank"] == 0 else "half_b"
-        claimed = PairProbe.objects.filter(pk=probe.pk, status__in=OPEN_PAIR_STATUSES,
-                                           **{f"{field}__isnull": True}).update(**{field: result})
-        if not claimed:
-            return DUPLICATE
-        probe.refresh_from_db(fields=["half_a", "half_b", "status"])
-        if probe.half_a is None or probe.half_b is None:
-            return APPLIED
-        close_pair(probe, merge.merge_halves(probe.half_a, probe.half_b))
-    sweeps.advance(probe.sweep_id)
-    return FINAL
+        probes = {row[0]: row for row in PairProbe.objects.filter(
+            pk__in={result["probe_id"] for result, _ in batch}).values_list(*_PROBE_FIELDS)}
+        for index, (result, payload) in enumerate(batch):
+            refused = _refuse_half(result, payload, probes.get(result["probe_id"]))
+            field = "half_a" if result["rank"] == 0 else "half_b"
+            if refused is None and result["probe_id"] in claims[field]:
+                refused = DUPLICATE  # the same half twice in one batch: the first one counts
+            if refused is None:
+                claims[field][result["probe_id"]] = index
+            outcomes.append(refused)
+        applied: dict[int, int] = {}  # probe id -> batch index of the half stored last
+        for field, wanted in claims.items():
+            stored = bulk.conditional_update(
+                PairProbe, {pk: {field: batch[index][0]} for pk, index in wanted.items()},
+                where=f"t.status IN (%s, %s) AND t.{field} IS NULL", where_params=OPEN_PAIR_STATUSES)
+            for pk, index in wanted.items():
+                outcomes[index] = APPLIED if pk in stored else DUPLICATE
+                if pk in stored:
+                    applied[pk] = max(applied.get(pk, -1), index)
+        complete = PairProbe.objects.filter(
+            pk__in=applied, status__in=OPEN_PAIR_STATUSES, half_a__isnull=False, half_b__isnull=False,
+        ).values_list("id", "half_a", "half_b", "started")
+        merged = {pk: (merge.merge_halves(half_a, half_b), started) for pk, half_a, half_b, started in complete}
+        expected = _expected_busbw([(probes[pk], m) for pk, (m, _) in merged.items()])
+        now = timezone.now()
+        final = {}
+        for pk, (result, started) in merged.items():
+            _pk, _sweep, _round, a, b, _status, baseline_id = probes[pk]
+            _degrade_below_baseline(result, expected.get((baseline_id, *pair_key(a, b))))
+            final[pk] = _final_fields(result, started, now)
+            del final[pk]["finished"]
+        closed_ids = bulk.conditional_update(PairProbe, final, where="t.status IN (%s, %s)",
+                                             where_params=OPEN_PAIR_STATUSES, constants={"finished": now})
+        closed: dict[int, list[dict]] = {}
+        for pk in closed_ids:
+            _pk, sweep_id, rnd, a, b, _status, _baseline = probes[pk]
+            outcomes[applied[pk]] = FINAL
+            closed.setdefault(sweep_id, []).append(_closed_pair_dict(pk, rnd, a, b, final[pk]))
+        for sweep_id, pair_dicts in closed.items():
+            broadcast.sweep_update(Sweep(pk=sweep_id), pair_dicts, round_only=True)
+    for sweep_id in closed:
+        sweeps.advance(sweep_id)
+    return outcomes
+
+
+def _refuse_half(result: dict, payload, probe: tuple | None) -> str | None:
+    """Why a half cannot be stored (rejected, late), or None if it may be claimed."""
+    if probe is None:
+        return reject(contract.TASK_RESULT, payload, f"probe_id: no pair probe {result['probe_id']}")
+    pk, sweep_id, _round, a, b, status, _baseline = probe
+    if result["sweep_id"] is not None and result["sweep_id"] != sweep_id:
+        return reject(contract.TASK_RESULT, payload,
+                      f"sweep_id: probe {pk} belongs to sweep {sweep_id}, not {result['sweep_id']}")
+    names = (a, b)
+    if result["node"] not in names:
+        return reject(contract.TASK_RESULT, payload, f"node: {result['node']} is not part of probe {pk} ({a}, {b})")
+    if result["rank"] != names.index(result["node"]):
+        return reject(contract.TASK_RESULT, payload,
+                      f"rank: {result['node']} is rank {names.index(result['node'])} of probe {pk}, "
+                      f"not {result['rank']}")
+    if status not in OPEN_PAIR_STATUSES:
+        log.info("late result for closed probe %s from %s ignored", pk, result["node"])
+        return LATE
+    return None
+
+
+def _expected_busbw(closing: list[tuple[tuple, dict]]) -> dict[tuple[int, str, str], float]:
+    """Baseline busbw for the pairs about to close ok, in one query per baseline."""
+    wanted: dict[int, set[tuple[str, str]]] = {}
+    for (_pk, _sweep, _round, a, b, _status, baseline_id), merged in closing:
+        if baseline_id and merged["status"] == "ok" and merged.get("busbw_gbps") is not None:
+            wanted.setdefault(baseline_id, set()).add(pair_key(a, b))
+    out = {}
+    for baseline_id, keys in wanted.items():
+        firsts = {k[0] for k in keys}
+        rows = BaselinePair.objects.filter(baseline_id=baseline_id, node_a__in=firsts).values_list(
+            "node_a", "node_b", "busbw_gbps")
+        out.update({(baseline_id, na, nb): bw for na, nb, bw in rows if (na, nb) in keys})
+    return out
+
+
+def _degrade_below_baseline(merged: dict, expected: float | None) -> None:
+    if merged["status"] == "ok" and merge.below_baseline(merged.get("busbw_gbps"), expected,
+                                                         settings.DEGRADED_RATIO):
+        merged.update(status="degraded", reason="below_baseline",
+                      hint=f"busbw {merged['busbw_gbps']:.3g} GB/s is below {settings.DEGRADED_RATIO:g} x "
+                           f"the baseline {expected:.3g} GB/s")
+
+
+def _final_fields(merged: dict, started, now) -> dict:
+    duration = merged.get("duration_s")
+    if duration is None and started:
+        duration = (now - started).total_seconds()
+    return dict(
+        status=merged["status"], stage=merged.get("stage"), reason=merged.get("reason"),
+        hint=(merged.get("hint") or None) and merged["hint"][: contract.MAX_TEXT],
+        latency_us_p50=merged.get("latency_us_p50"), latency_us_p99=merged.get("latency_us_p99"),
+        sizes=merged.get("sizes") or [], algbw_gbps=merged.get("algbw_gbps"), busbw_gbps=merged.get("busbw_gbps"),
+        finished=now, duration_s=duration,
+    )
+
+
+def _closed_pair_dict(pk: int, rnd: int, a: str, b: str, fields: dict) -> dict:
+    """What browsers are sent about a pair that just closed."""
+    from cluster_health.reports import pair_dict_from_values
+
+    return pair_dict_from_values((pk, rnd, a, b, fields["status"], fields["stage"], fields["reason"],
+                                  fields["latency_us_p50"], fields["algbw_gbps"], fields["busbw_gbps"],
+                                  fields["hint"]))
 
 
 def close_pair(probe: PairProbe, merged: dict, now=None) -> bool:
     """Write a pair's final result (once); the caller advances the sweep. False if already closed."""
     now = now or timezone.now()
     sweep = probe.sweep
-    if merged["status"] == "ok" and sweep.baseline_id and merged.get("busbw_gbps") is not None:
+    if sweep.baseline_id and merged["status"] == "ok":
         a, b = pair_key(probe.node_a.name, probe.node_b.name)
         expected = (BaselinePair.objects.filter(baseline_id=sweep.baseline_id, node_a=a, node_b=b)
                     .values_list("busbw_gbps", flat=True).first())
-        if merge.below_baseline(merged["busbw_gbps"], expected, settings.DEGRADED_RATIO):
-            merged.update(status="degraded", reason="below_baseline",
-                          hint=f"busbw {merged['busbw_gbps']:.3g} GB/s is below {settings.DEGRADED_RATIO:g} x "
-                               f"the baseline {expected:.3g} GB/s")
-    duration = merged.get("duration_s")
-    if duration is None and probe.started:
-        duration = (now - probe.started).total_seconds()
-    sizes = merged.get("sizes") or []
-    updated = PairProbe.objects.filter(pk=probe.pk, status__in=OPEN_PAIR_STATUSES).update(
-        status=merged["status"], stage=merged.get("stage"), reason=merged.get("reason"),
-        hint=(merged.get("hint") or None) and merged["hint"][: contract.MAX_TEXT],
-        latency_us_p50=merged.get("latency_us_p50"), latency_us_p99=merged.get("latency_us_p99"),
-        sizes=sizes, algbw_gbps=merged.get("algbw_gbps"), busbw_gbps=merged.get("busbw_gbps"),
-        finished=now, duration_s=duration,
-    )
+        _degrade_below_baseline(merged, expected)
+    fields = _final_fields(merged, probe.started, now)
+    updated = PairProbe.objects.filter(pk=probe.pk, status__in=OPEN_PAIR_STATUSES).update(**fields)
     if updated:
-        probe.refresh_from_db()
-        from cluster_health.reports import pair_dict
-
-        broadcast.sweep_update(sweep, [pair_dict(probe)], round_only=True)
+        broadcast.sweep_update(sweep, [_closed_pair_dict(probe.pk, probe.round, probe.node_a.name,
+                                                         probe.node_b.name, fields)], round_only=True)
     return bool(updated)
 
 

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import contract
-from cluster_health import broadcast, dispatch, planner, verdicts
+from cluster_health import broadcast, bulk, dispatch, planner, verdicts
 from cluster_health.models import (
     OPEN_PAIR_STATUSES, Baseline, BaselinePair, Finding, GroupProbe, Node, PairProbe, Sweep, pair_key,
 )
@@ -282,8 +282,12 @@ def _dispatch_round(sweep: Sweep, k: int) -> bool:
                 members=[(a.name, a.address), (b.name, b.address)], settings=settings_,
                 rendezvous=probe.rendezvous, multi_group=bool(sweep.params.get("multi_group")))
         updated.append(probe)
-    PairProbe.objects.bulk_update(updated, ["status", "reason", "hint", "finished", "rendezvous", "started",
-                                            "deadline"], batch_size=1000)
+    bulk.conditional_update(PairProbe, {p.pk: {"rendezvous": p.rendezvous} for p in updated if p.status == "running"},
+                            where="t.status = %s", where_params=["pending"],
+                            constants={"status": "running", "started": now, "deadline": now + wait})
+    bulk.conditional_update(PairProbe, {p.pk: {"hint": p.hint} for p in updated if p.status == "offline"},
+                            where="t.status = %s", where_params=["pending"],
+                            constants={"status": "offline", "reason": "agent_offline", "finished": now})
     transaction.on_commit(lambda: [dispatch.send_command(c) for c in commands])
     from cluster_health.reports import pair_dict
 
