@@ -28,6 +28,8 @@ from cluster_health.models import (
 log = logging.getLogger(__name__)
 
 APPLIED, FINAL, DUPLICATE, LATE, REJECTED = "applied", "final", "duplicate", "late", "rejected"
+TASK_RESULTS = "server.results"  # a list of halves; each is what contract.TASK_RESULT carries
+BATCH = 1000  # halves per transaction
 
 
 def _storable(payload):
@@ -106,8 +108,6 @@ def ingest_results(payloads: list) -> list[str]:
             outcomes[i] = outcome
     return outcomes
 
-
-BATCH = 1000
 
 
 def _ingest_error(result: dict, payload) -> str:

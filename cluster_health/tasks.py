@@ -13,6 +13,12 @@ def result(result=None):
     return ingest.ingest_result(result)
 
 
+@shared_task(name=ingest.TASK_RESULTS, ignore_result=True)
+def results(results=None):
+    """Many halves in one message: one transaction per batch instead of one per half."""
+    return ingest.ingest_results(list(results or []))
+
+
 @shared_task(name=contract.TASK_HEARTBEAT, ignore_result=True)
 def heartbeat(heartbeat=None):
     return ingest.record_heartbeat(heartbeat)
