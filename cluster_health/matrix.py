@@ -63,17 +63,23 @@ def decode(text: str, typecode: str) -> array:
     return values
 
 
-def _nan_or(value) -> float:
-    return float("nan") if value is None else float(value)
-
-
 def build_matrix(nodes: Iterable[str], pairs: Iterable[dict]) -> dict:
-    """The matrix payload for a set of nodes and pair results.
+    """The matrix payload for a set of nodes and pair results given as dicts.
 
     `pairs` are dicts with at least a, b, status; optional stage, reason, hint,
-    busbw_gbps, latency_us. Pairs naming a node outside `nodes` are ignored; for
-    a pair given twice the later one wins unless it would move the pair back
-    from a final result to pending/running.
+    busbw_gbps, latency_us. See build_matrix_rows for the rules.
+    """
+    return build_matrix_rows(nodes, ((p["a"], p["b"], p["status"], p.get("busbw_gbps"), p.get("latency_us"),
+                                      p.get("stage"), p.get("reason"), p.get("hint")) for p in pairs))
+
+
+def build_matrix_rows(nodes: Iterable[str], rows: Iterable[tuple]) -> dict:
+    """The matrix payload from rows (a, b, status, busbw_gbps, latency_us, stage, reason, hint).
+
+    The one matrix builder: pages, the API and the stored matrix of a closed sweep
+    all come from here. Rows naming a node outside `nodes` are ignored; for a pair
+    given twice the later one wins unless it would move the pair back from a final
+    result to pending/running.
     """
     names = natural_sorted(nodes)
     n = len(names)
@@ -83,20 +89,22 @@ def build_matrix(nodes: Iterable[str], pairs: Iterable[dict]) -> dict:
     busbw = array("f", [float("nan")]) * count
     latency = array("f", [float("nan")]) * count
     details: dict[str, list] = {}
-    for pair in pairs:
-        i, j = pos.get(pair["a"]), pos.get(pair["b"])
+    nan = float("nan")
+    for a, b, st, bw, lat, stage, reason, hint in rows:
+        i, j = pos.get(a), pos.get(b)
         if i is None or j is None or i == j:
             continue
-        k = pair_index(i, j, n)
-        st = pair["status"]
+        if i > j:
+            i, j = j, i
+        k = i * (2 * n - i - 1) // 2 + (j - i - 1)  # pair_index, inlined: this loop runs 523,776 times
         if st in _PROGRESS and STATUS_CODES[status[k]] not in _PROGRESS:
             continue
         status[k] = CODE[st]
-        busbw[k] = _nan_or(pair.get("busbw_gbps"))
-        latency[k] = _nan_or(pair.get("latency_us"))
-        if st not in ("ok", "pending", "running") or pair.get("hint"):
-            details[str(k)] = [pair.get("stage"), pair.get("reason"), pair.get("hint")]
-        else:
+        busbw[k] = nan if bw is None else bw
+        latency[k] = nan if lat is None else lat
+        if hint or st not in ("ok", "pending", "running"):
+            details[str(k)] = [stage, reason, hint]
+        elif details:
             details.pop(str(k), None)
     return {
         "nodes": names,

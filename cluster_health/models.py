@@ -286,3 +286,15 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.user})"
+
+
+class SweepMatrix(models.Model):
+    """A closed sweep's matrix payload (cluster_health.matrix), stored as JSON text once it no longer changes.
+
+    Reading 523,776 pair rows to build a 1,024-node matrix takes seconds; reading
+    this row takes milliseconds, and pages and the API send the text as it is.
+    """
+
+    sweep = models.OneToOneField(Sweep, on_delete=models.CASCADE, primary_key=True, related_name="stored_matrix")
+    payload = models.TextField()
+    built = models.DateTimeField(default=timezone.now)

@@ -1,4 +1,4 @@
-"""How sweeps and pairs look from outside: the sweep JSON of DESIGN.md, the compact matrix, CSV rows.
+"""How sweeps and pairs look from outside: the sweep JSON of DESIGN.md, the stored matrix, CSV rows.
 
 The CLI, the API, the broadcasts and the metrics all read these, so a field has
 one name everywhere.
@@ -6,12 +6,17 @@ one name everywhere.
 
 from __future__ import annotations
 
+import json
+
+from django.utils import timezone
+
 from agents import contract
-from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep
+from cluster_health import matrix
+from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep, SweepMatrix
 
 PAIR_VALUES = ("id", "round", "node_a__name", "node_b__name", "status", "stage", "reason", "latency_us_p50",
                "algbw_gbps", "busbw_gbps", "hint")
-# Matrix status codes: small integers keep a 1,024-node matrix compact.
+# Status codes of the /metrics pair gauge (the matrix has its own, with "untested", in cluster_health.matrix).
 STATUS_CODES = {s: i for i, s in enumerate(("pending", "running", *contract.STATUSES))}
 
 
@@ -61,22 +66,41 @@ def sweep_json(sweep: Sweep, *, with_pairs: bool = True) -> dict:
     return out
 
 
-def matrix(sweep: Sweep) -> dict:
-    """Compact matrix: node list plus parallel arrays indexed by pair (a, b are node indexes)."""
-    index = {n: i for i, n in enumerate(sweep.nodes)}
-    a, b, status, busbw, latency, rounds = [], [], [], [], [], []
-    rows = PairProbe.objects.filter(sweep=sweep).values_list(
-        "node_a__name", "node_b__name", "status", "busbw_gbps", "latency_us_p50", "round")
-    for na, nb, st, bw, lat, rnd in rows.iterator(chunk_size=10000):
-        a.append(index.get(na, -1))
-        b.append(index.get(nb, -1))
-        status.append(STATUS_CODES[st])
-        busbw.append(None if bw is None else round(bw, 3))
-        latency.append(None if lat is None else round(lat, 1))
-        rounds.append(rnd)
-    return {"sweep": sweep.pk, "status": sweep.status, "verdict": sweep.verdict, "nodes": list(sweep.nodes),
-            "status_codes": list(STATUS_CODES), "a": a, "b": b, "status": status, "busbw_gbps": busbw,
-            "latency_us": latency, "round": rounds}
+def matrix_text(sweep: Sweep) -> str:
+    """The sweep's matrix payload (cluster_health.matrix) as JSON text.
+
+    A closed sweep's matrix no longer changes: it is stored on first use (``finish``
+    stores it as the sweep ends) and read back as text from then on. An open sweep's
+    is built from its rows on every call.
+    """
+    if not sweep.is_open:
+        stored = SweepMatrix.objects.filter(sweep_id=sweep.pk).values_list("payload", flat=True).first()
+        if stored is not None:
+            return stored
+    text = json.dumps(build_sweep_matrix(sweep), separators=(",", ":"))
+    if not sweep.is_open:
+        SweepMatrix.objects.bulk_create([SweepMatrix(sweep_id=sweep.pk, payload=text)], ignore_conflicts=True)
+    return text
+
+
+def store_matrix(sweep: Sweep) -> None:
+    """Store a closed sweep's matrix now (replacing any stored one), so its first reader does not wait."""
+    text = json.dumps(build_sweep_matrix(sweep), separators=(",", ":"))
+    SweepMatrix.objects.update_or_create(sweep_id=sweep.pk, defaults={"payload": text, "built": timezone.now()})
+
+
+def build_sweep_matrix(sweep: Sweep) -> dict:
+    """The matrix payload built from the sweep's pair rows (one query, no joins)."""
+    names = dict(Node.objects.filter(name__in=sweep.nodes).values_list("pk", "name")) if sweep.nodes else {}
+    rows = PairProbe.objects.filter(sweep=sweep).order_by().values_list(
+        "node_a_id", "node_b_id", "status", "busbw_gbps", "latency_us_p50", "stage", "reason", "hint")
+    if not sweep.nodes:  # never planned, or planned before nodes were kept: name them from the rows
+        names = dict(Node.objects.filter(pk__in={i for r in rows for i in r[:2]}).values_list("pk", "name"))
+    # The same rounding as the sweep JSON, so every view of a pair shows one number.
+    return matrix.build_matrix_rows(sweep.nodes or names.values(), (
+        (names.get(a), names.get(b), st, None if bw is None else round(bw, 4),
+         None if lat is None else round(lat, 1), stage, reason, hint)
+        for a, b, st, bw, lat, stage, reason, hint in rows.iterator(chunk_size=20000)))
 
 
 CSV_HEADER = ["sweep", "round", "a", "b", "status", "stage", "reason", "latency_us", "algbw_gbps",

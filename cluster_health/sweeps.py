@@ -359,6 +359,9 @@ def finish(sweep: Sweep) -> bool:
     Finding.objects.bulk_create([Finding(sweep=sweep, **f) for f in found])
     Sweep.objects.filter(pk=sweep.pk).update(verdict=verdict)
     sweep.status, sweep.verdict, sweep.finished = "finished", verdict, now
+    from cluster_health.reports import store_matrix
+
+    store_matrix(sweep)
     broadcast.sweep_update(sweep)
     log.info("sweep %s finished: %s (%d findings)", sweep.pk, verdict, len(found))
     return True

@@ -11,10 +11,10 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.cache import cache
+from django.core.serializers.json import DjangoJSONEncoder
 from django.core.paginator import Paginator
 from django.db.models import Q
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -27,18 +27,8 @@ from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
 
 
 def sweep_matrix(sweep: Sweep) -> dict:
-    """The matrix payload of a sweep; cached once the sweep is closed, since it no longer changes."""
-    key = f"cluster_health:matrix:{sweep.pk}:{sweep.created.timestamp()}:{sweep.status}"
-    if not sweep.is_open:
-        cached = cache.get(key)
-        if cached is not None:
-            return cached
-    pairs = reports.pair_dicts(sweep)
-    nodes = sweep.nodes or {p[k] for p in pairs for k in ("a", "b")}
-    payload = matrix.build_matrix(nodes, pairs)
-    if not sweep.is_open:
-        cache.set(key, payload, 3600)
-    return payload
+    """The matrix payload of a sweep (stored once the sweep is closed, since it no longer changes)."""
+    return json.loads(reports.matrix_text(sweep))
 
 
 def sweep_summary(sweep: Sweep) -> dict:
@@ -56,7 +46,9 @@ def sweep_summary(sweep: Sweep) -> dict:
 def sweep_state(request, sweep_id: int):
     """Everything a sweep page draws, in one response: summary, progress, findings, matrix."""
     sweep = get_object_or_404(Sweep, pk=sweep_id)
-    return JsonResponse({**sweep_summary(sweep), "matrix": sweep_matrix(sweep)})
+    # The matrix is already JSON text (megabytes at 1,024 nodes): splice it in, never re-encode it.
+    summary = json.dumps(sweep_summary(sweep), cls=DjangoJSONEncoder)
+    return HttpResponse(f'{summary[:-1]}, "matrix": {reports.matrix_text(sweep)}}}', content_type="application/json")
 
 
 def _latest_sweep():

@@ -5,6 +5,7 @@ import json
 import pytest
 from django.contrib.auth.models import Group, User
 
+from cluster_health.matrix import decode
 from cluster_health.models import ApiToken, Sweep
 from tests.sweep_driver import Driver, heartbeat
 
@@ -92,9 +93,10 @@ def test_it_serves_matrix_history_csv_and_cancel(client, operator_token, driver)
     sweep = driver.sweep(kind="connectivity")
     driver.answer_all()
     matrix = client.get(f"/api/sweeps/{sweep.pk}/matrix", **bearer(operator_token)).json()
-    assert matrix["nodes"] == ["n0", "n1", "n2"]
-    assert len(matrix["a"]) == len(matrix["status"]) == len(matrix["busbw_gbps"]) == 3
-    assert {matrix["status_codes"][c] for c in matrix["status"]} == {"ok"}
+    assert matrix["nodes"] == ["n0", "n1", "n2"] and matrix["sweep"] == sweep.pk
+    status, busbw = decode(matrix["status"], "B"), decode(matrix["busbw_gbps"], "f")
+    assert len(status) == len(busbw) == 3
+    assert {matrix["status_codes"][c] for c in status} == {"ok"}
     detail = client.get(f"/api/sweeps/{sweep.pk}", **bearer(operator_token)).json()
     assert detail["verdict"] == "pass" and len(detail["pairs"]) == 3
     history = client.get("/api/pairs/n1/n0/history", **bearer(operator_token)).json()["history"]
