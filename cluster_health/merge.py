@@ -57,9 +57,9 @@ def close_unanswered(half_a: dict | None, half_b: dict | None, names: tuple[str,
                      offline: tuple[bool, bool], deadline_s: float | None = None) -> dict:
     """The pair's result when its deadline passed with a half (or both) missing.
 
-    Never ``ok``: a silent side whose heartbeats stopped makes the pair ``offline``
-    (reason ``agent_offline``), otherwise ``timeout``, keeping the stage and reason of
-    a half that did report a failure.
+    Never ``ok``: a half that did report a failure makes the pair ``timeout`` with its
+    stage and reason (the silent side named in the hint); otherwise a silent side whose
+    heartbeats stopped makes it ``offline`` (reason ``agent_offline``), else ``timeout``.
     """
     halves = (half_a, half_b)
     silent = [n for n, h in zip(names, halves) if h is None]
@@ -69,13 +69,18 @@ def close_unanswered(half_a: dict | None, half_b: dict | None, names: tuple[str,
     out = {"latency_us_p50": None, "latency_us_p99": None, "algbw_gbps": None, "busbw_gbps": None,
            "sizes": (arrived or {}).get("sizes") or [], "duration_s": (arrived or {}).get("duration_s"),
            "stage": (arrived or {}).get("stage")}
-    if gone:
+    if failed:
+        # The probe ran and the side that reported saw it fail: that is the pair's result,
+        # also when the silent side's agent died mid-probe (its node is blamed by the findings).
+        hint = failed.get("hint") or f"{' and '.join(silent)} sent no result before the deadline"
+        if gone:
+            out["offline_nodes"] = gone
+            hint += f"; {' and '.join(gone)} then stopped sending heartbeats (agent gone)"
+        out.update(status="timeout", reason=failed.get("reason"), hint=hint)
+    elif gone:
         out.update(status="offline", reason="agent_offline", offline_nodes=gone,
                    hint=f"{' and '.join(gone)} stopped sending heartbeats; is the agent running "
                         "and can it reach the broker?")
-    elif failed:
-        out.update(status="timeout", reason=failed.get("reason"), hint=failed.get("hint")
-                   or f"{' and '.join(silent)} sent no result before the deadline")
     else:
         within = f" within {deadline_s:.0f}s" if deadline_s else ""
         out.update(status="timeout", reason="probe_crashed",

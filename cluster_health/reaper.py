@@ -1,7 +1,8 @@
 """The reaper: turns silence into results so that no sweep ever stalls.
 
 Run by beat every REAPER_INTERVAL_S, and callable inline (tests, ``sweep --wait``).
-Open probes with a node whose heartbeats stopped become ``offline``; open probes
+Open probes with a node whose heartbeats stopped become ``offline`` once the peer's
+half is in (or the peer is silent too); open probes
 past their deadline become ``timeout`` (keeping what the half that did arrive
 said). Then sweeps whose current round is complete are advanced, which repairs
 an advance lost with a worker. Every close is a conditional UPDATE, so the
@@ -28,9 +29,13 @@ def reap(now=None) -> dict:
     silent = Q(last_heartbeat__lt=cutoff) | Q(last_heartbeat__isnull=True)
     offline_ids = set(Node.objects.filter(silent).values_list("pk", flat=True))
     counts = {"timeout": 0, "offline": 0, "groups": 0, "advanced": 0, "started": 0}
+    # A node gone mid-probe closes its pair early only once the peer has spoken (or is gone too):
+    # the live peer's half, due by its deadline, says where the probe broke.
+    peer_a_done = Q(half_a__isnull=False) | Q(node_a_id__in=offline_ids)
+    peer_b_done = Q(half_b__isnull=False) | Q(node_b_id__in=offline_ids)
     due = PairProbe.objects.filter(status="running").filter(
-        Q(deadline__lt=now) | Q(node_a_id__in=offline_ids, half_a__isnull=True)
-        | Q(node_b_id__in=offline_ids, half_b__isnull=True)
+        Q(deadline__lt=now) | Q(node_a_id__in=offline_ids, half_a__isnull=True) & peer_b_done
+        | Q(node_b_id__in=offline_ids, half_b__isnull=True) & peer_a_done
     ).select_related("sweep", "node_a", "node_b")
     touched = set()
     for probe in due:

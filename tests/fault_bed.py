@@ -29,9 +29,21 @@ def start_agents(bed, stack, names=None, by_name: bool = False) -> None:
                             address=host.name if by_name else host.address)
 
 
-def restart_agent(bed, stack, name: str, address: str | None = None) -> None:
+def restart_agent(bed, stack, name: str, address: str | None = None, timeout: float = 60) -> None:
+    """Stop and start the host's agent; return once the new agent has heartbeated."""
+    from django.utils import timezone
+
+    from cluster_health.models import Node
+
     bed.stop_agent(name)
+    restarted = timezone.now()
     bed.start_agent(name, stack.redis.socket_url, env=stack.env, address=address or bed.host(name).address)
+    deadline = time.monotonic() + timeout
+    while not Node.objects.filter(name=name, last_heartbeat__gt=restarted).exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the restarted agent on {name} sent no heartbeat in {timeout}s:\n"
+                                 + bed.agent_log(name)[-3000:])
+        time.sleep(0.2)
 
 
 def wait_online(names, timeout: float = 60, address: dict | None = None) -> None:
