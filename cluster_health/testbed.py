@@ -116,6 +116,8 @@ class TestBed:
             for i in range(hosts)
         ]
         self.second_interface = second_interface
+        self.broker_url: str | None = None  # what restart_detached_agent starts agents with
+        self.agent_env: dict = {}
         self._built = False
 
     # building and tearing down
@@ -274,6 +276,18 @@ class TestBed:
         host.extra_hosts[peer] = address
         self.write_hosts_file(host)
 
+    def clear_misresolve(self, on: str, peer: str) -> None:
+        host = self.host(on)
+        host.extra_hosts.pop(peer, None)
+        self.write_hosts_file(host)
+
+    def restart_detached_agent(self, name: str) -> None:
+        """Restart a host's agent from a separate command (`scripts/testbed`; no handle to the old one)."""
+        host = self.host(name)
+        _kill_namespace_pids(host.ns)
+        self.start_agent(name, self.broker_url, env=python_env(**self.agent_env), address=host.address)
+        host.agent = None  # detached: the namespace teardown stops it
+
     def interfaces(self, name: str) -> list[dict]:
         return json.loads(self._in(self.host(name).ns, "ip", "-j", "addr"))
 
@@ -304,3 +318,153 @@ class TestBed:
             return out["end"]["sum_received"]["bits_per_second"] / 1e6
         finally:
             stop_process(srv, timeout=3)
+
+
+# `scripts/testbed`: a running bed for people exploring, and faults injected into it by name.
+
+STATE_FILE = ROOT / "var" / "testbed" / "state.json"
+FAULTS = {
+    # name: (arguments, inject, clear)
+    "drop": ("SRC DST", lambda bed, a, b: bed.drop(a, b), lambda bed, a, b: bed.undrop(a, b)),
+    "firewall": ("A B", lambda bed, a, b: bed.firewall_between(a, b), lambda bed, a, b: bed.heal(a, b)),
+    "shape": ("HOST MBIT", lambda bed, h, mbit: bed.shape(h, float(mbit)), lambda bed, h, *_: bed.unshape(h)),
+    "loopback": ("HOST", lambda bed, h: (bed.resolve_to_loopback(h), bed.restart_detached_agent(h)),
+                 lambda bed, h: (bed.write_hosts_file(bed.host(h)), bed.restart_detached_agent(h))),
+    "misresolve": ("ON PEER ADDRESS", lambda bed, on, peer, addr: bed.misresolve(on, peer, addr),
+                   lambda bed, on, peer, *_: bed.clear_misresolve(on, peer)),
+    "stop-agent": ("HOST", lambda bed, h: _kill_namespace_pids(bed.host(h).ns),
+                   lambda bed, h: bed.restart_detached_agent(h)),
+}
+
+
+
+def save_state(bed: TestBed, broker_url: str, agent_env: dict, web_url: str) -> None:
+    STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
+    STATE_FILE.write_text(json.dumps({
+        "tag": bed.tag, "hosts": [h.name for h in bed.hosts], "second_interface": bed.second_interface,
+        "workdir": str(bed.workdir), "broker_url": broker_url, "agent_env": agent_env, "web_url": web_url,
+        "pid": os.getpid(), "addresses": {h.name: h.address for h in bed.hosts},
+    }, indent=2))
+
+
+def load_bed(state_file: Path = STATE_FILE) -> TestBed:
+    """The running bed described by the state file `scripts/testbed` wrote."""
+    if not state_file.exists():
+        raise SystemExit(f"no running test bed ({state_file} is missing): start one with scripts/testbed")
+    state = json.loads(state_file.read_text())
+    bed = TestBed(len(state["hosts"]), workdir=Path(state["workdir"]), tag=state["tag"], names=state["hosts"],
+                  second_interface=state["second_interface"])
+    bed.broker_url, bed.agent_env = state["broker_url"], state["agent_env"]
+    for host in bed.hosts:  # keep the misresolutions already injected
+        etc = NETNS_ETC / host.ns / "hosts"
+        if etc.exists():
+            for line in etc.read_text().splitlines():
+                addr, _, name = line.partition(" ")
+                if name in state["addresses"] and name != host.name and addr != state["addresses"][name]:
+                    host.extra_hosts[name] = addr
+    return bed
+
+
+def _up(opts) -> int:
+    import secrets
+
+    from cluster_health.devstack import Supervisor, beat_args, redis_args, server_worker_args, wait_for_port, web_args
+
+    reason = available()
+    if reason:
+        print(f"scripts/testbed: {reason}", file=sys.stderr)
+        return 1
+    cleanup_stale()
+    var = ROOT / "var" / "testbed"
+    var.mkdir(parents=True, exist_ok=True)
+    from cluster_health.devstack import free_port
+
+    redis_port = free_port()
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    socket_url = f"redis+socket://{var / 'redis.sock'}"
+    agent_env = {"CLUSTER_HEALTH_HEARTBEAT_S": "2"}
+    env = python_env(DJANGO_SETTINGS_MODULE="cluster_health.settings", REDIS_URL=redis_url,
+                     CLUSTER_HEALTH_BROKER_URL=redis_url, CLUSTER_HEALTH_VAR_DIR=str(var), **agent_env)
+    sup = Supervisor(var / "logs", env)
+    bed = TestBed(opts.hosts, workdir=var / "bed", tag="demo", second_interface=opts.second_interface)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        proc = sup.start("redis", redis_args(redis_port, var, var / "redis.sock"))
+        wait_for_port("127.0.0.1", redis_port, 10, proc)
+        for args in (["migrate", "--noinput"], ["bootstrap_user", "--username", "admin", "--password",
+                                                 password := secrets.token_urlsafe(12), "--operator", "--superuser"]):
+            out = subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, cwd=ROOT,
+                                 capture_output=True, text=True, timeout=300)
+            if out.returncode != 0:
+                raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
+        web = sup.start("web", web_args("127.0.0.1", opts.port))
+        sup.start("worker", server_worker_args("server@testbed"))
+        sup.start("beat", beat_args(var))
+        bed.build()
+        bed.broker_url, bed.agent_env = socket_url, agent_env
+        for host in bed.hosts:
+            bed.start_agent(host.name, socket_url, env=python_env(**agent_env), address=host.address)
+        wait_for_port("127.0.0.1", opts.port, 60, web)
+        url = f"http://127.0.0.1:{opts.port}/"
+        save_state(bed, socket_url, agent_env, url)
+        print(f"\n  test bed up: {opts.hosts} hosts ({', '.join(h.name + '=' + h.address for h in bed.hosts)})\n"
+              f"  open     {url}  (admin / {password})\n"
+              f"  faults   python -m cluster_health.testbed fault drop host1 host2   (clear: ... clear drop host1 host2)\n"
+              f"  sweep    DJANGO_SETTINGS_MODULE=cluster_health.settings CLUSTER_HEALTH_VAR_DIR={var} "
+              f"REDIS_URL={redis_url} python manage.py sweep --kind connectivity --wait\n"
+              "  Ctrl-C tears everything down.\n", flush=True)
+        for _ in iter(int, 1):  # until Ctrl-C or SIGTERM; a server process dying ends it too
+            time.sleep(1)
+            dead = [name for name in list(sup.procs) if not sup.alive(name)]
+            if dead:
+                raise RuntimeError(f"{dead[0]} exited:\n{sup.log(dead[0])[-2000:]}")
+    except KeyboardInterrupt:
+        return 0
+    except (RuntimeError, TestBedUnavailable, subprocess.TimeoutExpired, TimeoutError) as exc:
+        print(f"scripts/testbed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        bed.close()
+        sup.stop_all()
+        STATE_FILE.unlink(missing_ok=True)
+        print("test bed torn down", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m cluster_health.testbed",
+                                     description="A multi-host test bed in network namespaces, and its faults.")
+    sub = parser.add_subparsers(dest="action", required=True)
+    up = sub.add_parser("up", help="build the bed with agents and the server side; Ctrl-C tears it down")
+    up.add_argument("--hosts", type=int, default=6)
+    up.add_argument("--port", type=int, default=8000, help="web port on 127.0.0.1")
+    up.add_argument("--second-interface", action="store_true", help="give every host a second NIC on a dead network")
+    for action in ("fault", "clear"):
+        p = sub.add_parser(action, help=f"{'inject' if action == 'fault' else 'clear'} a fault in the running bed")
+        p.add_argument("fault", choices=sorted(FAULTS), help="; ".join(f"{k} {v[0]}" for k, v in FAULTS.items()))
+        p.add_argument("args", nargs="*")
+    sub.add_parser("status", help="print the running bed's state file")
+    sub.add_parser("cleanup", help="remove namespaces left by an interrupted run")
+    opts = parser.parse_args(argv)
+    if opts.action == "up":
+        return _up(opts)
+    if opts.action == "cleanup":
+        print("removed:", " ".join(cleanup_stale()) or "nothing")
+        return 0
+    if opts.action == "status":
+        print(load_bed() and STATE_FILE.read_text())
+        return 0
+    usage, inject, clear = FAULTS[opts.fault]
+    if len(opts.args) < len(usage.split()) - (1 if opts.action == "clear" and opts.fault in ("shape", "misresolve")
+                                               else 0):
+        parser.error(f"{opts.action} {opts.fault} {usage}")
+    bed = load_bed()
+    (inject if opts.action == "fault" else clear)(bed, *opts.args)
+    print(f"{opts.action} {opts.fault} {' '.join(opts.args)}: done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
