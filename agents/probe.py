@@ -503,7 +503,12 @@ class Probe:
             if "timed out" in low or "timeout" in low:
                 raise StageFailure("collective_timeout", self.timeout_hint(self.stage, self.stage_limit),
                                    detail=line, status="timeout")
-            peer_gone = any(w in low for w in ("connection reset", "connection closed", "broken pipe", "eof"))
+            # Gloo's TCP transport words a dead peer several ways, depending on which side of
+            # the socket noticed first (read, write, or the pair's own state machine).
+            peer_gone = any(w in low for w in (
+                "connection reset", "connection closed", "closed by peer", "broken pipe", "eof",
+                "read error", "write error", "socket closed", "transport/tcp", "connection refused",
+                "no route to host"))
             if peer_gone:
                 raise StageFailure("transport", f"{self.name} lost the connection to {self.others_label()} "
                                    "mid-collective: the peer process died or the link dropped", detail=line)

@@ -242,3 +242,17 @@ def make_module_testbed(tmp_path_factory):
         yield make
     finally:
         _close_beds(made)
+
+
+@pytest.fixture
+def memory_channel_layer(settings):
+    """An in-memory channel layer, for tests that drive ingest in-process without a broker."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+@pytest.fixture
+def driver(django_capture_on_commit_callbacks):
+    """Plays the agents' side of sweeps in-process: records commands, answers them (tests/sweep_driver.py)."""
+    from tests.sweep_driver import Driver
+
+    return Driver(django_capture_on_commit_callbacks)

@@ -7,19 +7,9 @@ from django.contrib.auth.models import Group, User
 
 from cluster_health.matrix import decode
 from cluster_health.models import ApiToken, Sweep
-from tests.sweep_driver import Driver, heartbeat
+from tests.sweep_driver import heartbeat
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def memory_channel_layer(settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-
-
-@pytest.fixture
-def driver(django_capture_on_commit_callbacks):
-    return Driver(django_capture_on_commit_callbacks)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
 
 @pytest.fixture

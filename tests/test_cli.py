@@ -12,12 +12,7 @@ from cluster_health.management.commands.prune import prune
 from cluster_health.models import PairProbe, Sweep
 from tests.sweep_driver import Driver, heartbeat, result_for
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def memory_channel_layer(settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
 
 @pytest.fixture

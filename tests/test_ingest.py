@@ -4,19 +4,9 @@ import pytest
 
 from cluster_health import merge
 from cluster_health.models import PairProbe, RejectedMessage
-from tests.sweep_driver import Driver, heartbeat, result_for
+from tests.sweep_driver import heartbeat, result_for
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def memory_channel_layer(settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-
-
-@pytest.fixture
-def driver(django_capture_on_commit_callbacks):
-    return Driver(django_capture_on_commit_callbacks)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
 
 @pytest.fixture

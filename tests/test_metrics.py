@@ -4,12 +4,7 @@ import pytest
 
 from tests.sweep_driver import Driver, heartbeat, result_for
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def memory_channel_layer(settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
 
 def test_it_exports_the_latest_sweep(client, django_capture_on_commit_callbacks):

@@ -7,19 +7,9 @@ from django.utils import timezone
 
 from cluster_health import dispatch, reaper
 from cluster_health.models import Finding, Node, PairProbe, Sweep
-from tests.sweep_driver import Driver, heartbeat, result_for
+from tests.sweep_driver import heartbeat, result_for
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def memory_channel_layer(settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-
-
-@pytest.fixture
-def driver(django_capture_on_commit_callbacks):
-    return Driver(django_capture_on_commit_callbacks)
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
 
 def test_it_times_out_a_probe_past_its_deadline_keeping_the_half_that_arrived(driver):
