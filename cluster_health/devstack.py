@@ -98,8 +98,10 @@ def web_args(host: str, port: int) -> list[str]:
 
 
 def server_worker_args(node_name: str = "server@%h") -> list[str]:
+    # Prefork, not threads: with the thread pool, acks racing the consumer's close after a
+    # broker restart crashed the worker (kombu's channel lost its connection mid-close).
     return [sys.executable, "-m", "celery", "-A", "cluster_health", "worker", "-Q", "server",
-            "-n", node_name, "-P", "threads", "-c", "4", "--without-gossip", "--without-mingle",
+            "-n", node_name, "-P", "prefork", "-c", "2", "--without-gossip", "--without-mingle",
             "-l", "INFO"]
 
 
