@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -115,25 +116,53 @@ def agent_args(name: str, address: str, broker: str) -> list[str]:
 
 
 class Supervisor:
-    """Starts named processes and stops all of them, also on errors and signals."""
+    """Starts named processes and stops all of them, also on errors and signals.
+
+    Processes started with ``restart=True`` are started again by ``revive()`` when they
+    exit on their own, as a deployment's process manager would (compose's
+    ``restart: unless-stopped``, systemd's ``Restart=always``). The Celery worker needs
+    it: kombu can crash the worker while it closes a connection the broker dropped.
+    """
 
     def __init__(self, logdir: Path, env: dict):
         self.logdir = Path(logdir)
         self.env = env
         self.procs: dict[str, subprocess.Popen] = {}
+        self.specs: dict[str, tuple[list[str], dict | None, bool]] = {}
+        self.restarts: dict[str, int] = {}
+        self.lock = threading.Lock()
 
-    def start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
-        old = self.procs.get(name)
-        if old is not None and old.poll() is None:
-            raise RuntimeError(f"{name} is already running")
-        proc = spawn(args, self.logdir / f"{name}.log", env=env or self.env)
-        self.procs[name] = proc
-        return proc
+    def start(self, name: str, args: list[str], env: dict | None = None, restart: bool = False) -> subprocess.Popen:
+        with self.lock:
+            old = self.procs.get(name)
+            if old is not None and old.poll() is None:
+                raise RuntimeError(f"{name} is already running")
+            proc = spawn(args, self.logdir / f"{name}.log", env=env or self.env)
+            self.procs[name] = proc
+            self.specs[name] = (args, env, restart)
+            return proc
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-        proc = self.procs.pop(name, None)
+        with self.lock:
+            proc = self.procs.pop(name, None)
+            self.specs.pop(name, None)
         if proc is not None:
             stop_process(proc, timeout=timeout, sig=sig)
+
+    def revive(self) -> list[str]:
+        """Start again every restartable process that exited on its own; return their names."""
+        revived = []
+        with self.lock:
+            for name, proc in list(self.procs.items()):
+                args, env, restart = self.specs[name]
+                if restart and proc.poll() is not None:
+                    stop_process(proc, timeout=1)  # its children, if any, go with it
+                    with open(self.logdir / f"{name}.log", "ab") as log:
+                        log.write(f"\n--- exited with {proc.returncode}; restarted by the supervisor ---\n".encode())
+                    self.procs[name] = spawn(args, self.logdir / f"{name}.log", env=env or self.env)
+                    self.restarts[name] = self.restarts.get(name, 0) + 1
+                    revived.append(name)
+        return revived
 
     def alive(self, name: str) -> bool:
         proc = self.procs.get(name)
@@ -231,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
         if out.returncode != 0:
             print(out.stdout + out.stderr, file=sys.stderr)
             raise RuntimeError("could not create the login")
-        proc = sup.start("web", web_args(opts.host, opts.port))
-        sup.start("worker", server_worker_args("server@local"))
-        sup.start("beat", beat_args(rundir))
+        proc = sup.start("web", web_args(opts.host, opts.port), restart=True)
+        sup.start("worker", server_worker_args("server@local"), restart=True)
+        sup.start("beat", beat_args(rundir), restart=True)
         names = [f"node{i + 1:02d}" for i in range(opts.agents)]
         for name in names:
             sup.start(f"agent-{name}", agent_args(name, "127.0.0.1", redis_url))
@@ -266,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         while True:
             time.sleep(1)
+            for name in sup.revive():
+                say(f"{name} exited and was restarted (log: {rundir / 'logs' / (name + '.log')})")
             for name in list(sup.procs):
                 if not sup.alive(name):
                     say(f"{name} exited unexpectedly; last lines of its log:\n{sup.log(name)[-2000:]}")

@@ -25,7 +25,12 @@ Sender = Callable[[str, str, dict, float | None], None]
 def _celery_send(task: str, queue: str, kwargs: dict, expires_s: float | None) -> None:
     from cluster_health.celery import app
 
-    app.send_task(task, kwargs=kwargs, queue=queue, expires=expires_s)
+    with app.producer_or_acquire() as producer:
+        # Redis keeps queue bindings in memory only: after a broker restart, a command sent
+        # before its agent re-declared its queue would be routed nowhere and lost. Declaring
+        # the queue on every send (idempotent) keeps the command waiting in it instead.
+        app.amqp.queues[queue](producer.channel).declare()
+        app.send_task(task, kwargs=kwargs, queue=queue, expires=expires_s, producer=producer)
 
 
 _sender: Sender = _celery_send

@@ -397,9 +397,9 @@ def _up(opts) -> int:
                                  capture_output=True, text=True, timeout=300)
             if out.returncode != 0:
                 raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
-        web = sup.start("web", web_args("127.0.0.1", opts.port))
-        sup.start("worker", server_worker_args("server@testbed"))
-        sup.start("beat", beat_args(var))
+        web = sup.start("web", web_args("127.0.0.1", opts.port), restart=True)
+        sup.start("worker", server_worker_args("server@testbed"), restart=True)
+        sup.start("beat", beat_args(var), restart=True)
         bed.build()
         bed.broker_url, bed.agent_env = socket_url, agent_env
         for host in bed.hosts:
@@ -415,6 +415,8 @@ def _up(opts) -> int:
               "  Ctrl-C tears everything down.\n", flush=True)
         for _ in iter(int, 1):  # until Ctrl-C or SIGTERM; a server process dying ends it too
             time.sleep(1)
+            for name in sup.revive():
+                print(f"{name} exited and was restarted", flush=True)
             dead = [name for name in list(sup.procs) if not sup.alive(name)]
             if dead:
                 raise RuntimeError(f"{dead[0]} exited:\n{sup.log(dead[0])[-2000:]}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -105,14 +106,24 @@ class Stack:
 
     # server side
     def start_server_worker(self) -> None:
-        self.sup.start("worker", services.server_worker_args("server@test"))
+        self.sup.start("worker", services.server_worker_args("server@test"), restart=True)
 
     def restart_server_worker(self) -> None:
         self.sup.stop("worker")
         self.start_server_worker()
 
     def start_beat(self) -> None:
-        self.sup.start("beat", services.beat_args(self.workdir))
+        self.sup.start("beat", services.beat_args(self.workdir), restart=True)
+
+    def watch(self) -> None:
+        """Restart server processes that exit on their own, as a deployment's process manager does."""
+        self._watching = threading.Event()
+
+        def loop():
+            while not self._watching.wait(0.5):
+                self.sup.revive()
+
+        threading.Thread(target=loop, name="stack-supervisor", daemon=True).start()
 
     def start_web(self) -> str:
         if self.web_url and self.sup.alive("web"):
@@ -148,6 +159,8 @@ class Stack:
         return self.sup.log(name)
 
     def stop(self) -> None:
+        if getattr(self, "_watching", None) is not None:
+            self._watching.set()
         self.sup.stop_all()
 
 
@@ -178,6 +191,7 @@ def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
     try:
         st.start_server_worker()
         st.start_beat()
+        st.watch()
         yield st
     finally:
         st.stop()
