@@ -204,7 +204,7 @@ class TestBed:
     def exec_args(self, host: Host, args: list[str]) -> list[str]:
         """Run `args` inside the host: its network namespace, hosts file and own hostname."""
         return ["ip", "netns", "exec", host.ns, "unshare", "--uts", "sh", "-c",
-                f'hostname "$0"; exec "$@"', host.name, *args]
+                'hostname "$0"; exec "$@"', host.name, *args]
 
     def run(self, name: str, *args: str, check: bool = True, timeout: float = 30.0) -> str:
         return sh(*self.exec_args(self.host(name), list(args)), check=check, timeout=timeout)
