@@ -13,21 +13,42 @@ from __future__ import annotations
 
 import logging
 
+import redis
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from agents import contract
 from cluster_health import ingest, merge, sweeps
 from cluster_health.models import GroupProbe, Node, PairProbe
 
 log = logging.getLogger(__name__)
 
 
-def reap(now=None) -> dict:
-    """Close what is overdue or offline and advance sweeps; returns counts of what it did."""
+def server_backlog() -> int | None:
+    """Messages waiting on the server queue, or None when the broker cannot be asked."""
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        return client.llen(contract.SERVER_QUEUE)
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
+def reap(now=None, judge_silence: bool | None = None) -> dict:
+    """Close what is overdue or offline and advance sweeps; returns counts of what it did.
+
+    A node is only judged silent while the server queue is drained: heartbeats waiting
+    there (a server worker that was down, a broker backlog) are not silence, and reading
+    them as such would close healthy pairs `offline`. Deadlines apply regardless.
+    """
     now = now or timezone.now()
+    if judge_silence is None:
+        judge_silence = server_backlog() == 0
     cutoff = Node.online_cutoff(now)
     silent = Q(last_heartbeat__lt=cutoff) | Q(last_heartbeat__isnull=True)
-    offline_ids = set(Node.objects.filter(silent).values_list("pk", flat=True))
+    offline_ids = set(Node.objects.filter(silent).values_list("pk", flat=True)) if judge_silence else set()
     counts = {"timeout": 0, "offline": 0, "groups": 0, "advanced": 0, "started": 0}
     # A node gone mid-probe closes its pair early only once the peer has spoken (or is gone too):
     # the live peer's half, due by its deadline, says where the probe broke.

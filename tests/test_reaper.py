@@ -80,3 +80,29 @@ def test_it_closes_a_round_immediately_when_a_node_is_already_offline(driver):
     sweep.refresh_from_db()
     assert sweep.status == "finished" and sweep.verdict == "fail"
     assert reaper.reap()["offline"] == 0
+
+
+def test_it_does_not_read_waiting_heartbeats_as_silence(driver, settings):
+    import redis
+
+    from agents import contract
+
+    for n in ("n0", "n1"):
+        heartbeat(n)
+    sweep = driver.sweep(kind="connectivity")
+    for c in driver.take():
+        if c["node"] == "n0":
+            driver.ingest(result_for(c))
+    Node.objects.filter(name="n1").update(last_heartbeat=timezone.now() - timedelta(minutes=5))
+    inbox = redis.Redis.from_url(settings.REDIS_URL)
+    # The server worker was down: the agents' messages wait in its queue, unread.
+    inbox.lpush(contract.SERVER_QUEUE, b"{}")
+    try:
+        assert reaper.server_backlog() == 1
+        driver.reap()
+        assert PairProbe.objects.get(sweep=sweep).status == "running"
+    finally:
+        inbox.delete(contract.SERVER_QUEUE)
+    driver.reap()
+    probe = PairProbe.objects.get(sweep=sweep)
+    assert (probe.status, probe.reason) == ("offline", "agent_offline")
