@@ -132,20 +132,14 @@ def consistency_findings(facts_by_node: dict[str, dict], addresses: dict[str, st
     addresses = addresses or {}
     out = []
     if len(facts_by_node) >= 2:
-        version_keys = sorted({k for f in facts_by_node.values() for k in _versions(f)})
-        for key in version_keys:
-            values = {n: _versions(f).get(key, "(unknown)") for n, f in facts_by_node.items()}
-            if len(set(values.values())) > 1:
-                odd, summary = _odd_ones_out(values)
-                out.append(finding("warn", "version_mismatch", ", ".join(odd[:8]) or "cluster",
-                                   f"{key} differs across nodes: {summary}"))
-        env_keys = sorted({k for f in facts_by_node.values() for k in _launch_env(f)})
-        for key in env_keys:
-            values = {n: _launch_env(f).get(key, "(unset)") for n, f in facts_by_node.items()}
-            if len(set(values.values())) > 1:
-                odd, summary = _odd_ones_out(values)
-                out.append(finding("warn", "launch_env_mismatch", ", ".join(odd[:8]) or "cluster",
-                                   f"{key} differs across nodes: {summary}"))
+        for read, code, missing in ((_versions, "version_mismatch", "(unknown)"),
+                                    (_launch_env, "launch_env_mismatch", "(unset)")):
+            for key in sorted({k for f in facts_by_node.values() for k in read(f)}):
+                values = {n: read(f).get(key, missing) for n, f in facts_by_node.items()}
+                if len(set(values.values())) > 1:
+                    odd, summary = _odd_ones_out(values)
+                    out.append(finding("warn", code, ", ".join(odd[:8]) or "cluster",
+                                       f"{key} differs across nodes: {summary}"))
     for node, facts in sorted(facts_by_node.items()):
         host, addrs = _hostname_addresses(facts)
         if str(addresses.get(node, "")).startswith(LOOPBACK_PREFIXES + ("localhost",)):
