@@ -28,16 +28,18 @@ from agents.runner import run_probe  # noqa: E402
 SIZE = 64 * 2**20
 
 
-def bare_rank(rank: int, port: int, iterations: int, warmup: int) -> None:
+def bare_rank(rank: int, port: int, iterations: int, warmup: int, address: str = "127.0.0.1",
+              ifname: str = "lo", size: int = SIZE) -> None:
+    """One rank of the bare loop; address, ifname and size let the namespace benchmarks use it between hosts."""
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
     import torch
     import torch.distributed as dist
 
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    buf = torch.zeros(SIZE // 4, dtype=torch.float32)
+    os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=2)
+    buf = torch.zeros(size // 4, dtype=torch.float32)
     for _ in range(warmup):
         dist.all_reduce(buf)
     began = time.perf_counter()
@@ -45,7 +47,7 @@ def bare_rank(rank: int, port: int, iterations: int, warmup: int) -> None:
         dist.all_reduce(buf)
     per_iter = (time.perf_counter() - began) / iterations
     if rank == 0:
-        algbw = SIZE / per_iter / 1e9
+        algbw = size / per_iter / 1e9
         print(json.dumps({"time_us": per_iter * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * contract.busbw_factor(2)}))
     dist.destroy_process_group()
 
@@ -97,9 +99,13 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--bare-rank", type=int)
     parser.add_argument("--port", type=int)
+    parser.add_argument("--address", default="127.0.0.1")
+    parser.add_argument("--ifname", default="lo")
+    parser.add_argument("--size", type=int, default=SIZE)
     args = parser.parse_args()
     if args.bare_rank is not None:
-        return bare_rank(args.bare_rank, args.port, args.iterations, args.warmup)
+        return bare_rank(args.bare_rank, args.port, args.iterations, args.warmup, args.address, args.ifname,
+                         args.size)
 
     bare, probe, timings = [], [], []
     for _ in range(args.runs):
