@@ -72,10 +72,12 @@ def ingest_result(payload) -> str:
 def ingest_results(payloads: list) -> list[str]:
     """Apply many halves (from any probes and sweeps); returns one outcome per payload, in order.
 
-    Pair halves are applied BATCH at a time in one transaction: one conditional UPDATE
-    per half (only while the probe is open and that half is empty, so a duplicate in
-    the same batch or a later one changes nothing), then every pair whose two halves
-    are now in is merged and closed. Browsers get one update per sweep and batch, and
+    Pair halves are applied BATCH at a time in one transaction, each write conditional
+    (only while the probe is open and that half is empty, so a duplicate in the same
+    batch or a later one changes nothing): a pair with both halves in the batch is
+    merged and written closed in one statement for all such pairs; any other half is
+    claimed on its own and closes its pair when the other half is already stored (the
+    claim returns it, so nothing is read twice). Browsers get one update per sweep and batch, and
     each touched sweep is advanced once, after the commit. If a batch fails, its
     halves are applied one at a time so that a poisoned message rejects only itself.
     """
@@ -87,7 +89,7 @@ def ingest_results(payloads: list) -> list[str]:
         except contract.ContractError as exc:
             outcomes[i] = reject(contract.TASK_RESULT, payload, str(exc))
             continue
-        if result["kind"] == "pair":
+        if result["kind"] in ("pair", "discover"):  # a discover sweep's probes are pair probes
             pairs.append((i, result))
         else:
             outcomes[i] = _guarded(_ingest_group, result, payload)
@@ -122,50 +124,62 @@ def _guarded(fn, result: dict, payload) -> str:
         return _ingest_error(result, payload)
 
 
-_PROBE_FIELDS = ("id", "sweep_id", "round", "node_a__name", "node_b__name", "status", "sweep__baseline_id")
+_PROBE_FIELDS = ("id", "sweep_id", "round", "node_a__name", "node_b__name", "status", "sweep__baseline_id",
+                 "started")
+_OPEN = "t.status IN (%s, %s)"
+_HALF = {0: "half_a", 1: "half_b"}
 
 
 def _ingest_pairs(batch: list[tuple[dict, object]]) -> list[str]:
     outcomes: list[str | None] = []
-    claims: dict[str, dict[int, int]] = {"half_a": {}, "half_b": {}}  # field -> probe id -> batch index
+    claims: dict[int, dict[int, int]] = {0: {}, 1: {}}  # rank -> probe id -> batch index
     with transaction.atomic():
         probes = {row[0]: row for row in PairProbe.objects.filter(
             pk__in={result["probe_id"] for result, _ in batch}).values_list(*_PROBE_FIELDS)}
         for index, (result, payload) in enumerate(batch):
             refused = _refuse_half(result, payload, probes.get(result["probe_id"]))
-            field = "half_a" if result["rank"] == 0 else "half_b"
-            if refused is None and result["probe_id"] in claims[field]:
+            if refused is None and result["probe_id"] in claims[result["rank"]]:
                 refused = DUPLICATE  # the same half twice in one batch: the first one counts
             if refused is None:
-                claims[field][result["probe_id"]] = index
+                claims[result["rank"]][result["probe_id"]] = index
             outcomes.append(refused)
-        applied: dict[int, int] = {}  # probe id -> batch index of the half stored last
-        for field, wanted in claims.items():
-            stored = bulk.conditional_update(
-                PairProbe, {pk: {field: batch[index][0]} for pk, index in wanted.items()},
-                where=f"t.status IN (%s, %s) AND t.{field} IS NULL", where_params=OPEN_PAIR_STATUSES)
-            for pk, index in wanted.items():
-                outcomes[index] = APPLIED if pk in stored else DUPLICATE
-                if pk in stored:
-                    applied[pk] = max(applied.get(pk, -1), index)
-        complete = PairProbe.objects.filter(
-            pk__in=applied, status__in=OPEN_PAIR_STATUSES, half_a__isnull=False, half_b__isnull=False,
-        ).values_list("id", "half_a", "half_b", "started")
-        merged = {pk: (merge.merge_halves(half_a, half_b), started) for pk, half_a, half_b, started in complete}
-        expected = _expected_busbw([(probes[pk], m) for pk, (m, _) in merged.items()])
         now = timezone.now()
-        final = {}
-        for pk, (result, started) in merged.items():
-            _pk, _sweep, _round, a, b, _status, baseline_id = probes[pk]
-            _degrade_below_baseline(result, expected.get((baseline_id, *pair_key(a, b))))
-            final[pk] = _final_fields(result, started, now)
-            del final[pk]["finished"]
-        closed_ids = bulk.conditional_update(PairProbe, final, where="t.status IN (%s, %s)",
-                                             where_params=OPEN_PAIR_STATUSES, constants={"finished": now})
+        # Both halves in this batch (the usual case: the two agents of a pair answer together):
+        # halves and merged result in one write, on rows that are open with both halves empty.
+        together = {pk: (claims[0][pk], claims[1][pk]) for pk in claims[0].keys() & claims[1].keys()}
+        final = _final_rows(probes, {pk: (batch[a][0], batch[b][0]) for pk, (a, b) in together.items()}, now)
+        closed_ids = set(bulk.update_returning(
+            PairProbe, {pk: {"half_a": batch[a][0], "half_b": batch[b][0], **final[pk]}
+                        for pk, (a, b) in together.items()},
+            where=f"{_OPEN} AND t.half_a IS NULL AND t.half_b IS NULL", where_params=OPEN_PAIR_STATUSES,
+            constants={"finished": now}))
+        for pk in closed_ids:
+            a, b = together[pk]
+            outcomes[min(a, b)], outcomes[max(a, b)] = APPLIED, FINAL
+        # Every other half is claimed on its own; a pair whose other half is already stored closes.
+        complete: dict[int, tuple[dict, dict]] = {}
+        last: dict[int, int] = {}  # probe id -> batch index of the half that completed it
+        for rank, wanted in claims.items():
+            field, other = _HALF[rank], _HALF[1 - rank]
+            stored = bulk.update_returning(
+                PairProbe, {pk: {field: batch[index][0]} for pk, index in wanted.items() if pk not in closed_ids},
+                where=f"{_OPEN} AND t.{field} IS NULL", where_params=OPEN_PAIR_STATUSES, returning=(other,))
+            for pk, index in wanted.items():
+                if pk in closed_ids:
+                    continue
+                outcomes[index] = APPLIED if pk in stored else DUPLICATE
+                if pk in stored and stored[pk][0] is not None:
+                    mine = batch[index][0]
+                    complete[pk] = (mine, stored[pk][0]) if rank == 0 else (stored[pk][0], mine)
+                    last[pk] = index
+        final.update(_final_rows(probes, complete, now))
+        for pk in bulk.conditional_update(PairProbe, {pk: final[pk] for pk in complete}, where=_OPEN,
+                                          where_params=OPEN_PAIR_STATUSES, constants={"finished": now}):
+            outcomes[last[pk]] = FINAL
+            closed_ids.add(pk)
         closed: dict[int, list[dict]] = {}
         for pk in closed_ids:
-            _pk, sweep_id, rnd, a, b, _status, _baseline = probes[pk]
-            outcomes[applied[pk]] = FINAL
+            _pk, sweep_id, rnd, a, b, *_rest = probes[pk]
             closed.setdefault(sweep_id, []).append(_closed_pair_dict(pk, rnd, a, b, final[pk]))
         for sweep_id, pair_dicts in closed.items():
             broadcast.sweep_update(Sweep(pk=sweep_id), pair_dicts, round_only=True)
@@ -174,11 +188,24 @@ def _ingest_pairs(batch: list[tuple[dict, object]]) -> list[str]:
     return outcomes
 
 
+def _final_rows(probes: dict[int, tuple], halves: dict[int, tuple[dict, dict]], now) -> dict[int, dict]:
+    """The final fields (all but ``finished``) of each pair from its two halves, judged against its baseline."""
+    merged = {pk: merge.merge_halves(half_a, half_b) for pk, (half_a, half_b) in halves.items()}
+    expected = _expected_busbw([(probes[pk], m) for pk, m in merged.items()])
+    out = {}
+    for pk, result in merged.items():
+        _pk, _sweep, _round, a, b, _status, baseline_id, started = probes[pk]
+        _degrade_below_baseline(result, expected.get((baseline_id, *pair_key(a, b))))
+        out[pk] = _final_fields(result, started, now)
+        del out[pk]["finished"]
+    return out
+
+
 def _refuse_half(result: dict, payload, probe: tuple | None) -> str | None:
     """Why a half cannot be stored (rejected, late), or None if it may be claimed."""
     if probe is None:
         return reject(contract.TASK_RESULT, payload, f"probe_id: no pair probe {result['probe_id']}")
-    pk, sweep_id, _round, a, b, status, _baseline = probe
+    pk, sweep_id, _round, a, b, status, *_rest = probe
     if result["sweep_id"] is not None and result["sweep_id"] != sweep_id:
         return reject(contract.TASK_RESULT, payload,
                       f"sweep_id: probe {pk} belongs to sweep {sweep_id}, not {result['sweep_id']}")
@@ -198,7 +225,7 @@ def _refuse_half(result: dict, payload, probe: tuple | None) -> str | None:
 def _expected_busbw(closing: list[tuple[tuple, dict]]) -> dict[tuple[int, str, str], float]:
     """Baseline busbw for the pairs about to close ok, in one query per baseline."""
     wanted: dict[int, set[tuple[str, str]]] = {}
-    for (_pk, _sweep, _round, a, b, _status, baseline_id), merged in closing:
+    for (_pk, _sweep, _round, a, b, _status, baseline_id, *_rest), merged in closing:
         if baseline_id and merged["status"] == "ok" and merged.get("busbw_gbps") is not None:
             wanted.setdefault(baseline_id, set()).add(pair_key(a, b))
     out = {}
