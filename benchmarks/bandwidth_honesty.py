@@ -31,20 +31,18 @@ Targets: busbw within 10% of iperf3, and within 5% of the bare loop.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import probe_loopback  # noqa: E402
-from benchmarks.bed import in_host, namespace_bed  # noqa: E402
+from benchmarks.bed import in_host, main_for, namespace_bed  # noqa: E402
 
 MBIT_PER_GBPS = 8000.0  # GB/s (10^9 bytes) -> Mbit/s
 CONDITIONS = (  # (name, tbf rate in Mbit/s or None, message size in bytes)
@@ -157,18 +155,6 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     return json.loads(lines[-1])["busbw_gbps"]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
-    opts = parser.parse_args()
-    started = time.monotonic()
-    figures = run(opts.runs, opts.iterations, opts.warmup)
-    figures["took_s"] = round(time.monotonic() - started, 1)
-    print(json.dumps(figures, indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_for(run, __doc__, {"--runs": {"type": int, "default": 3}, "--iterations": {"type": int, "default": 10},
+                                     "--warmup": {"type": int, "default": 2}}))

@@ -211,3 +211,19 @@ def in_host(bed: testbed.TestBed, name: str, args: list[str], **popen) -> subpro
     """A process inside the host (its namespace, hosts file and hostname), in its own session."""
     return subprocess.Popen(bed.exec_args(bed.host(name), args), env=devstack.python_env(), start_new_session=True,
                             **popen)
+
+
+def main_for(run, doc: str, options: dict[str, dict]) -> int:
+    """A benchmark module's command line: ``options`` maps each flag to argparse's keywords; the
+    parsed values go to ``run`` by name, and its figures are printed as JSON with the time taken."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    for flag, spec in options.items():
+        parser.add_argument(flag, **spec)
+    started = time.monotonic()
+    figures = run(**vars(parser.parse_args()))
+    figures["took_s"] = round(time.monotonic() - started, 1)
+    print(json.dumps(figures, indent=2))
+    return 0

@@ -32,8 +32,6 @@ the probes, the results are ingested, the next round starts when a round closes.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -41,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bed import halves, median, pair_rows, system_bed  # noqa: E402
+from benchmarks.bed import halves, main_for, median, pair_rows, system_bed  # noqa: E402
 
 TARGET_RATIO = 1.2
 TARGET_OVERHEAD_S = 0.3
@@ -110,18 +108,8 @@ def summarize(measured: dict[int, list[dict]], repeats: int) -> dict:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[2, 4, 6, 8])
-    parser.add_argument("--repeats", type=int, default=5, help="sweeps per N (median)")
-    parser.add_argument("--database", default=None, help="postgres:// server URL (default: scratch SQLite)")
-    opts = parser.parse_args()
-    started = time.monotonic()
-    figures = run(opts.sizes, opts.repeats, opts.database)
-    figures["took_s"] = round(time.monotonic() - started, 1)
-    print(json.dumps(figures, indent=2))
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_for(run, __doc__, {
+        "--sizes": {"type": int, "nargs": "+", "default": [2, 4, 6, 8]},
+        "--repeats": {"type": int, "default": 5, "help": "sweeps per N (median)"},
+        "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"}}))
