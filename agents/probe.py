@@ -137,10 +137,10 @@ class Probe:
         # The runner kills this process at the deadline; should the runner itself be gone
         # (agent killed: this process is re-parented), the probe ends at once.
         orphan_deadline = self.spec["spawned_at"] + self.cmd["deadline_s"] + 5.0
-        parent = os.getppid()
+        parent, runner = os.getppid(), self.spec.get("runner_pid")
         while True:
             time.sleep(0.05)
-            if time.time() > orphan_deadline or os.getppid() != parent:
+            if time.time() > orphan_deadline or os.getppid() != parent or (runner and not pid_alive(runner)):
                 os._exit(4)  # nobody is left to read a result
             limit = self.stage_limit
             if limit is None or time.monotonic() - self.stage_started <= limit + WATCHDOG_GRACE_S:
@@ -638,6 +638,17 @@ class Probe:
             f"NCCL_SOCKET_IFNAME={best['rank0_interface']} on {best['rank0_node']} and "
             f"GLOO_SOCKET_IFNAME={best['rank1_interface']} NCCL_SOCKET_IFNAME={best['rank1_interface']} "
             f"on {best['rank1_node']}"))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (ours or not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def gloo_default_address() -> dict:

@@ -1,15 +1,19 @@
-"""Run one probe half in a fresh subprocess and hold it to its wall-clock deadline.
+"""Run one probe half in a fresh process and hold it to its wall-clock deadline.
 
 `run_probe(command, broker_url)` is what the agent's Celery task, the pair CLI
-and the tests call. The probe runs as `python -m agents.probe` (exec, never a
-fork of a process that imported torch) in its own session, so that on expiry
-the whole process group is stopped: evidence first (its stage log, a py-spy
-dump where py-spy is installed), then SIGTERM, then SIGKILL.
+and the tests call. The probe process is forked from the agent's warm probe
+process when one is ready (agents/warmhost.py: torch already imported, CUDA
+never touched), or else started cold as `python -m agents.probe` (exec, never
+a fork of a process that imported torch or CUDA). Either way it runs in its
+own session, so that on expiry the whole process group is stopped: evidence
+first (its stage log, a py-spy dump where py-spy is installed), then SIGTERM,
+then SIGKILL.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -17,11 +21,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from agents import contract
-from agents.probe import TIMEOUT_REASONS
+from agents.probe import TIMEOUT_REASONS, pid_alive
+from agents.warmhost import DEFAULT_IDLE_S, WarmHost, WarmHostError
+
+log = logging.getLogger(__name__)
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 TERM_GRACE_S = 1.0
@@ -89,22 +97,155 @@ def _py_spy_dump(pid: int) -> str | None:
         return f"py-spy dump failed: {e}"
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
+class _ColdProbe:
+    """A probe started as `python -m agents.probe`: a child of this process."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc, self.pid = proc, proc.pid
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def wait(self, timeout: float) -> bool:
+        try:
+            self.proc.wait(timeout=timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+
+class _WarmProbe:
+    """A probe forked by the warm host: the host reaps it and reports its exit code."""
+
+    def __init__(self, host: WarmHost, pid: int):
+        self.host, self.pid, self.returncode = host, pid, None
+
+    def done(self) -> bool:
+        if self.returncode is None:
+            self.returncode = self.host.exit_code(self.pid)
+        if self.returncode is not None:
+            return True
+        # A host that died leaves its children to init, which reaps them: gone means done.
+        return not self.host.alive() and not pid_alive(self.pid)
+
+    def wait(self, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while not self.done():
+            if time.monotonic() >= end:
+                return False
+            self.host.wait(self.pid, min(0.2, max(0.0, end - time.monotonic())))
+        self.host.forget(self.pid)
+        return True
+
+
+def _stop_group(probe) -> None:
     for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(probe.pid, sig)
         except ProcessLookupError:
             pass
-        try:
-            proc.wait(timeout=wait)
+        if probe.wait(wait):
             break
-        except subprocess.TimeoutExpired:
-            continue
     # The leader may be gone while children linger in the group.
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(probe.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+# -- the warm probe process ---------------------------------------------------------------
+
+_warm_lock = threading.Lock()
+_warm: WarmHost | None = None
+_warm_starting = False
+_warm_failed_at = float("-inf")
+WARM_RETRY_S = 60.0
+
+
+def warm_enabled() -> bool:
+    return os.environ.get("CLUSTER_HEALTH_WARM_PROBES", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _probe_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _start_warm_host() -> None:
+    global _warm, _warm_starting, _warm_failed_at
+    idle_s = float(os.environ.get("CLUSTER_HEALTH_WARM_IDLE_S", DEFAULT_IDLE_S))
+    host = WarmHost(env=_probe_env(), idle_s=idle_s)
+    try:
+        host.start()
+    except (OSError, WarmHostError) as e:
+        log.warning("warm probe process unavailable, probes start cold: %s", e)
+        with _warm_lock:
+            _warm_starting, _warm_failed_at = False, time.monotonic()
+        return
+    with _warm_lock:
+        _warm, _warm_starting = host, False
+
+
+def prewarm() -> None:
+    """Start the warm probe process in the background, unless it runs, is starting or is turned off.
+
+    Never waits for it: a probe that finds no warm host ready starts cold instead.
+    """
+    global _warm_starting
+    if not warm_enabled():
+        return
+    with _warm_lock:
+        if (_warm is not None and _warm.alive()) or _warm_starting \
+                or time.monotonic() - _warm_failed_at < WARM_RETRY_S:
+            return
+        _warm_starting = True
+    threading.Thread(target=_start_warm_host, name="warmhost-start", daemon=True).start()
+
+
+def warm_host() -> WarmHost | None:
+    """The running warm host, or None (and one is started for the next probe)."""
+    with _warm_lock:
+        host = _warm if _warm is not None and _warm.alive() else None
+    if host is None:
+        prewarm()
+    return host
+
+
+def shutdown_warm_host() -> None:
+    global _warm
+    with _warm_lock:
+        host, _warm = _warm, None
+    if host is not None:
+        host.close()
+
+
+# -- leftovers of an agent that was killed ------------------------------------------------
+
+TMP_PREFIX = "cluster-health-probe-"
+
+
+def remove_orphaned_dirs(base: str | None = None) -> list[str]:
+    """Remove probe working directories whose agent process is gone (killed before it could clean up)."""
+    base = base or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        m = re.fullmatch(re.escape(TMP_PREFIX) + r"(\d+)-.+", name)
+        if not m or int(m.group(1)) == os.getpid() or pid_alive(int(m.group(1))):
+            continue
+        path = os.path.join(base, name)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def _exit_text(returncode: int | None) -> str:
@@ -141,19 +282,13 @@ def run_probe(command: dict, broker_url: str | None = None, *, port: int | None 
     """
     cmd = contract.validate_command(command)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="cluster-health-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
         tmpdir = Path(tmp)
         events_path, result_path, output_path = tmpdir / "stages.jsonl", tmpdir / "result.json", tmpdir / "output.log"
         spec = {"command": cmd, "rendezvous": rendezvous_spec(cmd, broker_url, port), "events_path": str(events_path),
-                "result_path": str(result_path), "spawned_at": time.time()}
+                "result_path": str(result_path), "spawned_at": time.time(), "runner_pid": os.getpid()}
         (tmpdir / "spec.json").write_text(json.dumps(spec))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        env["PYTHONUNBUFFERED"] = "1"
-        with open(output_path, "wb") as out:
-            proc = subprocess.Popen([python or sys.executable, "-m", "agents.probe", str(tmpdir / "spec.json")],
-                                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=tmp, env=env)
+        probe = _start(tmpdir, output_path, python)
         deadline = started + cmd["deadline_s"]
         offset, events, stack = 0, [], None
         killed = False
@@ -164,20 +299,35 @@ def run_probe(command: dict, broker_url: str | None = None, *, port: int | None 
                 if on_event:
                     for event in new:
                         on_event(event)
-                if proc.poll() is not None:
+                if probe.done():
                     break
                 if time.monotonic() >= deadline:
                     killed = True
-                    stack = _py_spy_dump(proc.pid)
+                    stack = _py_spy_dump(probe.pid)
                     break
-                time.sleep(0.05)
+                time.sleep(0.02)
         finally:
-            _stop_group(proc)
+            _stop_group(probe)
         new, offset = _read_events(events_path, offset)
         events += new
-        output = output_path.read_text(errors="replace")
+        output = output_path.read_text(errors="replace") if output_path.exists() else ""
         probe_result = json.loads(result_path.read_text()) if result_path.exists() else None
-    return _finish(cmd, probe_result, events, output, killed, stack, proc.returncode, time.monotonic() - started)
+    return _finish(cmd, probe_result, events, output, killed, stack, probe.returncode, time.monotonic() - started)
+
+
+def _start(tmpdir: Path, output_path: Path, python: str | None):
+    """Fork the probe from the warm host when one is ready, else start it cold (`python -m agents.probe`)."""
+    host = None if python else warm_host()
+    if host is not None:
+        try:
+            return _WarmProbe(host, host.spawn(str(tmpdir / "spec.json"), str(output_path), str(tmpdir)))
+        except WarmHostError as e:
+            log.warning("warm probe process failed, starting this probe cold: %s", e)
+    with open(output_path, "wb") as out:
+        proc = subprocess.Popen([python or sys.executable, "-m", "agents.probe", str(tmpdir / "spec.json")],
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=tmpdir, env=_probe_env())
+    return _ColdProbe(proc)
 
 
 def _finish(cmd, probe_result, events, output, killed, stack, returncode, elapsed) -> dict:

@@ -21,7 +21,7 @@ from kombu import Queue
 
 import agents
 from agents import contract, facts, netinfo
-from agents.runner import failed_result, run_probe
+from agents.runner import failed_result, prewarm, remove_orphaned_dirs, run_probe, shutdown_warm_host
 
 log = logging.getLogger("agents.worker")
 
@@ -178,9 +178,13 @@ class Agent:
 
         def start_heartbeats(**_):
             threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+            for path in remove_orphaned_dirs():
+                log.info("removed %s, left by an agent that was killed", path)
+            prewarm()
 
         def stop_heartbeats(**_):
             self.stopping.set()
+            shutdown_warm_host()
 
         signals.worker_ready.connect(start_heartbeats, weak=False)
         signals.worker_shutdown.connect(stop_heartbeats, weak=False)

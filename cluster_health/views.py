@@ -55,17 +55,40 @@ def _latest_sweep():
     return Sweep.objects.order_by("-created").first()
 
 
+NODE_POLL_MS = 5000  # how often the overview re-reads its node table
+
+
+def _nodes_in_order():
+    # The table's columns only: facts are kilobytes per node and the table shows none of them.
+    nodes = Node.objects.only("name", "address", "last_heartbeat", "busy", "agent_version")
+    return sorted(nodes, key=lambda n: matrix.natural_key(n.name))
+
+
+@login_required
+@never_cache
+def nodes_state(request):
+    """The overview's node table as JSON: online state and last heartbeat, in natural order.
+
+    The page polls it: a node goes offline by falling silent, which sends no event to
+    push, and a heartbeat every few seconds from every node is too chatty to broadcast.
+    """
+    now = timezone.now()
+    rows = [{"name": n.name, "address": n.address, "online": n.is_online(now), "busy": n.busy,
+             "last_heartbeat": n.last_heartbeat.isoformat() if n.last_heartbeat else None,
+             "agent_version": n.agent_version} for n in _nodes_in_order()]
+    return JsonResponse({"now": now.isoformat(), "online": sum(r["online"] for r in rows), "nodes": rows})
+
+
 @login_required
 def overview(request):
     now = timezone.now()
-    nodes = sorted(Node.objects.all(), key=lambda n: matrix.natural_key(n.name))
-    rows = [{"node": n, "online": n.is_online(now)} for n in nodes]
+    rows = [{"node": n, "online": n.is_online(now)} for n in _nodes_in_order()]
     latest = _latest_sweep()
     findings = list(Finding.objects.filter(sweep=latest)) if latest else []
     last_closed = Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created").first()
     return render(request, "cluster_health/overview.html", {
         "nodes": rows, "online_count": sum(r["online"] for r in rows), "sweep": latest,
-        "findings": findings, "last_closed": last_closed,
+        "findings": findings, "last_closed": last_closed, "node_poll_ms": NODE_POLL_MS,
     })
 
 

@@ -7,6 +7,7 @@ from cluster_health import views
 urlpatterns = [
     path("", views.overview, name="overview"),
     path("nodes/", views.consistency_view, name="consistency"),
+    path("nodes.json", views.nodes_state, name="nodes-state"),
     path("nodes/<str:name>/", views.node_detail, name="node"),
     path("pairs/<str:a>/<str:b>/", views.pair_detail, name="pair"),
     path("probes/<int:probe_id>/", views.probe_detail, name="probe"),

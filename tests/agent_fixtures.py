@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+from pathlib import Path
 
 from agents import contract
-from agents.runner import run_probe
+from agents.runner import TMP_PREFIX, run_probe
 
 SMALL_SIZES = [1024, 4096, 16384, 65536, 262144]
 SHORT_TIMEOUTS = {"resolve": 2.0, "connect": 2.0, "store": 6.0, "init": 6.0, "collective": 4.0, "bandwidth": 4.0}
@@ -55,19 +56,30 @@ def pair(broker_url: str, on_event=None, **overrides) -> tuple[dict, dict]:
     return r0, r1
 
 
-def children_running(parent_pid: int, needle: str) -> list[tuple[int, list[str]]]:
-    """(pid, argv) of parent's live children whose command line contains needle (from /proc)."""
-    found = []
+def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:
+    """(pid, working directory) of the probe processes below an agent, cold or forked from its warm host.
+
+    A probe process runs in its own working directory (cluster-health-probe-*), whichever way it started.
+    """
+    parents: dict[int, int] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = [a.decode() for a in f.read().split(b"\0") if a]
+                parents[int(pid)] = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == parent_pid and any(needle in a for a in argv):
-            found.append((int(pid), argv))
+    below, frontier = set(), {agent_pid}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - below
+        below |= frontier
+    found = []
+    for pid in sorted(below):
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            continue
+        if cwd.name.startswith(TMP_PREFIX):
+            found.append((pid, cwd))
     return found
 
 

@@ -135,10 +135,15 @@ class Stack:
         self._web_port = port
         return self.web_url
 
-    def restart_web(self) -> str:
-        """Restart the ASGI server on the same port (a browser page stays open across it)."""
+    def restart_web(self, while_down=None) -> str:
+        """Restart the ASGI server on the same port (a browser page stays open across it).
+
+        ``while_down()``, if given, runs after the server stopped and before it starts again.
+        """
         port = self._web_port
         self.sup.stop("web")
+        if while_down is not None:
+            while_down()
         proc = self.sup.start("web", services.web_args("127.0.0.1", port))
         services.wait_for_port("127.0.0.1", port, 30, proc)
         return self.web_url

@@ -17,7 +17,7 @@ from celery import Celery
 from kombu import Connection
 
 from agents import contract
-from tests.agent_fixtures import children_running, command, resident_kib
+from tests.agent_fixtures import command, probe_processes, resident_kib
 from tests.services import python_env, spawn, stop_process
 
 NODES = ("a0", "a1")
@@ -172,8 +172,8 @@ def test_a_stopped_peer_times_out_and_the_agents_pass_the_next_probe(agents_runn
     end = time.monotonic() + 30
     stopped = None
     while stopped is None and time.monotonic() < end:
-        for pid, argv in children_running(agent, "agents.probe"):
-            stages = Path(argv[-1]).parent / "stages.jsonl"
+        for pid, workdir in probe_processes(agent):
+            stages = workdir / "stages.jsonl"
             if stages.exists() and '"event": "size"' in stages.read_text():
                 os.kill(pid, signal.SIGSTOP)
                 stopped = pid
@@ -195,7 +195,7 @@ def test_a_probe_does_not_outlive_its_agent(broker, sender, server_queue, tmp_pa
         end = time.monotonic() + 30
         probes = []
         while not probes and time.monotonic() < end:
-            probes = children_running(agent.pid, "agents.probe")
+            probes = probe_processes(agent.pid)
             time.sleep(0.1)
         assert probes, "the agent never started the probe"
         os.kill(agent.pid, signal.SIGKILL)

@@ -46,3 +46,16 @@ def test_its_state_endpoint_returns_the_compact_matrix(client):
     state = client.get(reverse("sweep-state", args=[sweep.pk])).json()
     assert state["matrix"]["nodes"] == ["a", "b", "c"]
     assert state["progress"]["pairs_done"] == 3 and state["verdict"] == "pass"
+
+
+def test_its_node_table_endpoint_gives_online_state_and_last_heartbeat_in_natural_order(client):
+    assert client.get(reverse("nodes-state")).status_code == 302  # login required
+    client.force_login(make_user("viewer", operator=False))
+    make_nodes(["node10", "node2"])
+    make_nodes(["stale1"], online=False)
+    state = client.get(reverse("nodes-state")).json()
+    assert [n["name"] for n in state["nodes"]] == ["node2", "node10", "stale1"]
+    assert [n["online"] for n in state["nodes"]] == [True, True, False]
+    assert state["online"] == 2
+    assert all(n["last_heartbeat"] and "facts" not in n for n in state["nodes"])
+    assert state["now"] >= state["nodes"][0]["last_heartbeat"]

@@ -310,21 +310,31 @@ class LiveSweep {
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const ws = new WebSocket(`${proto}//${location.host}${this.opts.wsPath}`);
     this.ws = ws;
-    window.CH.wsState = "connecting";
+    this.showState(this.everOpened ? "reconnecting" : "connecting");
     ws.onopen = () => {
       this.backoff = 500;
-      window.CH.wsState = "open";
-      document.body.dataset.ws = "open";
-      if (this.everOpened && this.sweepId) this.reload(); // missed frames while away: re-read
+      this.showState("open");
+      if (this.everOpened) {
+        window.CH.reconnects = (window.CH.reconnects || 0) + 1;
+        if (this.sweepId) this.reload(); // frames sent while away are lost: re-read the state
+      }
       this.everOpened = true;
     };
     ws.onmessage = (ev) => this.onMessage(JSON.parse(ev.data));
     ws.onclose = () => {
-      window.CH.wsState = "closed";
+      this.showState(this.everOpened ? "reconnecting" : "closed");
       document.body.dataset.ws = "closed";
       setTimeout(() => this.connect(), this.backoff);
       this.backoff = Math.min(this.backoff * 2, 8000);
     };
+  }
+
+  /* The connection state, for tests (CH.wsState, body[data-ws]) and for people (the [data-live] badge). */
+  showState(state) {
+    window.CH.wsState = state;
+    if (state === "open") document.body.dataset.ws = "open";
+    const words = { open: "live", connecting: "connecting…", reconnecting: "reconnecting…", closed: "offline" };
+    document.querySelectorAll("[data-live]").forEach((el) => { el.textContent = words[state]; el.dataset.state = state; });
   }
 
   onMessage(frame) {
