@@ -597,29 +597,44 @@ class Probe:
         lists = [[c for c in peers[r]["candidates"] if c["loopback"] == loop] for r in (0, 1)]
         combos = list(itertools.product(*lists))[:MAX_DISCOVER_COMBINATIONS]
         attempt = min(DISCOVER_ATTEMPT_S, self.t["init"])
-        self.enter("init", len(combos) * (attempt + 3.0) + 2.0, step="discover")
+        self.enter("init", discover_budget_s(self.t["init"], len(combos)), step="discover")
         rows = []
         for i, pair in enumerate(combos):
             mine = pair[self.rank]
             row = {"rank0_node": peers[0]["node"], "rank0_interface": pair[0]["name"], "rank0_address": pair[0]["address"],
                    "rank1_node": peers[1]["node"], "rank1_interface": pair[1]["name"], "rank1_address": pair[1]["address"]}
             began = time.monotonic()
-            try:
-                opts = ProcessGroupGloo._Options()
-                opts._devices = [ProcessGroupGloo.create_device(interface=mine["name"])]
-                opts._timeout = timedelta(seconds=attempt)
-                pg = ProcessGroupGloo(dist.PrefixStore(f"{KEY}discover/{i}", store), self.rank, 2, opts)
-                tensor = torch.full((1,), float(self.rank + 1))
-                pg.allreduce([tensor]).wait()
-                row["ok"] = bool(tensor.item() == 3.0)
-                row["error"] = None if row["ok"] else "wrong sum"
-            except Exception as e:
-                row["ok"], row["error"] = False, first_line(e)
+
+            def try_combination(i=i, mine=mine, row=row):
+                try:
+                    opts = ProcessGroupGloo._Options()
+                    opts._devices = [ProcessGroupGloo.create_device(interface=mine["name"])]
+                    opts._timeout = timedelta(seconds=attempt)
+                    pg = ProcessGroupGloo(dist.PrefixStore(f"{KEY}discover/{i}", store), self.rank, 2, opts)
+                    tensor = torch.full((1,), float(self.rank + 1))
+                    pg.allreduce([tensor]).wait()
+                    row["ok"] = bool(tensor.item() == 3.0)
+                    row["error"] = None if row["ok"] else "wrong sum"
+                except Exception as e:
+                    row["ok"], row["error"] = False, first_line(e)
+
+            # Gloo's own timeout does not bound every wait (a connect on a dead network can
+            # outlast it), so each attempt runs in a thread that is given up on, not joined.
+            worker = threading.Thread(target=try_combination, daemon=True, name=f"discover-{i}")
+            worker.start()
+            worker.join(attempt + 1.0)
+            if "ok" not in row:
+                row["ok"], row["error"] = False, f"no connection within {attempt + 1.0:.0f}s"
             row["ms"] = round((time.monotonic() - began) * 1000, 1)
-            rows.append(row)
+            rows.append(dict(row))
             # Lockstep: neither side starts the next combination before both have left this one.
             store.set(f"{KEY}discover/{i}/done/{self.rank}", "1")
-            store.wait([f"{KEY}discover/{i}/done/{1 - self.rank}"], timedelta(seconds=attempt + 3.0))
+            try:
+                store.wait([f"{KEY}discover/{i}/done/{1 - self.rank}"], timedelta(seconds=attempt + 4.0))
+            except Exception as e:
+                raise StageFailure("transport", f"{peers[1 - self.rank]['node']} stopped answering during interface "
+                                   f"discovery (combination {row['rank0_interface']}-{row['rank1_interface']})",
+                                   detail=first_line(e), status="timeout") from None
         self.extra["interfaces"] = rows
         good = [r for r in rows if r["ok"]]
         if not rows:
@@ -630,14 +645,25 @@ class Probe:
             raise StageFailure("transport", f"no interface combination connects {peers[0]['node']} and {peers[1]['node']} "
                                f"({tried})")
         self.enter("collective", self.t["collective"])
-        best = good[0]
-        working = ", ".join(
-            f"{r['rank0_node']}:{r['rank0_interface']} <-> {r['rank1_node']}:{r['rank1_interface']}" for r in good)
+        # One name on both sides first: that is a single setting in a job's launch script.
+        best = next((r for r in good if r["rank0_interface"] == r["rank1_interface"]), good[0])
+
+        def combo(r):
+            return f"{r['rank0_node']}:{r['rank0_interface']} <-> {r['rank1_node']}:{r['rank1_interface']}"
+
+        failing = [r for r in rows if not r["ok"]]
+        working = ", ".join(combo(r) for r in good) + (
+            f"; failing: {', '.join(combo(r) for r in failing)}" if failing else "")
         self.finish("ok", hint=(
             f"working: {working}; set GLOO_SOCKET_IFNAME={best['rank0_interface']} "
             f"NCCL_SOCKET_IFNAME={best['rank0_interface']} on {best['rank0_node']} and "
             f"GLOO_SOCKET_IFNAME={best['rank1_interface']} NCCL_SOCKET_IFNAME={best['rank1_interface']} "
             f"on {best['rank1_node']}"))
+
+
+def discover_budget_s(init_timeout_s: float, combinations: int = MAX_DISCOVER_COMBINATIONS) -> float:
+    """Time the discover step may take: each combination's Gloo attempt, plus the lockstep wait after it."""
+    return combinations * (min(DISCOVER_ATTEMPT_S, init_timeout_s) + 3.0) + 2.0
 
 
 def pid_alive(pid: int) -> bool:

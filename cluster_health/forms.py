@@ -7,12 +7,13 @@ from django import forms
 from cluster_health import matrix
 from cluster_health.models import Node, Sweep
 
-PAGE_KINDS = ("connectivity", "quick", "full", "group")
+PAGE_KINDS = ("connectivity", "quick", "full", "group", "discover")
 KIND_HELP = {
     "connectivity": "every pair reaches the collective stage (fast, no bandwidth)",
     "quick": "a quick pass with small messages",
     "full": "every pair, bandwidth over the message-size sweep, then a group all_reduce",
     "group": "one all_reduce across all chosen nodes",
+    "discover": "every interface combination of every pair: which GLOO_SOCKET_IFNAME works on each node",
 }
 
 

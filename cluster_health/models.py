@@ -96,7 +96,7 @@ class BaselinePair(models.Model):
 class Sweep(models.Model):
     """One run of probes over a set of nodes, in rounds; ends with a verdict."""
 
-    KIND_CHOICES = [(k, k) for k in ("full", "connectivity", "quick", "pairs", "group", "preflight")]
+    KIND_CHOICES = [(k, k) for k in ("full", "connectivity", "quick", "pairs", "group", "preflight", "discover")]
     STATUS_CHOICES = [(s, s) for s in ("pending", "running", "finished", "failed", "cancelled")]
     OPEN_STATUSES = ("pending", "running")
     SOURCE_CHOICES = [(s, s) for s in ("page", "api", "command", "schedule")]

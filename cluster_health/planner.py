@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-KINDS = ("full", "connectivity", "quick", "pairs", "group", "preflight")
+KINDS = ("full", "connectivity", "quick", "pairs", "group", "preflight", "discover")
 # Kinds that end with one collective over every node (after the pair rounds, if any).
 GROUP_KINDS = ("full", "group")
+# Kinds whose pair probes are interface discovery (every interface combination of the pair tried).
+DISCOVER_KINDS = ("discover",)
 
 
 class PlanError(ValueError):

@@ -16,7 +16,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import contract
-from cluster_health import broadcast, bulk, dispatch, planner, verdicts
+from agents.probe import discover_budget_s
+from cluster_health import broadcast, bulk, discovery, dispatch, planner, verdicts
 from cluster_health.models import (
     OPEN_PAIR_STATUSES, Baseline, BaselinePair, Finding, GroupProbe, Node, PairProbe, Sweep, pair_key,
 )
@@ -265,6 +266,14 @@ def _dispatch_round(sweep: Sweep, k: int) -> bool:
     if k > sweep.params.get("pair_rounds", 0):
         return _dispatch_group(sweep, online, now)
     settings_ = dispatch.probe_settings(sweep.params, sweep.last_stage)
+    kind = "pair"
+    if sweep.kind in planner.DISCOVER_KINDS:
+        kind = "discover"
+        if not sweep.params.get("deadline_s"):
+            # Discovery spends up to one attempt per interface combination where a pair spends one init.
+            timeouts = settings_["timeouts"]
+            settings_["deadline_s"] = contract.default_deadline(timeouts) - timeouts["init"] + discover_budget_s(
+                timeouts["init"])
     wait = timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
     commands, updated = [], []
     probes = PairProbe.objects.filter(sweep=sweep, round=k, status="pending").select_related("node_a", "node_b")
@@ -278,7 +287,7 @@ def _dispatch_round(sweep: Sweep, k: int) -> bool:
             probe.status, probe.rendezvous, probe.started, probe.deadline = (
                 "running", dispatch.new_rendezvous(), now, now + wait)
             commands += dispatch.build_commands(
-                kind="pair", probe_id=probe.pk, sweep_id=sweep.pk, backend=sweep.backend,
+                kind=kind, probe_id=probe.pk, sweep_id=sweep.pk, backend=sweep.backend,
                 members=[(a.name, a.address), (b.name, b.address)], settings=settings_,
                 rendezvous=probe.rendezvous, multi_group=bool(sweep.params.get("multi_group")))
         updated.append(probe)
@@ -347,6 +356,8 @@ def finish(sweep: Sweep) -> bool:
         else:
             found += verdicts.group_findings({"status": g.status, "stage": g.stage, "reason": g.reason,
                                               "hint": g.hint, "nodes": g.nodes})
+    if sweep.kind in planner.DISCOVER_KINDS:
+        found += _interface_findings(sweep, pairs, {n.name: n.address for n in nodes})
     if sweep.kind in ("full", "preflight", "group"):
         found += verdicts.consistency_findings({n.name: n.facts for n in nodes},
                                                 {n.name: n.address for n in nodes})
@@ -365,6 +376,16 @@ def finish(sweep: Sweep) -> bool:
     broadcast.sweep_update(sweep)
     log.info("sweep %s finished: %s (%d findings)", sweep.pk, verdict, len(found))
     return True
+
+
+def _interface_findings(sweep: Sweep, pairs: list[dict], addresses: dict[str, str]) -> list[dict]:
+    peers: dict[str, set[str]] = {n: set() for n in sweep.nodes}
+    for p in pairs:
+        peers[p["a"]].add(p["b"])
+        peers[p["b"]].add(p["a"])
+    rows = [discovery.combination_rows(a, b)
+            for a, b in PairProbe.objects.filter(sweep=sweep).values_list("half_a", "half_b").iterator(chunk_size=2000)]
+    return discovery.interface_findings(rows, peers, addresses)
 
 
 def cancel(sweep_id: int) -> bool:

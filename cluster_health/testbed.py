@@ -131,9 +131,6 @@ class TestBed:
             self._in(self.bridge_ns, "ip", "link", "set", "lo", "up")
             self._in(self.bridge_ns, "ip", "link", "add", "br0", "type", "bridge")
             self._in(self.bridge_ns, "ip", "link", "set", "br0", "up")
-            if self.second_interface:
-                # A second network whose bridge is down: every packet on it is lost.
-                self._in(self.bridge_ns, "ip", "link", "add", "br1", "type", "bridge")
             for host in self.hosts:
                 self._build_host(host)
             self._built = True
@@ -151,11 +148,7 @@ class TestBed:
         self._in(host.ns, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
         self._in(host.ns, "ip", "link", "set", "eth0", "up")
         if host.dead_address:
-            self._in(host.ns, "ip", "link", "add", "eth1", "type", "veth", "peer", "name",
-                     f"w{host.index}", "netns", self.bridge_ns)
-            self._in(self.bridge_ns, "ip", "link", "set", f"w{host.index}", "master", "br1", "up")
-            self._in(host.ns, "ip", "addr", "add", f"{host.dead_address}/24", "dev", "eth1")
-            self._in(host.ns, "ip", "link", "set", "eth1", "up")
+            self.add_dead_interface(host.name)
         self.write_hosts_file(host)
 
     def write_hosts_file(self, host: Host, self_address: str | None = None) -> None:
@@ -266,6 +259,28 @@ class TestBed:
     def unshape(self, name: str) -> None:
         self._in(self.host(name).ns, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
 
+    def add_dead_interface(self, name: str) -> str:
+        """Give the host a second NIC, eth1, on a network where every packet is lost; returns its address.
+
+        eth1 is up with carrier and an address of its own subnet, but its bridge (br1) is
+        down: a Gloo or NCCL that binds it waits for peers that never answer.
+        """
+        host = self.host(name)
+        host.dead_address = host.dead_address or f"{DEAD_SUBNET}.{10 + host.index}"
+        if "br1" not in self._in(self.bridge_ns, "ip", "-br", "link", "show"):
+            self._in(self.bridge_ns, "ip", "link", "add", "br1", "type", "bridge")
+        self._in(host.ns, "ip", "link", "add", "eth1", "type", "veth", "peer", "name",
+                 f"w{host.index}", "netns", self.bridge_ns)
+        self._in(self.bridge_ns, "ip", "link", "set", f"w{host.index}", "master", "br1", "up")
+        self._in(host.ns, "ip", "addr", "add", f"{host.dead_address}/24", "dev", "eth1")
+        self._in(host.ns, "ip", "link", "set", "eth1", "up")
+        return host.dead_address
+
+    def remove_dead_interface(self, name: str) -> None:
+        host = self.host(name)
+        self._in(host.ns, "ip", "link", "del", "eth1", check=False)  # takes its peer on the bridge with it
+        host.dead_address = None
+
     def resolve_to_loopback(self, name: str) -> None:
         """The host's own hostname resolves to 127.0.1.1, as Debian's installer writes it."""
         self.write_hosts_file(self.host(name), self_address="127.0.1.1")
@@ -287,6 +302,42 @@ class TestBed:
         _kill_namespace_pids(host.ns)
         self.start_agent(name, self.broker_url, env=python_env(**self.agent_env), address=host.address)
         host.agent = None  # detached: the namespace teardown stops it
+
+    def faults(self, name: str) -> list[str]:
+        """The faults in force on a host, read back from the kernel and its hosts file."""
+        host = self.host(name)
+        by_index = {h.index: h.name for h in self.hosts}
+        found = []
+        for line in self._in(host.ns, "nft", "list", "tables", check=False).splitlines():
+            table = line.split()[-1] if line.strip() else ""
+            if table.startswith("chf_") and table[4:].isdigit():
+                found.append(f"drop from {by_index.get(int(table[4:]), 'host #' + table[4:])}")
+        qdisc = self._in(host.ns, "tc", "qdisc", "show", "dev", "eth0", check=False)
+        if " tbf " in qdisc:
+            rate = qdisc.split(" rate ", 1)[1].split()[0] if " rate " in qdisc else "?"
+            found.append(f"shaped to {rate}")
+        if self._in(host.ns, "ip", "-br", "addr", "show", "dev", "eth1", check=False).strip():
+            found.append("dead-nic eth1")
+        hosts_file = NETNS_ETC / host.ns / "hosts"
+        lines = hosts_file.read_text().splitlines() if hosts_file.exists() else []
+        for line in lines[2:]:
+            addr, _, who = line.partition(" ")
+            if who == host.name and addr != host.address:
+                found.append(f"own name -> {addr}")
+            elif who != host.name and (who not in by_index.values() or addr != self.host(who).address):
+                found.append(f"{who} -> {addr}")
+        if not any("agents" in cmd and "run" in cmd for cmd in self._namespace_commands(host)):
+            found.append("agent stopped")
+        return found
+
+    def _namespace_commands(self, host: Host) -> list[list[str]]:
+        out = []
+        for pid in sh("ip", "netns", "pids", host.ns, check=False).split():
+            try:
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"))
+            except OSError:
+                continue
+        return out
 
     def interfaces(self, name: str) -> list[dict]:
         return json.loads(self._in(self.host(name).ns, "ip", "-j", "addr"))
@@ -322,7 +373,9 @@ class TestBed:
 
 # `scripts/testbed`: a running bed for people exploring, and faults injected into it by name.
 
-STATE_FILE = ROOT / "var" / "testbed" / "state.json"
+# Where a running bed keeps its Redis, database, logs and state file.
+TESTBED_DIR = Path(os.environ.get("CLUSTER_HEALTH_TESTBED_DIR") or ROOT / "var" / "testbed")
+STATE_FILE = TESTBED_DIR / "state.json"
 FAULTS = {
     # name: (arguments, inject, clear)
     "drop": ("SRC DST", lambda bed, a, b: bed.drop(a, b), lambda bed, a, b: bed.undrop(a, b)),
@@ -334,6 +387,7 @@ FAULTS = {
                    lambda bed, on, peer, *_: bed.clear_misresolve(on, peer)),
     "stop-agent": ("HOST", lambda bed, h: _kill_namespace_pids(bed.host(h).ns),
                    lambda bed, h: bed.restart_detached_agent(h)),
+    "dead-nic": ("HOST", lambda bed, h: bed.add_dead_interface(h), lambda bed, h: bed.remove_dead_interface(h)),
 }
 
 
@@ -375,7 +429,7 @@ def _up(opts) -> int:
         print(f"scripts/testbed: {reason}", file=sys.stderr)
         return 1
     cleanup_stale()
-    var = ROOT / "var" / "testbed"
+    var = TESTBED_DIR
     var.mkdir(parents=True, exist_ok=True)
     from cluster_health.devstack import free_port
 
@@ -447,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(action, help=f"{'inject' if action == 'fault' else 'clear'} a fault in the running bed")
         p.add_argument("fault", choices=sorted(FAULTS), help="; ".join(f"{k} {v[0]}" for k, v in FAULTS.items()))
         p.add_argument("args", nargs="*")
-    sub.add_parser("status", help="print the running bed's state file")
+    status = sub.add_parser("status", help="the running bed: hosts, addresses, and the faults in force on each")
+    status.add_argument("--json", action="store_true")
     sub.add_parser("cleanup", help="remove namespaces left by an interrupted run")
     opts = parser.parse_args(argv)
     if opts.action == "up":
@@ -456,7 +511,15 @@ def main(argv: list[str] | None = None) -> int:
         print("removed:", " ".join(cleanup_stale()) or "nothing")
         return 0
     if opts.action == "status":
-        print(load_bed() and STATE_FILE.read_text())
+        bed = load_bed()
+        state = json.loads(STATE_FILE.read_text())
+        hosts = {h.name: {"address": h.address, "faults": bed.faults(h.name)} for h in bed.hosts}
+        if opts.json:
+            print(json.dumps({**state, "hosts": hosts}, indent=2))
+            return 0
+        print(f"test bed {bed.tag} (pid {state['pid']}): web {state['web_url']}, broker {state['broker_url']}")
+        for name, host in hosts.items():
+            print(f"  {name:<10} {host['address']:<15} {'; '.join(host['faults']) or 'no fault'}")
         return 0
     usage, inject, clear = FAULTS[opts.fault]
     if len(opts.args) < len(usage.split()) - (1 if opts.action == "clear" and opts.fault in ("shape", "misresolve")

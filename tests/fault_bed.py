@@ -145,13 +145,38 @@ def _last_sweep_id() -> int:
     return last or 0
 
 
-def record(fault: str, seconds: float, shown: str) -> None:
-    """One row of the fault-timing table (printed, and kept in the test artifacts)."""
-    line = {"fault": fault, "seconds": round(seconds, 1), "shown": shown}
-    print(f"\nFAULT {fault}: {seconds:.1f}s: {shown}")
+TIMINGS = "fault_timings.json"
+
+
+def record(fault: str, seconds: float, shown: str, *, status: str | None = None, stage: str | None = None,
+           reason: str | None = None) -> None:
+    """One row of the fault-timing table: printed, and appended to fault_timings.json in the test artifacts.
+
+    ``seconds``: from injecting the fault to its cell closing (or its finding, at the sweep's end);
+    ``status``/``stage``/``reason``: what the matrix showed for it; ``shown``: the rest, in words.
+    """
+    row = {"fault": fault, "seconds": round(seconds, 1), "status": status, "stage": stage, "reason": reason,
+           "shown": shown, "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+           "recorded": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    print(f"\nFAULT {fault}: {seconds:.1f}s: {status}/{stage}/{reason}: {shown}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with open(Path(ARTIFACTS) / "fault-timings.jsonl", "a") as f:
-        f.write(json.dumps(line) + "\n")
+    path = Path(ARTIFACTS) / TIMINGS
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        rows = []
+    if not isinstance(rows, list):
+        rows = []
+    rows.append(row)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(rows, indent=1) + "\n")
+    tmp.replace(path)  # a reader never sees half a file
+
+
+def record_cell(fault: str, seconds: float, p: dict, shown: str = "") -> None:
+    """record() for a fault seen in one matrix cell: its status, stage and reason."""
+    record(fault, seconds, shown or f"{p['status']} at {p['stage']} ({p['reason']})",
+           status=p["status"], stage=p["stage"], reason=p["reason"])
 
 
 def env_flag(name: str) -> bool:

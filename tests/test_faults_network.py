@@ -5,14 +5,15 @@ each test injects its fault, runs a sweep the way a CI job does, checks the
 cells (status, stage, reason, hint) and clears the fault again.
 """
 
+import json
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.fault_bed import (FAST, TimedSweep, cell, manage, others, record, restart_agent, start_agents,
-                             wait_offline, wait_online)
+from tests.fault_bed import (FAST, TimedSweep, cell, manage, others, record, record_cell, restart_agent,
+                             start_agents, wait_offline, wait_online)
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -52,7 +53,8 @@ def test_it_names_a_firewall_and_one_way_loss(bed, stack):
         assert p["status"] == "timeout", p
         assert (p["stage"], p["reason"]) in (("connect", "connect_timeout"), ("store", "store_timeout")), p
         assert "firewall" in p["hint"], p
-        record(fault, times[link], f"{p['status']} at {p['stage']} ({p['reason']})")
+        record_cell(fault, times[link], p, f"{p['status']} at {p['stage']} ({p['reason']}), hint: firewall; "
+                                         "other pairs ok")
     assert {p["status"] for p in others(report, ("host1", "host2"), ("host3", "host4"))} == {"ok"}
 
 
@@ -74,7 +76,7 @@ def test_it_blames_a_host_whose_agent_is_stopped(bed, stack):
     assert all("host4" in p["hint"] for p in dead)
     assert [f["subject"] for f in report["findings"] if f["severity"] == "fail"] == ["host4"]
     assert {p["status"] for p in others(report, *[(p["a"], p["b"]) for p in dead])} == {"ok"}
-    record("agent stopped", max(times.values()), "3 pairs offline (agent_offline), fail finding on host4")
+    record_cell("agent stopped", max(times.values()), dead[0], "3 pairs offline (agent_offline), fail finding on host4")
 
 
 @pytest.mark.timeout(150)
@@ -101,8 +103,8 @@ def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, sta
     assert p["status"] in ("failed", "timeout") and p["reason"] in ("dns", "unreachable"), p
     assert NOWHERE in p["hint"], p
     assert {q["status"] for q in others(report, ("host1", "host3"))} == {"ok"}
-    record("peer name resolves wrongly", times[("host1", "host3")],
-           f"{p['status']} at {p['stage']} ({p['reason']}), hint names {NOWHERE}")
+    record_cell("peer name resolves wrongly", times[("host1", "host3")], p,
+                f"{p['status']} at {p['stage']} ({p['reason']}), hint names {NOWHERE}")
 
 
 @pytest.mark.timeout(120)
@@ -123,7 +125,9 @@ def test_it_warns_that_a_loopback_hostname_would_hang_a_default_job(bed, stack):
     warn = [f for f in report["findings"] if f["subject"] == "host2" and f["severity"] == "warn"]
     assert warn and "127.0.1.1" in warn[0]["text"] and "GLOO_SOCKET_IFNAME" in warn[0]["text"], report["findings"]
     assert rc == 1 and report["verdict"] == "warn"
-    record("hostname -> 127.0.1.1", elapsed, "group all_reduce ok; warn finding on host2 naming GLOO_SOCKET_IFNAME")
+    group = report["groups"][0]
+    record("hostname -> 127.0.1.1", elapsed, "group all_reduce ok; warn finding on host2 naming GLOO_SOCKET_IFNAME",
+           status=group["status"], stage=group["stage"], reason=group["reason"])
 
 
 @pytest.mark.timeout(120)
@@ -143,13 +147,14 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
     finally:
         squatter.kill()
         squatter.wait(timeout=5)
-    import json
 
     assert run.returncode == 2, run.stdout + run.stderr
     report = json.loads(run.stdout)
     taken = [f for f in report["findings"] if "port_in_use" in (f.get("code"), f["text"]) or "in use" in f["text"]]
     assert taken and str(port) in taken[0]["text"] and "MASTER_PORT" in taken[0]["text"], report["findings"]
-    record("MASTER_PORT taken on the master", elapsed, f"launch rehearsal fail: {taken[0]['text'][:80]}")
+    rehearsal = report["groups"][0] if report.get("groups") else {}
+    record("MASTER_PORT taken on the master", elapsed, f"launch rehearsal fail: {taken[0]['text'][:80]}",
+           status=rehearsal.get("status"), stage=rehearsal.get("stage"), reason=rehearsal.get("reason"))
 
 
 @pytest.mark.timeout(150)
@@ -177,5 +182,43 @@ def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
     assert abs(busbw_mbit - rate_mbit) <= 0.1 * rate_mbit, (busbw_mbit, rate_mbit)
     assert abs(busbw_mbit - iperf_mbit) <= 0.1 * iperf_mbit, (busbw_mbit, iperf_mbit)
     assert "host1" in p["hint"] or any("host1" in f["subject"] for f in report["findings"]), (p, report["findings"])
-    record(f"link shaped to {rate_mbit} Mbit/s (tc tbf)", took,
-           f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s")
+    record_cell(f"link shaped to {rate_mbit} Mbit/s (tc tbf)", took, p,
+                f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s")
+
+
+@pytest.mark.timeout(240)
+def test_discovery_names_the_working_interface_when_a_second_nic_is_on_a_dead_network(bed, stack):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    dead = {name: bed.add_dead_interface(name) for name in NAMES}
+    try:
+        sweep = TimedSweep(stack, "--kind", "discover", "--nodes", ",".join(NAMES), "--wait", "--timeout", "200",
+                           *FAST, injected_at=injected)
+        rc, report = sweep.report()
+        elapsed = sweep.elapsed()
+    finally:
+        for name in NAMES:
+            bed.remove_dead_interface(name)
+    assert report["kind"] == "discover" and len(report["pairs"]) == 6, report
+    for p in report["pairs"]:
+        a, b = p["a"], p["b"]
+        assert (p["status"], p["reason"]) == ("ok", None), json.dumps(report["pairs"], indent=1)
+        # eth1 <-> eth1 never connects; Gloo does connect eth0 <-> eth1 (the eth1 side dials out over eth0).
+        assert f"working: {a}:eth0 <-> {b}:eth0," in p["hint"], p["hint"]
+        assert f"failing: {a}:eth1 <-> {b}:eth1;" in p["hint"], p["hint"]
+        assert (f"set GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {a} and "
+                f"GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {b}") in p["hint"], p["hint"]
+    by_node = {f["subject"]: f for f in report["findings"] if f["code"] == "interface_dead"}
+    assert set(by_node) == set(NAMES), report["findings"]
+    for name, f in by_node.items():
+        assert f["severity"] == "warn", f
+        peers = ", ".join(f"{other}:eth1" for other in NAMES if other != name)
+        assert f"{name}: eth0 ({bed.host(name).address}) connects to all 3 peers" in f["text"], f
+        assert f"eth1 ({dead[name]}) fails with {peers}" in f["text"], f
+        assert f"Set GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {name}" in f["text"], f
+    assert any(f["subject"] == "cluster" and "launch jobs with GLOO_SOCKET_IFNAME=eth0" in f["text"]
+               for f in report["findings"]), report["findings"]
+    assert (rc, report["verdict"]) == (1, "warn"), report["findings"]
+    record_cell("second NIC on a dead network (every host)", elapsed, report["pairs"][0],
+                "6 pairs ok, hint: eth1 <-> eth1 fails, set GLOO_SOCKET_IFNAME=eth0; warn finding per host "
+                "naming eth1")

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from agents import contract
-from tests.fault_bed import FAST, TimedSweep, cell, record, restart_agent, start_agents, wait_online
+from tests.fault_bed import FAST, TimedSweep, cell, record, record_cell, restart_agent, start_agents, wait_online
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -88,8 +88,8 @@ def test_an_agent_killed_mid_probe_is_a_timeout_and_back_for_the_next_sweep(bed,
     rc, after = TimedSweep(stack, "--kind", "pairs", "--pairs", "s1:s2", "--wait", "--timeout", "120",
                            *FAST, "--baseline", "none").report()
     assert (rc, cell(after, "s1", "s2")["status"]) == (0, "ok"), after
-    record("agent SIGKILLed mid-probe", took, f"{p['status']} at {p['stage']} ({p['reason']}); "
-                                              "agent restarted, next sweep ok")
+    record_cell("agent SIGKILLed mid-probe", took, p, f"{p['status']} at {p['stage']} ({p['reason']}); "
+                                                     "agent restarted, next sweep ok")
 
 
 @pytest.mark.timeout(200)
@@ -116,7 +116,7 @@ def test_results_sent_while_the_server_worker_is_down_are_ingested_after(bed, st
     assert {p["status"] for p in report["pairs"]} == {"ok"} and len(report["pairs"]) == 6
     assert RejectedMessage.objects.count() == rejected
     record("server worker restarted mid-sweep", ended,
-           f"{waiting} messages queued while down, all ingested after; sweep pass, 6/6 ok")
+           f"{waiting} messages queued while down, all ingested after; sweep pass, 6/6 ok", status="ok")
 
 
 @pytest.mark.timeout(200)
@@ -145,4 +145,6 @@ def test_a_sweep_survives_redis_restarting_mid_sweep(bed, stack):
     lost = [p for p in report["pairs"] if p["status"] != "ok"]
     record("Redis restarted mid-sweep", ended,
            f"sweep {report['status']} ({report['verdict']}), {len(lost)} of {len(report['pairs'])} pairs "
-           f"{'/'.join(sorted({p['status'] for p in lost})) or 'lost'}; next sweep pass")
+           f"{'/'.join(sorted({p['status'] for p in lost})) or 'lost'}; next sweep pass",
+           status=lost[0]["status"] if lost else "ok", stage=lost[0]["stage"] if lost else None,
+           reason=lost[0]["reason"] if lost else None)

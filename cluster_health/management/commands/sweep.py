@@ -46,7 +46,9 @@ class Command(BaseCommand):
     help = "Request a sweep of the cluster; with --wait print the matrix or JSON and exit 0/1/2/3."
 
     def add_arguments(self, parser):
-        parser.add_argument("--kind", default="full", choices=("full", "connectivity", "quick", "pairs", "group"))
+        parser.add_argument("--kind", default="full", choices=("full", "connectivity", "quick", "pairs", "group", "discover"),
+                            help="discover: try every interface combination of every pair and name the "
+                                 "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node")
         parser.add_argument("--nodes", help="comma-separated node names (default: every online node)")
         parser.add_argument("--pairs", help="for --kind pairs: a:b,c:d")
         parser.add_argument("--backend", default="gloo", choices=contract.BACKENDS)
