@@ -331,13 +331,7 @@ class TestBed:
         return found
 
     def _namespace_commands(self, host: Host) -> list[list[str]]:
-        out = []
-        for pid in sh("ip", "netns", "pids", host.ns, check=False).split():
-            try:
-                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"))
-            except OSError:
-                continue
-        return out
+        return [_cmdline(int(pid)) for pid in sh("ip", "netns", "pids", host.ns, check=False).split()]
 
     def interfaces(self, name: str) -> list[dict]:
         return json.loads(self._in(self.host(name).ns, "ip", "-j", "addr"))
@@ -392,13 +386,58 @@ FAULTS = {
 
 
 
-def save_state(bed: TestBed, broker_url: str, agent_env: dict, web_url: str) -> None:
+def save_state(bed: TestBed, broker_url: str, agent_env: dict, web_url: str, procs: dict | None = None) -> None:
     STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
     STATE_FILE.write_text(json.dumps({
         "tag": bed.tag, "hosts": [h.name for h in bed.hosts], "second_interface": bed.second_interface,
         "workdir": str(bed.workdir), "broker_url": broker_url, "agent_env": agent_env, "web_url": web_url,
         "pid": os.getpid(), "addresses": {h.name: h.address for h in bed.hosts},
+        # The server side's processes, so that `cleanup` can stop them after the bed's own process was killed.
+        "processes": {name: [p.pid, _started(p.pid)] for name, p in (procs or {}).items()},
     }, indent=2))
+
+
+def _cmdline(pid: int) -> list[str]:
+    """The process's arguments; empty once it has exited (a zombie has none either)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").rstrip("\0").split("\0") if raw else []
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot: with the pid, it names one process, never a reused pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def stop_running_bed(state_file: Path = STATE_FILE, wait_s: float = 60.0) -> list[str]:
+    """Stop the bed `up` runs (as Ctrl-C does), or what is left of one whose process was killed."""
+    if not state_file.exists():
+        return []
+    state = json.loads(state_file.read_text())
+    stopped = []
+    pid = state.get("pid")
+    if pid and any("cluster_health.testbed" in arg for arg in _cmdline(pid)):
+        os.kill(pid, signal.SIGTERM)  # its own teardown: agents, namespaces, server side, state file
+        deadline = time.monotonic() + wait_s
+        while _cmdline(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _cmdline(pid):
+            os.kill(pid, signal.SIGKILL)
+        stopped.append(f"testbed pid {pid}")
+    for name, (proc_pid, started) in state.get("processes", {}).items():
+        if started and _started(proc_pid) == started:
+            try:
+                os.killpg(proc_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            stopped.append(f"{name} pid {proc_pid}")
+    state_file.unlink(missing_ok=True)
+    return stopped
 
 
 def load_bed(state_file: Path = STATE_FILE) -> TestBed:
@@ -460,7 +499,7 @@ def _up(opts) -> int:
             bed.start_agent(host.name, socket_url, env=python_env(**agent_env), address=host.address)
         wait_for_port("127.0.0.1", opts.port, 60, web)
         url = f"http://127.0.0.1:{opts.port}/"
-        save_state(bed, socket_url, agent_env, url)
+        save_state(bed, socket_url, agent_env, url, sup.procs)
         print(f"\n  test bed up: {opts.hosts} hosts ({', '.join(h.name + '=' + h.address for h in bed.hosts)})\n"
               f"  open     {url}  (admin / {password})\n"
               f"  faults   python -m cluster_health.testbed fault drop host1 host2   (clear: ... clear drop host1 host2)\n"
@@ -471,6 +510,7 @@ def _up(opts) -> int:
             time.sleep(1)
             for name in sup.revive():
                 print(f"{name} exited and was restarted", flush=True)
+                save_state(bed, socket_url, agent_env, url, sup.procs)
             dead = [name for name in list(sup.procs) if not sup.alive(name)]
             if dead:
                 raise RuntimeError(f"{dead[0]} exited:\n{sup.log(dead[0])[-2000:]}")
@@ -503,11 +543,14 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("args", nargs="*")
     status = sub.add_parser("status", help="the running bed: hosts, addresses, and the faults in force on each")
     status.add_argument("--json", action="store_true")
-    sub.add_parser("cleanup", help="remove namespaces left by an interrupted run")
+    sub.add_parser("cleanup", help="stop the running bed, or remove what an interrupted one left (namespaces, "
+                                   "processes, state file)")
     opts = parser.parse_args(argv)
     if opts.action == "up":
         return _up(opts)
     if opts.action == "cleanup":
+        stopped = stop_running_bed()
+        print("stopped:", ", ".join(stopped) or "nothing")
         print("removed:", " ".join(cleanup_stale()) or "nothing")
         return 0
     if opts.action == "status":

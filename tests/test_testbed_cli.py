@@ -1,0 +1,152 @@
+"""The test bed's command line, as a person exploring uses it: scripts/testbed, then fault, status, clear, cleanup.
+
+Each test brings a two-host bed up in a directory of its own (CLUSTER_HEALTH_TESTBED_DIR),
+drives it from a second command, tears it down and checks that nothing is left:
+no chtb-* namespace, no /etc/netns entry, no process, no state file.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_health import testbed as tb_module
+from cluster_health.devstack import ROOT, free_port, python_env
+from tests.conftest import _testbed_or_skip
+
+pytestmark = [pytest.mark.netns, pytest.mark.e2e]
+
+TB = [sys.executable, "-m", "cluster_health.testbed"]
+
+
+@pytest.fixture
+def tb_env(tmp_path):
+    _testbed_or_skip()
+    env = python_env(CLUSTER_HEALTH_TESTBED_DIR=str(tmp_path / "tb"))
+    env.pop("DATABASE_URL", None)  # the bed's own SQLite, never the test session's database
+    return env
+
+
+def ours(env) -> list[int]:
+    """Pids of every process the bed started: they all inherit its CLUSTER_HEALTH_TESTBED_DIR."""
+    marker = f"CLUSTER_HEALTH_TESTBED_DIR={env['CLUSTER_HEALTH_TESTBED_DIR']}".encode()
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") and tb_module._cmdline(int(pid)):
+                pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+def leftovers(env) -> dict:
+    return {
+        "namespaces": [n for n in tb_module.sh("ip", "netns", "list").split() if n.startswith("chtb-")],
+        "etc": [p.name for p in tb_module.NETNS_ETC.glob("chtb-*")] if tb_module.NETNS_ETC.is_dir() else [],
+        "processes": ours(env),
+        "state": (Path(env["CLUSTER_HEALTH_TESTBED_DIR"]) / "state.json").exists(),
+    }
+
+
+def assert_nothing_left(env, timeout=15):
+    deadline = time.monotonic() + timeout
+    while (left := leftovers(env)) != {"namespaces": [], "etc": [], "processes": [], "state": False}:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"left behind: {left}")
+        time.sleep(0.3)
+
+
+def cli(env, *args, timeout=90) -> str:
+    out = subprocess.run([*TB, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, f"{args}: exit {out.returncode}: {out.stdout} {out.stderr}"
+    return out.stdout
+
+
+def status(env) -> dict[str, list[str]]:
+    return {name: h["faults"] for name, h in json.loads(cli(env, "status", "--json"))["hosts"].items()}
+
+
+def bring_up(env):
+    proc = subprocess.Popen([str(ROOT / "scripts" / "testbed"), "--hosts", "2", "--port", str(free_port())],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "test bed up" in line:
+            return proc
+    proc.wait(timeout=30)
+    raise AssertionError(f"scripts/testbed exited {proc.returncode}:\n{''.join(seen)[-4000:]}")
+
+
+def wait_online(env, names, timeout=60):
+    nodes_env = dict(env, DJANGO_SETTINGS_MODULE="cluster_health.settings",
+                     CLUSTER_HEALTH_VAR_DIR=env["CLUSTER_HEALTH_TESTBED_DIR"])
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run([sys.executable, "manage.py", "nodes", "--json"], env=nodes_env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=60)
+        online = ({n["name"] for n in json.loads(out.stdout)["nodes"] if n["online"]} if out.returncode == 0
+                  else set())
+        if set(names) <= online:
+            return
+        assert time.monotonic() < deadline, f"agents not online: {out.stdout[-1000:]} {out.stderr[-1000:]}"
+        time.sleep(1)
+
+
+@pytest.mark.timeout(240)
+def test_it_brings_a_bed_up_injects_and_clears_faults_and_leaves_nothing_on_ctrl_c(tb_env):
+    proc = bring_up(tb_env)
+    try:
+        wait_online(tb_env, ["host1", "host2"])
+        assert status(tb_env) == {"host1": [], "host2": []}
+        assert "host1" in cli(tb_env, "status") and "no fault" in cli(tb_env, "status")
+
+        cli(tb_env, "fault", "firewall", "host1", "host2")
+        cli(tb_env, "fault", "dead-nic", "host2")
+        cli(tb_env, "fault", "stop-agent", "host1")
+        assert status(tb_env) == {"host1": ["drop from host2", "agent stopped"],
+                                  "host2": ["drop from host1", "dead-nic eth1"]}
+        ping = subprocess.run(["ip", "netns", "exec", "chtb-demo-h1", "ping", "-c1", "-W1", "198.18.0.11"],
+                              capture_output=True, text=True, timeout=10)
+        assert ping.returncode != 0, "the firewall lets host1 reach host2"
+
+        cli(tb_env, "clear", "firewall", "host1", "host2")
+        cli(tb_env, "clear", "dead-nic", "host2")
+        cli(tb_env, "clear", "stop-agent", "host1")
+        assert status(tb_env) == {"host1": [], "host2": []}
+        wait_online(tb_env, ["host1"])  # the restarted agent heartbeats
+
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        out, _ = proc.communicate(timeout=90)
+        assert proc.returncode == 0 and "test bed torn down" in out, out[-3000:]
+        assert_nothing_left(tb_env)
+        assert "removed: nothing" in cli(tb_env, "cleanup")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run([*TB, "cleanup"], env=tb_env, cwd=ROOT, capture_output=True, timeout=120)
+
+
+@pytest.mark.timeout(240)
+def test_cleanup_removes_what_a_killed_bed_left(tb_env):
+    proc = bring_up(tb_env)
+    try:
+        cli(tb_env, "fault", "shape", "host1", "100")
+        assert status(tb_env)["host1"] == ["shaped to 100Mbit"]
+        proc.kill()  # SIGKILL: no teardown of its own
+        proc.wait(timeout=10)
+        left = leftovers(tb_env)
+        assert left["namespaces"] and left["processes"] and left["state"], left
+        out = cli(tb_env, "cleanup")
+        assert "chtb-demo-h1" in out and "redis pid" in out, out
+        assert_nothing_left(tb_env)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run([*TB, "cleanup"], env=tb_env, cwd=ROOT, capture_output=True, timeout=120)
