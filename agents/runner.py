@@ -162,6 +162,7 @@ def _stop_group(probe) -> None:
 _warm_lock = threading.Lock()
 _warm: WarmHost | None = None
 _warm_starting = False
+_warm_generation = 0  # bumped by shutdown: a start still under way then closes what it started
 _warm_failed_at = float("-inf")
 WARM_RETRY_S = 60.0
 
@@ -177,7 +178,7 @@ def _probe_env() -> dict:
     return env
 
 
-def _start_warm_host() -> None:
+def _start_warm_host(generation: int) -> None:
     global _warm, _warm_starting, _warm_failed_at
     idle_s = float(os.environ.get("CLUSTER_HEALTH_WARM_IDLE_S", DEFAULT_IDLE_S))
     host = WarmHost(env=_probe_env(), idle_s=idle_s)
@@ -186,10 +187,15 @@ def _start_warm_host() -> None:
     except (OSError, WarmHostError) as e:
         log.warning("warm probe process unavailable, probes start cold: %s", e)
         with _warm_lock:
-            _warm_starting, _warm_failed_at = False, time.monotonic()
+            if generation == _warm_generation:
+                _warm_starting, _warm_failed_at = False, time.monotonic()
         return
     with _warm_lock:
-        _warm, _warm_starting = host, False
+        current = generation == _warm_generation
+        if current:
+            _warm, _warm_starting = host, False
+    if not current:
+        host.close()
 
 
 def prewarm() -> None:
@@ -205,11 +211,14 @@ def prewarm() -> None:
                 or time.monotonic() - _warm_failed_at < WARM_RETRY_S:
             return
         _warm_starting = True
-    threading.Thread(target=_start_warm_host, name="warmhost-start", daemon=True).start()
+        generation = _warm_generation
+    threading.Thread(target=_start_warm_host, args=(generation,), name="warmhost-start", daemon=True).start()
 
 
 def warm_host() -> WarmHost | None:
     """The running warm host, or None (and one is started for the next probe)."""
+    if not warm_enabled():
+        return None
     with _warm_lock:
         host = _warm if _warm is not None and _warm.alive() else None
     if host is None:
@@ -218,9 +227,10 @@ def warm_host() -> WarmHost | None:
 
 
 def shutdown_warm_host() -> None:
-    global _warm
+    global _warm, _warm_starting, _warm_generation
     with _warm_lock:
-        host, _warm = _warm, None
+        host, _warm, _warm_starting = _warm, None, False
+        _warm_generation += 1
     if host is not None:
         host.close()
 

@@ -76,7 +76,12 @@ def test_a_dead_warm_process_fails_the_running_probe_and_the_next_one_starts(war
     result = run_probe(command(1, timeouts={"store": 60.0}, deadline_s=30.0), redis_url, on_event=kill_host)
     assert time.monotonic() - began < 10.0, "the orphaned probe should end at once, not at its deadline"
     assert (result["status"], result["reason"]) == ("failed", "probe_crashed")
-    # The next probe does not wait for a new warm process: it starts cold if none is ready yet.
+    # A new warm process is started by itself, and the next probes run from it.
+    end = time.monotonic() + 60
+    while runner.warm_host() is None:
+        assert time.monotonic() < end, "no new warm probe process within 60s"
+        time.sleep(0.1)
+    assert runner.warm_host().proc.pid != host_pid
     for r in pair(redis_url, last_stage="collective"):
         assert r["status"] == "ok", r["hint"]
 
