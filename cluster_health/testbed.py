@@ -502,9 +502,10 @@ def _up(opts) -> int:
         save_state(bed, socket_url, agent_env, url, sup.procs)
         print(f"\n  test bed up: {opts.hosts} hosts ({', '.join(h.name + '=' + h.address for h in bed.hosts)})\n"
               f"  open     {url}  (admin / {password})\n"
-              f"  faults   python -m cluster_health.testbed fault drop host1 host2   (clear: ... clear drop host1 host2)\n"
+              f"  faults   python -m cluster_health.testbed fault drop host1 host2   (clear: ... clear drop host1 host2;"
+              " status: ... status)\n"
               f"  sweep    DJANGO_SETTINGS_MODULE=cluster_health.settings CLUSTER_HEALTH_VAR_DIR={var} "
-              f"REDIS_URL={redis_url} python manage.py sweep --kind connectivity --wait\n"
+              f"REDIS_URL={redis_url} python manage.py sweep --kind connectivity --wait   (--kind discover: which NIC works)\n"
               "  Ctrl-C tears everything down.\n", flush=True)
         for _ in iter(int, 1):  # until Ctrl-C or SIGTERM; a server process dying ends it too
             time.sleep(1)
