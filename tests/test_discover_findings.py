@@ -78,3 +78,35 @@ def test_it_prefers_the_registered_address_among_interfaces_that_all_work(regist
     rows = [[row("h1", x, "h2", "enp1s0", True) for x in ("eth0", "eth1")]]
     found = {f["subject"]: f for f in discovery.interface_findings(rows, everyone(["h1", "h2"]), {"h1": registered})}
     assert f"GLOO_SOCKET_IFNAME={expected} " in found["h1"]["text"] and found["h1"]["severity"] == "info"
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("memory_channel_layer")
+def test_a_discover_sweep_sends_discover_probes_and_names_the_interface_per_node(driver):
+    from agents import contract
+    from agents.probe import discover_budget_s
+    from cluster_health.models import Finding, PairProbe, Sweep
+    from tests.sweep_driver import heartbeat, result_for
+
+    names = ["n0", "n1", "n2"]
+    for name in names:
+        heartbeat(name)
+    sweep = driver.sweep(kind="discover", timeouts={"init": 4.0})
+    sent = []
+
+    def answer(cmd):
+        sent.append(cmd)
+        me = cmd["node"]
+        peer = cmd["peers"][0]["name"]
+        a, b = (me, peer) if cmd["rank"] == 0 else (peer, me)
+        return result_for(cmd, extra={"interfaces": two_nics(a, b)})
+
+    driver.answer_all(answer)
+    sweep = Sweep.objects.get(pk=sweep.pk)
+    assert {c["kind"] for c in sent} == {"discover"} and len(sent) == 6
+    timeouts = sent[0]["timeouts"]
+    assert sent[0]["deadline_s"] == contract.default_deadline(timeouts) - 4.0 + discover_budget_s(4.0)
+    assert PairProbe.objects.filter(sweep=sweep, status="ok").count() == 3
+    dead = Finding.objects.filter(sweep=sweep, code="interface_dead").order_by("subject")
+    assert [f.subject for f in dead] == names and all("GLOO_SOCKET_IFNAME=eth0" in f.text for f in dead)
+    assert (sweep.status, sweep.verdict) == ("finished", "warn")
