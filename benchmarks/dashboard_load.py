@@ -187,10 +187,51 @@ def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
     drawn = time.time() * 1000
     # A page that re-read state.json after the sweep ended only did so to show the findings;
     # a re-read while results flowed would mean a frame was lost.
-    return {"live_results": results, "live_rate_sent_per_s": round(results / sent_s),
-            "live_rate_target_per_s": rate, "live_cells_ok": pairs,
-            "live_state_rereads": max(0, len(reads) - 1),
-            "live_last_result_to_last_cell_ms": round(drawn - last_sent)}
+    out = {"live_results": results, "live_rate_sent_per_s": round(results / sent_s),
+           "live_rate_target_per_s": rate, "live_cells_ok": pairs,
+           "live_state_rereads": max(0, len(reads) - 1),
+           "live_last_result_to_last_cell_ms": round(drawn - last_sent)}
+    out.update(result_to_cell(page, base, names))
+    return out
+
+
+def result_to_cell(page, base: str, names: list[str], samples: int = 15) -> dict:
+    """Time from a result's arrival at ingest to its cell drawn changed in the browser, one pair at a time.
+
+    Each sample is one pair's two halves handed to ``ingest.ingest_results`` (what the
+    server worker's task runs) on a quiet page; the end is the redraw that shows it
+    (``#heatmaps[data-updated-at]``, set when plotly has drawn). Includes the commit, the
+    broadcast over Redis, the consumer's batching window, the WebSocket and the redraw.
+    """
+    from cluster_health import dispatch, ingest, sweeps
+    from cluster_health.models import Node
+    from django.utils import timezone
+    from tests.sweep_driver import result_for
+
+    Node.objects.filter(name__in=names).update(last_heartbeat=timezone.now())
+    with dispatch.capture() as sent, ThreadPoolExecutor(1) as server_side:
+        sweep = server_side.submit(sweeps.request_sweep, source="command", kind="connectivity", nodes=names).result()
+        server_side.submit(sweeps.start_sweep, sweep.pk).result()
+        by_probe: dict[int, list[dict]] = {}
+        for task, _queue, kwargs, _expires in sent:
+            if task == "agent.probe":
+                by_probe.setdefault(kwargs["command"]["probe_id"], []).append(kwargs["command"])
+        page.goto(f"{base}/sweeps/{sweep.pk}/")
+        page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
+        times = []
+        for commands in list(by_probe.values())[:samples]:
+            a, b = commands[0]["node"], commands[1]["node"]
+            time.sleep(0.4)  # a quiet page: no batching window or redraw still open from the last sample
+            arrived = time.time() * 1000
+            server_side.submit(ingest.ingest_results, [result_for(c) for c in commands]).result()
+            page.wait_for_function(
+                f"CH.matrix.statusOf('{a}', '{b}') === 'ok' && "
+                f"Number(document.getElementById('heatmaps').dataset.updatedAt || 0) >= {arrived}", timeout=30_000)
+            times.append(float(page.evaluate("document.getElementById('heatmaps').dataset.updatedAt")) - arrived)
+        server_side.submit(sweeps.cancel, sweep.pk).result()
+    times.sort()
+    return {"result_to_cell_ms_median": round(times[len(times) // 2]), "result_to_cell_ms_max": round(times[-1]),
+            "result_to_cell_samples": len(times)}
 
 
 if __name__ == "__main__":

@@ -133,7 +133,9 @@ SERVE_STATIC = envbool("CLUSTER_HEALTH_SERVE_STATIC", True)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+        # A consumer waits for messages in a 5 s BZPOPMIN; redis-py's default 5 s socket
+        # timeout would end that wait with an error and drop every idle WebSocket.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 1500, "expiry": 30},
     }
 }
 

@@ -12,6 +12,7 @@ Everything started here is stopped at the end of the session, also when tests fa
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import threading
@@ -72,9 +73,10 @@ def _django_uses_private_redis(request):
 
     settings.REDIS_URL = url
     settings.CELERY_BROKER_URL = url
-    settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
-    }
+    # The configured layer (its connection options included), pointed at the private Redis.
+    layer = copy.deepcopy(settings.CHANNEL_LAYERS["default"])
+    layer["CONFIG"]["hosts"] = [{**h, "address": url} if isinstance(h, dict) else url for h in layer["CONFIG"]["hosts"]]
+    settings.CHANNEL_LAYERS = {"default": layer}
     celery_app.conf.broker_url = url
     channel_layers.backends.clear()
     os.environ["REDIS_URL"] = url

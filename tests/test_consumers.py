@@ -1,5 +1,7 @@
 """The live-update WebSocket: anonymous handshakes are refused; updates reach a browser batched."""
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -48,3 +50,29 @@ def test_it_forwards_a_burst_of_updates_as_one_frame():
     assert frame["type"] == "update" and frame["sweep"] == 7
     assert len(frame["pairs"]) == 20
     assert frame["progress"]["pairs_done"] == 20
+
+
+@pytest.mark.timeout(60)
+def test_it_keeps_an_idle_websocket_open_over_the_redis_layer():
+    """A page left open with nothing happening still gets the next update (no drop, no re-read)."""
+    user = make_user("viewer", operator=False)
+
+    async def follow():
+        communicator = WebsocketCommunicator(consumers.SweepUpdatesConsumer.as_asgi(), "/ws/sweeps/8/")
+        communicator.scope["user"] = user
+        communicator.scope["url_route"] = {"args": (), "kwargs": {"sweep_id": 8}}
+        connected, _ = await communicator.connect()
+        assert connected
+        assert (await communicator.receive_json_from())["type"] == "hello"
+        # Longer than the layer's 5 s blocking read, which a 5 s socket timeout used to cut.
+        await asyncio.sleep(7)
+        await get_channel_layer().group_send("sweep.8", {
+            "type": "sweep.update", "sweep": 8, "status": "running", "verdict": "unknown", "progress": {},
+            "pairs": [{"a": "n0", "b": "n1", "status": "ok"}]})
+        frame = await communicator.receive_json_from(timeout=3)
+        await communicator.disconnect()
+        return frame
+
+    assert "RedisChannelLayer" in get_channel_layer().__class__.__name__
+    frame = async_to_sync(follow)()
+    assert frame["type"] == "update" and frame["pairs"] == [{"a": "n0", "b": "n1", "status": "ok"}]
