@@ -102,6 +102,7 @@ def summarize(measured: dict[int, list[dict]], repeats: int) -> dict:
         everything += sweeps
     out["ratio_max"] = max(out[f"ratio_{n}"] for n in measured)
     out["within_target"] = out["ratio_max"] <= TARGET_RATIO
+    out["ratio_in_sweep_max"] = max(out[f"ratio_in_sweep_{n}"] for n in measured)
     out["overhead_per_round_s"] = median(o for s in everything for o in s["overheads"])
     timings = [t for s in everything for t in s["timings"]]
     out["probe_timings_s"] = {k: median(t.get(k) for t in timings) for k in (*TIMING_KEYS, "duration_s")}
