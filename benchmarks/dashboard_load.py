@@ -76,8 +76,12 @@ def measure(sweeps: dict[int, int], rate: int = 500) -> dict:
         from django.conf import settings
         from django.contrib.auth.models import User
 
+        from channels.layers import channel_layers
+
         settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
                                                "CONFIG": {"hosts": [redis_url]}}}
+        # Writing the histories made (and cached) an in-memory layer: broadcasts must reach daphne.
+        channel_layers.backends.clear()
         User.objects.create_user("bench", password=PASSWORD)
         out.update(api_figures(sweeps))
         proc = sup.start("web", devstack.web_args("127.0.0.1", web_port))
@@ -152,17 +156,17 @@ def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
     names = [f"live{i:03d}" for i in range(n)]
     for name in names:
         heartbeat(name)
-    with dispatch.capture() as sent:
-        sweep = sweeps.request_sweep(source="command", kind="connectivity", nodes=names)
-        sweeps.start_sweep(sweep.pk)
+    with dispatch.capture() as sent, ThreadPoolExecutor(1) as server_side:
+        # Playwright's loop owns this thread; whatever broadcasts runs in another, as in the server worker.
+        sweep = server_side.submit(sweeps.request_sweep, source="command", kind="connectivity", nodes=names).result()
+        server_side.submit(sweeps.start_sweep, sweep.pk).result()
         page.goto(f"{base}/sweeps/{sweep.pk}/")
         page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}' && document.body.dataset.ws === 'open'")
         reads = []
         page.on("request", lambda r: reads.append(r.url) if "state.json" in r.url else None)
 
         def feed() -> tuple[int, float]:
-            # Playwright's loop owns this thread; ingest broadcasts from another, as the server worker does.
-            tick_batch = max(1, round(rate * 0.05))
+            tick_batch = max(1, round(rate * 0.1))  # ten batches a second, as a busy server worker takes them
             results, t_start = 0, time.perf_counter()
             while True:
                 commands = [kw["command"] for task, _, kw, _ in sent if task == "agent.probe"]
@@ -177,8 +181,7 @@ def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
                     if ahead > 0:
                         time.sleep(ahead)
 
-        with ThreadPoolExecutor(1) as pool:
-            results, sent_s = pool.submit(feed).result()
+        results, sent_s = server_side.submit(feed).result()
     last_sent = time.time() * 1000
     pairs = n * (n - 1) // 2
     check = ("(() => { const m = CH.matrix; let ok = 0; for (const s of m.status) if (m.codes[s] === 'ok') ok++; "

@@ -58,10 +58,13 @@ class SweepUpdatesConsumer(AsyncJsonWebsocketConsumer):
             self.flusher = asyncio.ensure_future(self._flush_later())
 
     async def _flush_later(self):
-        await asyncio.sleep(FLUSH_S)
-        pairs, self.pending_pairs = self.pending_pairs, {}
-        metas, self.pending_meta = self.pending_meta, {}
-        for sweep in {*metas, *(s for s, _a, _b in pairs)}:
-            frame = {"type": "update", "sweep": sweep, **metas.get(sweep, {}),
-                     "pairs": [p for (s, _a, _b), p in pairs.items() if s == sweep]}
-            await self.send_json(frame)
+        # Loop until nothing is pending: events that arrive while a frame is being sent are
+        # sent in the next round, not left waiting for an event that may never come.
+        while self.pending_pairs or self.pending_meta:
+            await asyncio.sleep(FLUSH_S)
+            pairs, self.pending_pairs = self.pending_pairs, {}
+            metas, self.pending_meta = self.pending_meta, {}
+            for sweep in {*metas, *(s for s, _a, _b in pairs)}:
+                frame = {"type": "update", "sweep": sweep, **metas.get(sweep, {}),
+                         "pairs": [p for (s, _a, _b), p in pairs.items() if s == sweep]}
+                await self.send_json(frame)

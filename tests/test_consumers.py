@@ -76,3 +76,39 @@ def test_it_keeps_an_idle_websocket_open_over_the_redis_layer():
     assert "RedisChannelLayer" in get_channel_layer().__class__.__name__
     frame = async_to_sync(follow)()
     assert frame["type"] == "update" and frame["pairs"] == [{"a": "n0", "b": "n1", "status": "ok"}]
+
+
+class _ArrivesWhileSending(consumers.SweepUpdatesConsumer):
+    """An update handled while the first frame is being sent, as happens under a steady stream."""
+
+    late = {"type": "sweep.update", "sweep": 9, "status": "running", "verdict": "unknown", "progress": {},
+            "pairs": [{"a": "n0", "b": "n2", "status": "ok"}]}
+
+    async def send_json(self, content, close=False):
+        await super().send_json(content, close)
+        if content.get("type") == "update" and not getattr(self, "sent_late", False):
+            self.sent_late = True
+            await self.sweep_update(self.late)
+
+
+@pytest.mark.timeout(30)
+def test_it_sends_what_arrived_while_a_frame_was_being_sent():
+    user = make_user("viewer", operator=False)
+
+    async def follow():
+        communicator = WebsocketCommunicator(_ArrivesWhileSending.as_asgi(), "/ws/sweeps/9/")
+        communicator.scope["user"] = user
+        communicator.scope["url_route"] = {"args": (), "kwargs": {"sweep_id": 9}}
+        connected, _ = await communicator.connect()
+        assert connected
+        await communicator.receive_json_from()  # hello
+        await get_channel_layer().group_send("sweep.9", {
+            "type": "sweep.update", "sweep": 9, "status": "running", "verdict": "unknown", "progress": {},
+            "pairs": [{"a": "n0", "b": "n1", "status": "ok"}]})
+        frames = [await communicator.receive_json_from(timeout=3), await communicator.receive_json_from(timeout=3)]
+        await communicator.disconnect()
+        return frames
+
+    first, second = async_to_sync(follow)()
+    assert first["pairs"] == [{"a": "n0", "b": "n1", "status": "ok"}]
+    assert second["pairs"] == [{"a": "n0", "b": "n2", "status": "ok"}]  # not left behind
