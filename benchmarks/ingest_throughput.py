@@ -49,8 +49,17 @@ def run(database: str | None = None, nodes: int = 1024, batch: int = 500) -> dic
         return measure(nodes, batch)
 
 
-def measure(n: int, batch: int, reference_rounds: int = 8) -> dict:
-    """Ingest a whole connectivity sweep over ``n`` synthetic nodes into the current database."""
+REFERENCE_HALVES = 2000  # the one-half-per-call reference: enough calls for a steady figure, not more
+
+
+def measure(n: int, batch: int, reference_rounds: int | None = None) -> dict:
+    """Ingest a whole connectivity sweep over ``n`` synthetic nodes into the current database.
+
+    The first ``reference_rounds`` rounds (by default as many as hold about
+    REFERENCE_HALVES halves) go one half per call, as the reference.
+    """
+    if reference_rounds is None:
+        reference_rounds = max(1, min(8, round(REFERENCE_HALVES / max(2, n - n % 2))))
     from django.conf import settings
     from django.db import connection
     from cluster_health import dispatch, ingest, sweeps
