@@ -25,6 +25,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from tests import services  # noqa: E402
+from tests.browser import chromium  # noqa: E402,F401  (one browser per session, shared by every browser test module)
 
 ARTIFACTS = Path(os.environ.get("CLUSTER_HEALTH_TEST_ARTIFACTS", Path(ROOT) / "test-artifacts"))
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from cluster_health.models import Node, Sweep
-from tests.browser import chromium, log_in  # noqa: F401  (fixture)
+from tests.browser import log_in
 from tests.conftest import ARTIFACTS
 from tests.dashboard_rows import PASSWORD, make_user
 from tests.services import wait_until
@@ -61,7 +61,7 @@ def wait_finished(page, sweep_id, timeout_s=90):
     assert Sweep.objects.get(pk=sweep_id).status == "finished"
 
 
-def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):  # noqa: F811
+def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):
     make_user("operator", operator=True)
     for name in AGENTS:
         stack.start_agent(name, "127.0.0.1")

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cluster_health import dispatch, ingest, sweeps
 from cluster_health.models import Node, PairProbe
-from tests.browser import chromium, log_in  # noqa: F401  (fixture)
+from tests.browser import log_in
 from tests.dashboard_rows import PASSWORD, make_user
 from tests.sweep_driver import heartbeat, result_for
 from tests.test_browser_dashboard import shot
@@ -69,7 +69,7 @@ def page_statuses(page, pairs) -> list:
     return page.evaluate("(pairs) => pairs.map(([a, b]) => CH.matrix.statusOf(a, b))", pairs)
 
 
-def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):  # noqa: F811
+def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):
     names = [f"rs{i}" for i in range(6)]
     make_user("viewer", operator=False)
     server_side = ThreadPoolExecutor(1, thread_name_prefix="server-side")
@@ -133,7 +133,7 @@ def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):  
             server_side.shutdown()
 
 
-def test_it_keeps_the_node_table_current_without_a_reload(stack, chromium):  # noqa: F811
+def test_it_keeps_the_node_table_current_without_a_reload(stack, chromium):
     make_user("viewer", operator=False)
     heartbeat("nt1", address="10.9.0.1")
     base = stack.start_web()
