@@ -300,7 +300,7 @@ def _dispatch_round(sweep: Sweep, k: int) -> bool:
     transaction.on_commit(lambda: [dispatch.send_command(c) for c in commands])
     from cluster_health.reports import pair_dict
 
-    broadcast.sweep_update(sweep, [pair_dict(p) for p in updated])
+    broadcast.sweep_update(sweep, [pair_dict(p) for p in updated], throttle=True)
     return any(p.status == "running" for p in updated)
 
 
