@@ -112,7 +112,8 @@ def targets(fig: dict, nodes: int) -> list[tuple[str, str, str, str, str]]:
         rows.append((name, goal, fmt(value, unit), reference, met))
 
     row(f"planner, {nodes} nodes, all rounds", "< 1 s", p.get("plan_s"), " s", lambda v: v < 1)
-    row(f"ingest into {i.get('database', 'PostgreSQL')}, {nodes} nodes ({fmt(i.get('pairs', nodes * (nodes - 1) // 2))} pairs)",
+    db_name = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}.get(i.get("database"), i.get("database", "PostgreSQL"))
+    row(f"ingest into {db_name}, {nodes} nodes ({fmt(i.get('pairs', nodes * (nodes - 1) // 2))} pairs)",
         ">= 2,000 results/s", i.get("results_per_s"), " results/s", lambda v: v >= 2000,
         f"one half per call: {fmt(i.get('single_results_per_s'), '/s')} "
         f"({ratio(i.get('results_per_s'), i.get('single_results_per_s'))} faster)")
@@ -236,6 +237,7 @@ def main() -> int:
                "ingest_throughput": {"database": opts.database, "nodes": opts.nodes},
                "dashboard_load": {"database": opts.database, "nodes": [64, opts.nodes]},
                "netns_sweep": {"database": opts.database},
+               "bandwidth_honesty": {"runs": 5},
                "dead_link": {"database": opts.database}}
     others = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
                     if p.stem not in (*KNOWN, "run", "scratch", "bed", "__init__") and "def run(" in p.read_text())
