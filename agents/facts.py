@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 
-from agents import netinfo
+from agents import child_env, netinfo
 
 ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GLOO_SOCKET_IFNAME",
              "CUDA_VISIBLE_DEVICES")
@@ -48,15 +48,10 @@ def torch_versions() -> dict:
 def torch_versions_in_subprocess(python: str | None = None, timeout: float = 120.0) -> dict:
     try:
         out = subprocess.run([python or sys.executable, "-m", "agents.facts", "--torch"], capture_output=True,
-                             text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=_package_path()))
+                             text=True, timeout=timeout, env=child_env())
         return json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
         return {"torch": None, "error": f"could not run the torch version check: {e}"}
-
-
-def _package_path() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return root + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 
 def gpus(run=subprocess.run) -> dict:

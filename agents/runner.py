@@ -25,13 +25,12 @@ import threading
 import time
 from pathlib import Path
 
-from agents import contract
+from agents import child_env, contract
 from agents.probe import TIMEOUT_REASONS, pid_alive
 from agents.warmhost import DEFAULT_IDLE_S, WarmHost, WarmHostError
 
 log = logging.getLogger(__name__)
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 TERM_GRACE_S = 1.0
 PY_SPY_TIMEOUT_S = 5.0
 STACK_LIMIT = 8000
@@ -135,9 +134,13 @@ class _WarmProbe:
     def wait(self, timeout: float) -> bool:
         end = time.monotonic() + timeout
         while not self.done():
-            if time.monotonic() >= end:
+            left = end - time.monotonic()
+            if left <= 0:
                 return False
-            self.host.wait(self.pid, min(0.2, max(0.0, end - time.monotonic())))
+            if self.host.alive():
+                self.host.wait(self.pid, left)  # returns at the exit report, the host's death or the timeout
+            else:
+                time.sleep(min(0.05, left))  # orphaned: init reaps it; nothing to be woken by
         self.host.forget(self.pid)
         return True
 
@@ -171,17 +174,10 @@ def warm_enabled() -> bool:
     return os.environ.get("CLUSTER_HEALTH_WARM_PROBES", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def _probe_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _start_warm_host(generation: int) -> None:
     global _warm, _warm_starting, _warm_failed_at
     idle_s = float(os.environ.get("CLUSTER_HEALTH_WARM_IDLE_S", DEFAULT_IDLE_S))
-    host = WarmHost(env=_probe_env(), idle_s=idle_s)
+    host = WarmHost(env=child_env(PYTHONUNBUFFERED="1"), idle_s=idle_s)
     try:
         host.start()
     except (OSError, WarmHostError) as e:
@@ -336,7 +332,7 @@ def _start(tmpdir: Path, output_path: Path, python: str | None):
     with open(output_path, "wb") as out:
         proc = subprocess.Popen([python or sys.executable, "-m", "agents.probe", str(tmpdir / "spec.json")],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=tmpdir, env=_probe_env())
+                                start_new_session=True, cwd=tmpdir, env=child_env(PYTHONUNBUFFERED="1"))
     return _ColdProbe(proc)
 
 

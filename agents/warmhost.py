@@ -10,7 +10,7 @@ process group at its deadline), its output in the probe's own log file, its
 own CUDA/NCCL initialisation, and nothing shared with the next probe.
 
 The protocol is JSON lines. The runner writes {"spec": PATH, "output": PATH,
-"cwd": DIR, "spawned_at": T} to the host's stdin; the host answers {"pid": PID}
+"cwd": DIR} to the host's stdin; the host answers {"pid": PID}
 (or {"error": TEXT}) and later {"exit": PID, "code": CODE} when that child is
 reaped. The host first writes {"ready": PID}. It exits when its stdin closes
 (the agent is gone) or after idle_s seconds with no request and no child, so
@@ -130,26 +130,28 @@ def serve(idle_s: float = DEFAULT_IDLE_S) -> int:
                 children.add(pid)
                 last_request = time.monotonic()
                 _emit({"pid": pid})
-        before = set(children)
-        _reap_into(children)
-        if before != children:
+        if _reap_into(children):
             last_request = time.monotonic()
         if not children and time.monotonic() - last_request > idle_s:
             break
     return 0
 
 
-def _reap_into(children: set[int]) -> None:
+def _reap_into(children: set[int]) -> bool:
+    """Reap the children that exited, report each, drop them from children; True if any was."""
+    reaped = False
     while children:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             children.clear()
-            return
+            return True
         if pid == 0:
-            return
+            break
         children.discard(pid)
+        reaped = True
         _emit({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+    return reaped
 
 
 # -- the runner's side ------------------------------------------------------------------
@@ -165,12 +167,9 @@ class WarmHost:
     stops it too; if the agent dies anyway, the host sees its stdin close and exits.
     """
 
-    def __init__(self, python: str | None = None, env: dict | None = None, idle_s: float = DEFAULT_IDLE_S,
-                 log_path: str | None = None):
-        self.python = python or sys.executable
+    def __init__(self, env: dict | None = None, idle_s: float = DEFAULT_IDLE_S):
         self.env = env
         self.idle_s = idle_s
-        self.log_path = log_path
         self.proc: subprocess.Popen | None = None
         self.replies: queue.Queue = queue.Queue()
         self.exits: dict[int, int] = {}
@@ -178,12 +177,9 @@ class WarmHost:
         self.lock = threading.Lock()
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        log = open(self.log_path or os.devnull, "ab")
-        try:
-            self.proc = subprocess.Popen([self.python, "-m", "agents.warmhost", "--idle-s", str(self.idle_s)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self.env)
-        finally:
-            log.close()
+        # Its stderr is the agent's: an import that fails says why in the agent's log.
+        self.proc = subprocess.Popen([sys.executable, "-m", "agents.warmhost", "--idle-s", str(self.idle_s)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env)
         threading.Thread(target=self._read, args=(self.proc,), name="warmhost-reader", daemon=True).start()
         try:
             first = self.replies.get(timeout=timeout)
