@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.agent_fixtures import resident_kib  # noqa: E402
 from tests.services import RedisServer, spawn, stop_process  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -38,11 +39,6 @@ def cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
 def children(pid: int) -> list[int]:
@@ -93,7 +89,7 @@ def window(pids: dict[str, int], seconds: float) -> dict:
     began = time.monotonic()
     time.sleep(seconds)
     wall = time.monotonic() - began
-    return {k: {"cpu_pct": round(100 * (cpu_s(p) - before[k]) / wall, 3), "rss_mib": round(rss_mib(p), 1)}
+    return {k: {"cpu_pct": round(100 * (cpu_s(p) - before[k]) / wall, 3), "rss_mib": round(resident_kib(p) / 1024, 1)}
             for k, p in pids.items()}
 
 
