@@ -240,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
+    # Also when started in the background by a shell, which leaves SIGINT ignored: Ctrl-C or kill -INT stops it.
+    signal.signal(signal.SIGINT, _stop)
     started = time.monotonic()
 
     def say(msg: str) -> None:
