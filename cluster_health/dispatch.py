@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 from agents import contract
+from agents.probe import discover_budget_s
 
 # Slack for queueing and process start between sending a command and the probe running.
 START_GRACE_S = 10.0
@@ -62,9 +63,13 @@ def new_rendezvous() -> str:
     return uuid.uuid4().hex
 
 
-def probe_settings(params: dict, last_stage: str) -> dict:
+def probe_settings(params: dict, last_stage: str, kind: str = "pair") -> dict:
     """The command fields that come from the sweep's parameters (already bounded at request time)."""
     timeouts = contract.validate_timeouts(params.get("timeouts"))
+    deadline = contract.default_deadline(timeouts)
+    if kind == "discover":
+        # Discovery spends up to one attempt per interface combination where a pair spends one init.
+        deadline = deadline - timeouts["init"] + discover_budget_s(timeouts["init"])
     out = {
         "last_stage": last_stage,
         "sizes": list(params.get("sizes") or contract.DEFAULT_SIZES),
@@ -72,7 +77,7 @@ def probe_settings(params: dict, last_stage: str) -> dict:
         "warmup": params.get("warmup", contract.DEFAULT_WARMUP),
         "latency_iterations": params.get("latency_iterations", contract.DEFAULT_LATENCY_ITERATIONS),
         "timeouts": timeouts,
-        "deadline_s": float(params.get("deadline_s") or contract.default_deadline(timeouts)),
+        "deadline_s": float(params.get("deadline_s") or deadline),
     }
     if last_stage == "collective":
         out["sizes"] = out["sizes"][:1]

@@ -16,7 +16,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import contract
-from agents.probe import discover_budget_s
 from cluster_health import broadcast, bulk, discovery, dispatch, planner, verdicts
 from cluster_health.models import (
     OPEN_PAIR_STATUSES, Baseline, BaselinePair, Finding, GroupProbe, Node, PairProbe, Sweep, pair_key,
@@ -265,15 +264,8 @@ def _dispatch_round(sweep: Sweep, k: int) -> bool:
     online = set(Node.objects.filter(Node.online_q(now), name__in=sweep.nodes).values_list("name", flat=True))
     if k > sweep.params.get("pair_rounds", 0):
         return _dispatch_group(sweep, online, now)
-    settings_ = dispatch.probe_settings(sweep.params, sweep.last_stage)
-    kind = "pair"
-    if sweep.kind in planner.DISCOVER_KINDS:
-        kind = "discover"
-        if not sweep.params.get("deadline_s"):
-            # Discovery spends up to one attempt per interface combination where a pair spends one init.
-            timeouts = settings_["timeouts"]
-            settings_["deadline_s"] = contract.default_deadline(timeouts) - timeouts["init"] + discover_budget_s(
-                timeouts["init"])
+    kind = "discover" if sweep.kind in planner.DISCOVER_KINDS else "pair"
+    settings_ = dispatch.probe_settings(sweep.params, sweep.last_stage, kind)
     wait = timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
     commands, updated = [], []
     probes = PairProbe.objects.filter(sweep=sweep, round=k, status="pending").select_related("node_a", "node_b")
