@@ -176,18 +176,18 @@ class Agent:
     def run(self, loglevel: str = "INFO") -> int:
         """Serve this node's queue until stopped (SIGTERM: finish the current probe, then exit)."""
 
-        def start_heartbeats(**_):
+        def on_ready(**_):  # heartbeats, leftovers of a killed agent, the warm probe process
             threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
             for path in remove_orphaned_dirs():
                 log.info("removed %s, left by an agent that was killed", path)
             prewarm()
 
-        def stop_heartbeats(**_):
+        def on_shutdown(**_):
             self.stopping.set()
             shutdown_warm_host()
 
-        signals.worker_ready.connect(start_heartbeats, weak=False)
-        signals.worker_shutdown.connect(stop_heartbeats, weak=False)
+        signals.worker_ready.connect(on_ready, weak=False)
+        signals.worker_shutdown.connect(on_shutdown, weak=False)
         # The worker is built directly rather than through `celery worker`: the command line
         # machinery (click, prompt_toolkit) would cost this resident process ~10 MB.
         worker = self.app.Worker(
