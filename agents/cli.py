@@ -1,4 +1,4 @@
-"""Command line: `python -m agents run | facts | pair` (see docs/PROBES.md)."""
+"""Command line: `python -m agents run | facts | pair | check` (see docs/PROBES.md, docs/OPERATIONS.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 import secrets
 import socket
 import sys
+from typing import Any
 
 from agents import contract
 
@@ -21,7 +22,7 @@ def parse_size(text: str) -> int:
     m = _SIZE_RE.match(text.strip())
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (examples: 4096, 64K, 16M)")
-    return int(m.group(1)) * 1024 ** " KMG".index((m.group(2) or " ").upper())
+    return int(m.group(1)) << (10 * " KMG".index((m.group(2) or " ").upper()))
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -31,7 +32,9 @@ def parse_sizes(text: str) -> list[int]:
 def parse_timeout(text: str) -> tuple[str, float]:
     stage, _, seconds = text.partition("=")
     if stage not in contract.DEFAULT_TIMEOUTS or not seconds:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected STAGE=SECONDS, stages {', '.join(contract.DEFAULT_TIMEOUTS)}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected STAGE=SECONDS, stages {', '.join(contract.DEFAULT_TIMEOUTS)}"
+        )
     return stage, float(seconds)
 
 
@@ -46,9 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="serve this node's probe queue (a Celery worker)")
     run.add_argument("--name", default=os.environ.get("CLUSTER_HEALTH_NODE_NAME"), help="node name (queue agent.NAME)")
-    run.add_argument("--address", default=os.environ.get("CLUSTER_HEALTH_NODE_ADDRESS"),
-                     help="address peers use to reach this node (default: the interface that routes to the broker)")
+    run.add_argument(
+        "--address",
+        default=os.environ.get("CLUSTER_HEALTH_NODE_ADDRESS"),
+        help="address peers use to reach this node (default: the interface that routes to the broker)",
+    )
     run.add_argument("--broker", default=os.environ.get("CLUSTER_HEALTH_BROKER_URL"), help="Redis URL of the broker")
+    run.add_argument(
+        "--key-file",
+        default=os.environ.get("CLUSTER_HEALTH_AGENT_KEY_FILE"),
+        help="this node's key from `manage.py enroll` (mode 0600); every message is signed with it",
+    )
     run.add_argument("--loglevel", default="INFO")
 
     sub.add_parser("facts", help="print this node's facts as JSON")
@@ -63,22 +74,41 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("--sizes", type=parse_sizes, help="comma-separated message sizes, e.g. 1K,1M,64M")
     pair.add_argument("--iterations", type=int, default=contract.DEFAULT_ITERATIONS)
     pair.add_argument("--warmup", type=int, default=contract.DEFAULT_WARMUP)
-    pair.add_argument("--timeout", type=parse_timeout, action="append", default=[], metavar="STAGE=SECONDS",
-                      help="override one stage's timeout (repeatable)")
-    pair.add_argument("--wait", type=float, default=120.0,
-                      help="rank 0: seconds to wait for rank 1 to join (the store stage)")
+    pair.add_argument(
+        "--timeout",
+        type=parse_timeout,
+        action="append",
+        default=[],
+        metavar="STAGE=SECONDS",
+        help="override one stage's timeout (repeatable)",
+    )
+    pair.add_argument(
+        "--wait", type=float, default=120.0, help="rank 0: seconds to wait for rank 1 to join (the store stage)"
+    )
     pair.add_argument("--multi-group", action="store_true", help="also run collectives on a second process group")
     pair.add_argument("--collective-only", action="store_true", help="stop after the small all_reduce")
+
+    from agents import check
+
+    check.build_parser(sub)
     return parser
 
 
-def pair_command(args) -> tuple[dict, int | None]:
+def pair_command(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
     timeouts = dict(contract.DEFAULT_TIMEOUTS)
     timeouts.update(dict(args.timeout))
     command = {
-        "v": contract.VERSION, "kind": "pair", "probe_id": 0, "rendezvous": "manual-" + secrets.token_hex(6),
-        "node": args.name, "rank": args.rank, "world_size": 2, "backend": args.backend,
-        "iterations": args.iterations, "warmup": args.warmup, "multi_group": args.multi_group,
+        "v": contract.VERSION,
+        "kind": "pair",
+        "probe_id": 0,
+        "rendezvous": "manual-" + secrets.token_hex(6),
+        "node": args.name,
+        "rank": args.rank,
+        "world_size": 2,
+        "backend": args.backend,
+        "iterations": args.iterations,
+        "warmup": args.warmup,
+        "multi_group": args.multi_group,
         "last_stage": "collective" if args.collective_only else "bandwidth",
     }
     if args.sizes:
@@ -106,16 +136,20 @@ def pair_command(args) -> tuple[dict, int | None]:
     return command, port
 
 
-def run_pair(args) -> int:
+def run_pair(args: argparse.Namespace) -> int:
     from agents.runner import run_probe
 
     command, port = pair_command(args)
 
-    def announce(event):
+    def announce(event: dict[str, Any]) -> None:
         if event.get("event") == "listening":
             print(f"{event['address']}:{event['port']}", flush=True)
-            print(f"waiting up to {args.wait:.0f}s for: python -m agents pair --rank 1 --connect "
-                  f"{event['address']}:{event['port']}", file=sys.stderr, flush=True)
+            print(
+                f"waiting up to {args.wait:.0f}s for: python -m agents pair --rank 1 --connect "
+                f"{event['address']}:{event['port']}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     try:
         result = run_probe(command, port=port, on_event=announce)
@@ -135,15 +169,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.action == "pair":
         return run_pair(args)
+    if args.action == "check":
+        from agents import check
+
+        return check.main(args)
     if not args.name or not args.broker:
-        print("run needs --name (or CLUSTER_HEALTH_NODE_NAME) and --broker (or CLUSTER_HEALTH_BROKER_URL)",
-              file=sys.stderr)
+        print(
+            "run needs --name (or CLUSTER_HEALTH_NODE_NAME) and --broker (or CLUSTER_HEALTH_BROKER_URL)",
+            file=sys.stderr,
+        )
         return 2
+    from agents import signing
     from agents.worker import run_agent
 
     try:
         contract.check_node_name(args.name)
+        key = signing.load_key_file(args.key_file, args.name) if args.key_file else None
     except contract.ContractError as e:
         print(str(e), file=sys.stderr)
         return 2
-    return run_agent(args.name, args.address, args.broker, args.loglevel) or 0
+    if key is None and os.environ.get("CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS", "").lower() not in ("1", "true", "yes"):
+        print(
+            "run needs --key-file (or CLUSTER_HEALTH_AGENT_KEY_FILE): enrol the node with "
+            "`python manage.py enroll NAME --out DIR` (CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS=1 for development)",
+            file=sys.stderr,
+        )
+        return 2
+    return run_agent(args.name, args.address, args.broker, args.loglevel, key=key) or 0

@@ -8,6 +8,7 @@ with a version field ``v``; validators return a normalised copy or raise
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -20,13 +21,21 @@ AGENT_QUEUE_PREFIX = "agent."
 TASK_PROBE = "agent.probe"  # server -> agent: run one probe half (kwargs: command)
 TASK_RESULT = "server.result"  # agent -> server: a probe half finished (kwargs: result)
 TASK_HEARTBEAT = "server.heartbeat"  # agent -> server: alive, with facts (kwargs: heartbeat)
+# Server-internal tasks on queue "server" (the names are stored in beat's schedule rows: never rename).
+TASK_START_SWEEP = "cluster_health.start_sweep"  # plan a pending sweep and dispatch its first round
+TASK_REAP = "cluster_health.reap"  # close overdue and offline probes, advance stalled sweeps
+TASK_SCHEDULED_SWEEP = "cluster_health.scheduled_sweep"  # a sweep requested by a beat schedule
+TASK_PRUNE = "cluster_health.prune"  # retention: raw detail and rejected messages (daily)
 
 # Redis key under which rank 0 publishes the real port of its TCPStore.
 RENDEZVOUS_KEY_PREFIX = "cluster-health:rdv:"
 
 # Vocabulary (DESIGN.md): stable words used by the CLI JSON, the API and the tests.
 STATUSES = ("ok", "degraded", "failed", "timeout", "offline", "skipped")
-FINAL_STATUSES = STATUSES
+OPEN_STATUSES = ("pending", "running")  # a probe row before it has its final status
+BAD_STATUSES = ("failed", "timeout", "offline")  # a pair that did not work: fails the sweep
+PASSED_STATUSES = ("ok", "degraded")  # a pair that worked; its measurements count
+HARMLESS_STATUSES = (*PASSED_STATUSES, "skipped")  # a half that reports no failure
 # Worst first: merging two halves keeps the one that ranks worse.
 STATUS_SEVERITY = {"offline": 5, "timeout": 4, "failed": 3, "degraded": 2, "skipped": 1, "ok": 0}
 STAGES = ("resolve", "connect", "store", "init", "collective", "bandwidth")
@@ -48,11 +57,23 @@ REASONS = (
     "below_baseline",
     "interface_missing",
     "cancelled",
+    "no_gpu",  # the gpu check on a node without a usable NVIDIA GPU (skipped, not failed)
+    "gpu_error",  # a CUDA error, a failed allocation or a wrong result in the gpu check
+    "duplicate_gpu",  # NCCL: two ranks on one GPU
+    # Gray failures, named from the evidence rather than from one exception:
+    "lossy",  # connections form but TCP retransmits a share of its segments
+    "size_stall",  # small messages pass, transfers from some size on never complete (MTU, black hole)
+    "inbound_blocked",  # a node accepts no inbound connection while it connects out fine
+    "segment",  # every pair between two groups of nodes fails or slows, each group fine inside
 )
 VERDICTS = ("pass", "warn", "fail", "unknown")
 VERDICT_EXIT_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
 BACKENDS = ("gloo", "nccl")
 PROBE_KINDS = ("pair", "group", "discover", "preflight")
+SWEEP_KINDS = ("full", "connectivity", "quick", "pairs", "group", "preflight", "discover")
+GROUP_SWEEP_KINDS = ("full", "group")  # end with a group all_reduce over every node
+DISCOVER_SWEEP_KINDS = ("discover",)  # pair probes that try every interface combination
+LAST_STAGES = ("collective", "bandwidth")  # where a probe may be asked to stop
 
 # Bounds on every probe parameter: a command outside them is refused, not clamped.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # one all_reduce buffer
@@ -66,6 +87,17 @@ MAX_BANDWIDTH_BUDGET_S = 120.0
 MAX_WORLD_SIZE = 1024
 MAX_TEXT = 4096  # hints, details
 MAX_STDERR_TAIL = 16384
+# Facts and other free-form objects an agent sends: bounded in depth, entries, string length
+# and encoded size, so one node cannot make every page that lists nodes slow.
+MAX_FACTS_BYTES = 256 * 1024
+MAX_FACTS_DEPTH = 6
+MAX_FACTS_ENTRIES = 512  # in any one object or list (interfaces on a host with many veths)
+MAX_FACTS_ENV = 256  # the launch variables a node reports
+MAX_FACTS_STRING = 4096
+MAX_DETAIL_ENTRIES = 64  # versions, stage_times, timings, extra of a result
+# A half's evidence (agents/evidence.py): bounded so a result stays a small message.
+MAX_EVIDENCE_KEYS = 32
+MAX_EVIDENCE_BYTES = 8192
 
 DEFAULT_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KiB .. 64 MiB, factor 4
 DEFAULT_TIMEOUTS = {
@@ -76,6 +108,14 @@ DEFAULT_TIMEOUTS = {
     "collective": 5.0,
     "bandwidth": 6.0,  # the bandwidth stage's time budget; sizes stop growing before it is spent
 }
+# A discover probe tries at most this many interface combinations, each Gloo attempt
+# bounded by DISCOVER_ATTEMPT_S, then waits in lockstep for the peer.
+MAX_DISCOVER_COMBINATIONS = 9
+DISCOVER_ATTEMPT_S = 3.0
+DISCOVER_LOCKSTEP_S = 3.0
+DEADLINE_SLACK_S = 15.0  # process start and result reporting on top of the stages' budgets
+MAX_ENV_VARS = 32
+MAX_ENV_VALUE = 256
 DEFAULT_ITERATIONS = 10
 DEFAULT_WARMUP = 2
 DEFAULT_LATENCY_ITERATIONS = 20
@@ -96,13 +136,12 @@ def agent_queue(node_name: str) -> str:
 def check_node_name(name: Any, field: str = "node") -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ContractError(
-            f"{field}: {name!r} is not a valid node name "
-            "(letters, digits, '.', '_', '-', at most 63 characters)"
+            f"{field}: {name!r} is not a valid node name (letters, digits, '.', '_', '-', at most 63 characters)"
         )
     return name
 
 
-def _obj(msg: Any, what: str) -> dict:
+def _obj(msg: Any, what: str) -> dict[str, Any]:
     if not isinstance(msg, dict):
         raise ContractError(f"{what}: expected a JSON object, got {type(msg).__name__}")
     v = msg.get("v")
@@ -111,7 +150,16 @@ def _obj(msg: Any, what: str) -> dict:
     return msg
 
 
-def _num(msg: dict, field: str, lo: float, hi: float, *, integer=False, optional=False, default=None):
+def _num(
+    msg: dict[str, Any],
+    field: str,
+    lo: float,
+    hi: float,
+    *,
+    integer: bool = False,
+    optional: bool = False,
+    default: Any = None,
+) -> Any:
     val = msg.get(field, default)
     if val is None:
         if optional:
@@ -131,7 +179,7 @@ def _num(msg: dict, field: str, lo: float, hi: float, *, integer=False, optional
     return val
 
 
-def _choice(msg: dict, field: str, choices, *, optional=False, default=None):
+def _choice(msg: dict[str, Any], field: str, choices: Any, *, optional: bool = False, default: Any = None) -> Any:
     val = msg.get(field, default)
     if val is None and optional:
         return None
@@ -140,7 +188,7 @@ def _choice(msg: dict, field: str, choices, *, optional=False, default=None):
     return val
 
 
-def _text(msg: dict, field: str, limit: int = MAX_TEXT, *, optional=True) -> str | None:
+def _text(msg: dict[str, Any], field: str, limit: int = MAX_TEXT, *, optional: bool = True) -> str | None:
     val = msg.get(field)
     if val is None:
         if optional:
@@ -148,14 +196,80 @@ def _text(msg: dict, field: str, limit: int = MAX_TEXT, *, optional=True) -> str
         raise ContractError(f"{field}: required")
     if not isinstance(val, str):
         raise ContractError(f"{field}: expected a string, got {type(val).__name__}")
+    val = val.replace("\x00", "")  # real probe output can hold NUL; PostgreSQL text cannot
     return val[-limit:] if field == "stderr_tail" else val[:limit]
 
 
-def _address(msg: dict, field: str, optional=False) -> str | None:
+def bounded_json(
+    val: Any,
+    field: str,
+    *,
+    depth: int = MAX_FACTS_DEPTH,
+    entries: int = MAX_FACTS_ENTRIES,
+    string: int = MAX_FACTS_STRING,
+) -> Any:
+    """A copy of a free-form JSON value with NUL removed; refuses NaN, odd types and anything too deep or long."""
+    if isinstance(val, str):
+        if len(val) > string:
+            raise ContractError(f"{field}: a string of {len(val)} characters, at most {string} allowed")
+        return val.replace("\x00", "")
+    if val is None or isinstance(val, (bool, int)):
+        if isinstance(val, int) and not isinstance(val, bool) and abs(val) > 2**63:
+            raise ContractError(f"{field}: integer out of range")
+        return val
+    if isinstance(val, float):
+        if not math.isfinite(val):
+            raise ContractError(f"{field}: {val!r} is not finite")
+        return val
+    if depth <= 0 and isinstance(val, (dict, list)):
+        raise ContractError(f"{field}: nested too deep")
+    if isinstance(val, dict):
+        if len(val) > entries:
+            raise ContractError(f"{field}: {len(val)} entries, at most {entries} allowed")
+        out = {}
+        for k, v in val.items():
+            if not isinstance(k, str) or len(k) > 256:
+                raise ContractError(f"{field}: keys must be strings of at most 256 characters")
+            key = k.replace("\x00", "")
+            out[key] = bounded_json(v, f"{field}.{key[:64]}", depth=depth - 1, entries=entries, string=string)
+        return out
+    if isinstance(val, list):
+        if len(val) > entries:
+            raise ContractError(f"{field}: {len(val)} entries, at most {entries} allowed")
+        return [
+            bounded_json(v, f"{field}[{i}]", depth=depth - 1, entries=entries, string=string) for i, v in enumerate(val)
+        ]
+    raise ContractError(f"{field}: {type(val).__name__} is not a JSON value")
+
+
+def validate_facts(facts: Any) -> dict[str, Any]:
+    """A node's facts: a bounded JSON object (depth, entries, strings, encoded size), env at most MAX_FACTS_ENV."""
+    if not isinstance(facts, dict):
+        raise ContractError("facts: expected an object")
+    out: dict[str, Any] = bounded_json(facts, "facts")
+    env = out.get("env")
+    if env is not None and (not isinstance(env, dict) or len(env) > MAX_FACTS_ENV):
+        raise ContractError(f"facts.env: expected an object of at most {MAX_FACTS_ENV} variables")
+    size = len(json.dumps(out, separators=(",", ":")))
+    if size > MAX_FACTS_BYTES:
+        raise ContractError(f"facts: {size} bytes, at most {MAX_FACTS_BYTES} allowed")
+    return out
+
+
+def validate_details(msg: dict[str, Any], field: str) -> dict[str, Any]:
+    """One of a result's free-form objects (versions, stage_times, ...): small, flat-ish, bounded."""
+    val = msg.get(field) or {}
+    if not isinstance(val, dict) or len(val) > MAX_DETAIL_ENTRIES:
+        raise ContractError(f"{field}: expected an object of at most {MAX_DETAIL_ENTRIES} entries")
+    details: dict[str, Any] = bounded_json(val, field, depth=4, entries=MAX_DETAIL_ENTRIES, string=MAX_TEXT)
+    return details
+
+
+def _address(msg: dict[str, Any], field: str, optional: bool = False) -> str | None:
     val = msg.get(field)
     if val is None and optional:
         return None
-    if not isinstance(val, str) or not val or len(val) > 253 or any(c.isspace() for c in val):
+    if not isinstance(val, str) or not val or len(val) > 253 or not val.isprintable() or any(c.isspace() for c in val):
         raise ContractError(f"{field}: {val!r} is not a host name or address")
     return val
 
@@ -184,7 +298,7 @@ def validate_timeouts(timeouts: Any) -> dict[str, float]:
         return merged
     if not isinstance(timeouts, dict):
         raise ContractError("timeouts: expected an object of stage -> seconds")
-    for stage, val in timeouts.items():
+    for stage in timeouts:
         if stage not in DEFAULT_TIMEOUTS:
             raise ContractError(f"timeouts.{stage}: unknown stage (stages: {', '.join(STAGES)})")
         hi = MAX_BANDWIDTH_BUDGET_S if stage == "bandwidth" else MAX_STAGE_TIMEOUT_S
@@ -194,10 +308,86 @@ def validate_timeouts(timeouts: Any) -> dict[str, float]:
 
 def default_deadline(timeouts: dict[str, float]) -> float:
     """Whole-probe wall-clock deadline: every stage's budget plus process start and slack."""
-    return round(sum(timeouts.values()) + 15.0, 1)
+    return round(sum(timeouts.values()) + DEADLINE_SLACK_S, 1)
 
 
-def validate_command(msg: Any) -> dict:
+def discover_budget_s(init_timeout_s: float, combinations: int = MAX_DISCOVER_COMBINATIONS) -> float:
+    """Time the discover step may take: each combination's Gloo attempt, plus the lockstep wait after it."""
+    return combinations * (min(DISCOVER_ATTEMPT_S, init_timeout_s) + DISCOVER_LOCKSTEP_S) + 2.0
+
+
+# Launch variables a probe may set: names that tune the transport, nothing that names a
+# file, a directory or a library to load (NCCL_NET_PLUGIN=/tmp/x.so would run code on
+# every GPU node; NCCL_DEBUG_FILE would write wherever the agent may write).
+_ENV_EXACT = frozenset(
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "GLOO_SOCKET_IFNAME",
+        "GLOO_DEVICE_TRANSPORT",
+        "NCCL_SOCKET_IFNAME",
+        "NCCL_SOCKET_FAMILY",
+        "NCCL_SOCKET_NTHREADS",
+        "NCCL_NSOCKS_PERTHREAD",
+        "NCCL_DEBUG",
+        "NCCL_DEBUG_SUBSYS",
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_MAX_NCHANNELS",
+        "NCCL_MIN_CTAS",
+        "NCCL_MAX_CTAS",
+        "NCCL_BUFFSIZE",
+        "NCCL_NTHREADS",
+        "NCCL_CROSS_NIC",
+        "NCCL_SHM_DISABLE",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_COLLNET_ENABLE",
+        "NCCL_LAUNCH_MODE",
+        "NCCL_CHECKS_DISABLE",
+        "NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_BLOCKING_WAIT",
+    }
+)
+_ENV_PREFIXES = ("NCCL_IB_", "NCCL_P2P_", "NCCL_NET_GDR_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_DEBUG")
+_ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]{1,62}$")
+_ENV_FILEISH = ("_FILE", "_PLUGIN", "_PATH", "_DIR", "_LIB", "_SO", "_CONF", "_CONFIG")
+_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._,:=+^@-]*$")
+
+
+def env_name_allowed(name: Any) -> bool:
+    """Whether a probe may set this variable: an allow-listed transport knob that names no file."""
+    if not (isinstance(name, str) and _ENV_NAME_RE.match(name)):
+        return False
+    if any(name.endswith(s) or (s + "_") in name for s in _ENV_FILEISH):
+        return False
+    if any(word in name for word in ("FILE", "PLUGIN", "DUMP", "TRACE")):  # dumps and traces land in files
+        return False
+    return name in _ENV_EXACT or name.startswith(_ENV_PREFIXES)
+
+
+def validate_env(env: Any) -> dict[str, str]:
+    """Launch variables a probe may set: allow-listed transport knobs, short values without paths."""
+    if not isinstance(env, dict) or len(env) > MAX_ENV_VARS:
+        raise ContractError(f"env: expected an object of at most {MAX_ENV_VARS} launch variables")
+    for k, val in env.items():
+        if not env_name_allowed(k):
+            raise ContractError(
+                f"env.{str(k)[:80]}: not an allowed launch variable (transport settings such as "
+                "GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, NCCL_IB_*, NCCL_DEBUG; nothing naming a file, "
+                "directory, path or plugin)"
+            )
+        if not isinstance(val, str) or len(val) > MAX_ENV_VALUE:
+            raise ContractError(f"env.{k}: expected a string of at most {MAX_ENV_VALUE} characters")
+        if "/" in val or "\\" in val or not _ENV_VALUE_RE.match(val):
+            raise ContractError(
+                f"env.{k}: {val[:80]!r} is not allowed (no paths: letters, digits and . _ , : = + ^ @ - only)"
+            )
+    return dict(env)
+
+
+def validate_command(msg: Any) -> dict[str, Any]:
     """Validate a probe command sent to one agent (one half of a pair, or one rank of a group)."""
     msg = _obj(msg, "command")
     kind = _choice(msg, "kind", PROBE_KINDS)
@@ -225,7 +415,7 @@ def validate_command(msg: Any) -> dict:
         out["peers"].append(
             {"name": check_node_name(p.get("name"), f"peers[{i}].name"), "address": _address(p, "address")}
         )
-    out["last_stage"] = _choice(msg, "last_stage", ("collective", "bandwidth"), default="bandwidth")
+    out["last_stage"] = _choice(msg, "last_stage", LAST_STAGES, default="bandwidth")
     out["sizes"] = validate_sizes(msg.get("sizes", list(DEFAULT_SIZES)))
     out["iterations"] = _num(msg, "iterations", 1, MAX_ITERATIONS, integer=True, default=DEFAULT_ITERATIONS)
     out["warmup"] = _num(msg, "warmup", 0, MAX_WARMUP, integer=True, default=DEFAULT_WARMUP)
@@ -233,24 +423,14 @@ def validate_command(msg: Any) -> dict:
         msg, "latency_iterations", 1, MAX_ITERATIONS, integer=True, default=DEFAULT_LATENCY_ITERATIONS
     )
     out["timeouts"] = validate_timeouts(msg.get("timeouts"))
-    out["deadline_s"] = float(
-        _num(msg, "deadline_s", 1.0, MAX_DEADLINE_S, default=default_deadline(out["timeouts"]))
-    )
+    out["deadline_s"] = float(_num(msg, "deadline_s", 1.0, MAX_DEADLINE_S, default=default_deadline(out["timeouts"])))
     out["multi_group"] = bool(msg.get("multi_group", False))
-    env = msg.get("env", {})
-    if not isinstance(env, dict) or len(env) > 32:
-        raise ContractError("env: expected an object of at most 32 launch variables")
-    for k, val in env.items():
-        if not (isinstance(k, str) and re.match(r"^(MASTER_|GLOO_|NCCL_|TORCH_)[A-Z0-9_]{1,60}$", k)):
-            raise ContractError(f"env.{k}: only MASTER_*, GLOO_*, NCCL_* and TORCH_* variables may be set")
-        if not isinstance(val, str) or len(val) > 256:
-            raise ContractError(f"env.{k}: expected a string of at most 256 characters")
-    out["env"] = dict(env)
+    out["env"] = validate_env(msg.get("env", {}))
     out["expires_at"] = _num(msg, "expires_at", 0, 1e11, optional=True)
     return out
 
 
-def validate_size_result(entry: Any, i: int) -> dict:
+def validate_size_result(entry: Any, i: int) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise ContractError(f"sizes[{i}]: expected an object")
     return {
@@ -262,7 +442,7 @@ def validate_size_result(entry: Any, i: int) -> dict:
     }
 
 
-def validate_result(msg: Any) -> dict:
+def validate_result(msg: Any) -> dict[str, Any]:
     """Validate one agent's half of a probe result."""
     msg = _obj(msg, "result")
     out: dict[str, Any] = {"v": VERSION}
@@ -289,20 +469,31 @@ def validate_result(msg: Any) -> dict:
     out["algbw_gbps"] = _num(msg, "algbw_gbps", 0, 1e5, optional=True)
     out["busbw_gbps"] = _num(msg, "busbw_gbps", 0, 1e5, optional=True)
     for field in ("versions", "peer_versions", "stage_times", "timings", "extra"):
-        val = msg.get(field) or {}
-        if not isinstance(val, dict) or len(val) > 64:
-            raise ContractError(f"{field}: expected an object of at most 64 entries")
-        out[field] = val
+        out[field] = validate_details(msg, field)
+    out["evidence"] = validate_evidence(msg.get("evidence"))
     out["duration_s"] = _num(msg, "duration_s", 0, 1e5, optional=True)
     out["finished_at"] = _num(msg, "finished_at", 0, 1e11, optional=True)
     return out
 
 
-def validate_heartbeat(msg: Any) -> dict:
+def validate_evidence(evidence: Any) -> dict[str, Any]:
+    """A half's evidence object (what its classification rests on), bounded in keys and encoded size."""
+    if evidence is None:
+        return {}
+    if not isinstance(evidence, dict) or len(evidence) > MAX_EVIDENCE_KEYS:
+        raise ContractError(f"evidence: expected an object of at most {MAX_EVIDENCE_KEYS} entries")
+    try:
+        size = len(json.dumps(evidence, allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ContractError(f"evidence: not plain JSON ({e})") from None
+    if size > MAX_EVIDENCE_BYTES:
+        raise ContractError(f"evidence: {size} bytes encoded, at most {MAX_EVIDENCE_BYTES} allowed")
+    return evidence
+
+
+def validate_heartbeat(msg: Any) -> dict[str, Any]:
     msg = _obj(msg, "heartbeat")
-    facts = msg.get("facts") or {}
-    if not isinstance(facts, dict):
-        raise ContractError("facts: expected an object")
+    facts = validate_facts(msg.get("facts") or {})
     return {
         "v": VERSION,
         "node": check_node_name(msg.get("node")),
@@ -319,13 +510,8 @@ def busbw_factor(world_size: int) -> float:
     return 2.0 * (world_size - 1) / world_size
 
 
-def worse(a: str, b: str) -> str:
-    """The worse of two pair statuses."""
-    return a if STATUS_SEVERITY[a] >= STATUS_SEVERITY[b] else b
-
-
 def redis_client_url(broker_url: str) -> str:
     """The redis-py form of a Celery broker URL (Celery says redis+socket://, redis-py unix://)."""
     if broker_url.startswith("redis+socket://"):
-        return "unix://" + broker_url[len("redis+socket://"):]
+        return "unix://" + broker_url[len("redis+socket://") :]
     return broker_url

@@ -11,19 +11,27 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
+from typing import Any
 
-from agents import child_env, netinfo
+from agents import child_env, gpu, netinfo
 
-ENV_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GLOO_SOCKET_IFNAME",
-             "CUDA_VISIBLE_DEVICES")
+ENV_NAMES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "GLOO_SOCKET_IFNAME",
+    "CUDA_VISIBLE_DEVICES",
+)
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 
 
-def torch_versions() -> dict:
+def torch_versions() -> dict[str, Any]:
     """torch, CUDA, NCCL and cuDNN versions as this Python sees them (imports torch)."""
     import warnings
 
@@ -32,11 +40,16 @@ def torch_versions() -> dict:
         import torch
     except ImportError as e:
         return {"torch": None, "error": str(e)}
-    out = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None,
-           "cuda_available": torch.cuda.is_available(), "gpu_count": 0}
+    out: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": None,
+        "cuda_available": torch.cuda.is_available(),
+        "gpu_count": 0,
+    }
     try:
         if torch.distributed.is_nccl_available():
-            v = torch.cuda.nccl.version()
+            v = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]  # unannotated in torch
             out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
     except Exception:  # a CPU build has no NCCL to ask
         pass
@@ -45,56 +58,45 @@ def torch_versions() -> dict:
     return out
 
 
-def torch_versions_in_subprocess(python: str | None = None, timeout: float = 120.0) -> dict:
+def torch_versions_in_subprocess(python: str | None = None, timeout: float = 120.0) -> dict[str, Any]:
     try:
-        out = subprocess.run([python or sys.executable, "-m", "agents.facts", "--torch"], capture_output=True,
-                             text=True, timeout=timeout, env=child_env())
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        out = subprocess.run(
+            [python or sys.executable, "-m", "agents.facts", "--torch"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=child_env(),
+        )
+        versions: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+        return versions
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
         return {"torch": None, "error": f"could not run the torch version check: {e}"}
 
 
-def gpus(run=subprocess.run) -> dict:
-    """GPUs and driver from nvidia-smi, or an empty list where there is none."""
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return {"gpus": [], "driver": None}
-    try:
-        out = run([exe, "--query-gpu=index,name,memory.total,driver_version,uuid", "--format=csv,noheader,nounits"],
-                  capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return {"gpus": [], "driver": None, "error": str(e)}
-    found, driver = [], None
-    for line in out.stdout.splitlines():
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) >= 5:
-            found.append({"index": int(cols[0]), "name": cols[1], "memory_mib": int(float(cols[2])), "uuid": cols[4]})
-            driver = cols[3]
-    return {"gpus": found, "driver": driver}
-
-
-def hostname_facts() -> dict:
+def hostname_facts() -> dict[str, Any]:
     """The hostname and what it resolves to; a loopback answer makes Gloo's default bind loopback."""
     host = socket.gethostname()
     try:
-        addrs = sorted({a[4][0] for a in socket.getaddrinfo(host, None)})
+        addrs = sorted({str(a[4][0]) for a in socket.getaddrinfo(host, None)})
     except OSError as e:
         return {"hostname": host, "fqdn": socket.getfqdn(), "resolves_to": [], "error": str(e), "loopback": False}
     loopback = bool(addrs) and all(netinfo.is_loopback(a) for a in addrs)
-    out = {"hostname": host, "fqdn": socket.getfqdn(), "resolves_to": addrs, "loopback": loopback}
+    out: dict[str, Any] = {"hostname": host, "fqdn": socket.getfqdn(), "resolves_to": addrs, "loopback": loopback}
     if loopback:
-        out["warning"] = (f"{host} resolves only to loopback ({', '.join(addrs)}): without GLOO_SOCKET_IFNAME, "
-                          "Gloo binds loopback and peers on other hosts cannot connect")
+        out["warning"] = (
+            f"{host} resolves only to loopback ({', '.join(addrs)}): without GLOO_SOCKET_IFNAME, "
+            "Gloo binds loopback and peers on other hosts cannot connect"
+        )
     return out
 
 
-def launch_env(environ=None) -> dict:
+def launch_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     environ = os.environ if environ is None else environ
     return {k: v for k, v in sorted(environ.items()) if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
 
 
-def memory_and_load(proc_root: str = "/proc") -> dict:
-    out: dict = {"cpus": os.cpu_count()}
+def memory_and_load(proc_root: str = "/proc") -> dict[str, Any]:
+    out: dict[str, Any] = {"cpus": os.cpu_count()}
     try:
         with open(os.path.join(proc_root, "meminfo")) as f:
             info = {line.split(":")[0]: int(line.split()[1]) for line in f if len(line.split()) >= 2}
@@ -109,14 +111,17 @@ def memory_and_load(proc_root: str = "/proc") -> dict:
     return out
 
 
-def collect(versions: dict | None = None) -> dict:
-    """All facts; versions is the cached torch_versions() (gathered in a subprocess when None)."""
+def collect(versions: dict[str, Any] | None = None, nvml: Any = None) -> dict[str, Any]:
+    """All facts; versions is the cached torch_versions() (gathered in a subprocess when None).
+
+    nvml: an NVML module for the GPU facts (pynvml when None, where installed).
+    """
     versions = dict(versions if versions is not None else torch_versions_in_subprocess())
-    gpu = gpus()
-    versions.update(python=platform.python_version(), driver=gpu["driver"])
+    gpus = gpu.collect(nvml)
+    versions.update(python=platform.python_version(), driver=gpus["driver"], cuda_driver=gpus["cuda_driver"])
     return {
         "versions": versions,
-        "gpus": gpu["gpus"],
+        "gpus": gpus,
         "interfaces": netinfo.interfaces(),
         "host": hostname_facts(),
         "env": launch_env(),

@@ -16,11 +16,30 @@ import shutil
 import socket
 import struct
 import subprocess
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 SIOCGIFADDR = 0x8915
 
+# subprocess.run or a stand-in that returns recorded output.
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
-def _ip_json(run=subprocess.run) -> list | None:
+
+class Interface(TypedDict):
+    name: str
+    up: bool
+    loopback: bool
+    mtu: int | None
+    addresses: list[str]
+
+
+class Candidate(TypedDict):
+    name: str
+    address: str
+    loopback: bool
+
+
+def _ip_json(run: Runner = subprocess.run) -> list[dict[str, Any]] | None:
     exe = shutil.which("ip")
     if not exe:
         return None
@@ -40,12 +59,12 @@ def _ioctl_ipv4(name: str) -> str | None:
     return socket.inet_ntoa(packed[20:24])
 
 
-def _sysfs_interfaces(sys_root: str = "/sys/class/net") -> list[dict]:
-    found = []
+def _sysfs_interfaces(sys_root: str = "/sys/class/net") -> list[Interface]:
+    found: list[Interface] = []
     for _, name in socket.if_nameindex():
         base = os.path.join(sys_root, name)
 
-        def read(leaf, default=""):
+        def read(leaf: str, default: str = "", base: str = base) -> str:
             try:
                 with open(os.path.join(base, leaf)) as f:
                     return f.read().strip()
@@ -54,31 +73,35 @@ def _sysfs_interfaces(sys_root: str = "/sys/class/net") -> list[dict]:
 
         flags = int(read("flags", "0") or "0", 16)
         addr = _ioctl_ipv4(name)
-        found.append({
-            "name": name,
-            "up": bool(flags & 0x1),
-            "loopback": bool(flags & 0x8),
-            "mtu": int(read("mtu", "0") or 0),
-            "addresses": [addr] if addr else [],
-        })
+        found.append(
+            {
+                "name": name,
+                "up": bool(flags & 0x1),
+                "loopback": bool(flags & 0x8),
+                "mtu": int(read("mtu", "0") or 0),
+                "addresses": [addr] if addr else [],
+            }
+        )
     return found
 
 
-def interfaces(run=subprocess.run) -> list[dict]:
+def interfaces(run: Runner = subprocess.run) -> list[Interface]:
     """Every interface as {name, up, loopback, mtu, addresses} (addresses without prefix length)."""
     data = _ip_json(run)
     if data is None:
         return _sysfs_interfaces()
-    found = []
+    found: list[Interface] = []
     for entry in data:
         flags = entry.get("flags") or []
-        found.append({
-            "name": entry.get("ifname", ""),
-            "up": "UP" in flags,
-            "loopback": "LOOPBACK" in flags,
-            "mtu": entry.get("mtu"),
-            "addresses": [a["local"] for a in entry.get("addr_info") or [] if a.get("local")],
-        })
+        found.append(
+            {
+                "name": entry.get("ifname", ""),
+                "up": "UP" in flags,
+                "loopback": "LOOPBACK" in flags,
+                "mtu": entry.get("mtu"),
+                "addresses": [a["local"] for a in entry.get("addr_info") or [] if a.get("local")],
+            }
+        )
     return found
 
 
@@ -94,10 +117,11 @@ def source_address_towards(host: str, port: int = 9) -> str:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect((host, port))
-        return s.getsockname()[0]
+        local: str = s.getsockname()[0]
+        return local
 
 
-def interface_of(address: str, found: list[dict] | None = None) -> str | None:
+def interface_of(address: str, found: list[Interface] | None = None) -> str | None:
     """Name of the interface that carries address, or None."""
     for iface in found if found is not None else interfaces():
         if address in iface["addresses"]:
@@ -105,15 +129,15 @@ def interface_of(address: str, found: list[dict] | None = None) -> str | None:
     return None
 
 
-def route_to(peer_ip: str, found: list[dict] | None = None) -> tuple[str | None, str]:
+def route_to(peer_ip: str, found: list[Interface] | None = None) -> tuple[str | None, str]:
     """(interface name, local address) this host uses to reach peer_ip."""
     local = source_address_towards(peer_ip)
     return interface_of(local, found), local
 
 
-def candidate_interfaces(include_loopback: bool, found: list[dict] | None = None) -> list[dict]:
+def candidate_interfaces(include_loopback: bool, found: list[Interface] | None = None) -> list[Candidate]:
     """Interfaces that are up and carry an IPv4 address; loopback only when asked."""
-    out = []
+    out: list[Candidate] = []
     for iface in found if found is not None else interfaces():
         v4 = [a for a in iface["addresses"] if ":" not in a]
         if iface["up"] and v4 and (include_loopback or not iface["loopback"]):
@@ -158,7 +182,7 @@ def port_holder(port: int, proc_root: str = "/proc") -> str | None:
     return "a process this agent cannot inspect"
 
 
-def ifname_setting_problem(variable: str, value: str, found: list[dict] | None = None) -> str | None:
+def ifname_setting_problem(variable: str, value: str, found: list[Interface] | None = None) -> str | None:
     """Why GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME would not work on this host, or None.
 
     Gloo takes exact names separated by commas; NCCL takes prefixes, '=' for an

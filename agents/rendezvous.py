@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 from agents.contract import RENDEZVOUS_KEY_PREFIX, redis_client_url
 
@@ -55,7 +57,7 @@ class RedisRendezvous(Rendezvous):
         self.ttl_ms = max(1000, int(ttl_s * 1000))
         self.poll_s = poll_s
 
-    def _put(self, value: dict) -> None:
+    def _put(self, value: dict[str, Any]) -> None:
         self.client.set(self.key, json.dumps(value), px=self.ttl_ms)
 
     def publish(self, address: str, port: int) -> None:
@@ -83,7 +85,7 @@ class ManualRendezvous(Rendezvous):
 
     port_known_in_advance = True
 
-    def __init__(self, announce=None, port: int | None = None):
+    def __init__(self, announce: Callable[[str, int], object] | None = None, port: int | None = None):
         self.announce = announce
         self.port = port
 
@@ -97,7 +99,7 @@ class ManualRendezvous(Rendezvous):
         return self.port
 
 
-def from_spec(spec: dict, announce=None) -> Rendezvous:
+def from_spec(spec: dict[str, Any], announce: Callable[[str, int], object] | None = None) -> Rendezvous:
     """Build the rendezvous the runner described: {"kind": "redis", url, id, ttl_s} or {"kind": "manual", port}."""
     if spec.get("kind") == "redis":
         return RedisRendezvous(spec["url"], spec["id"], spec["ttl_s"])

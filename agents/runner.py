@@ -23,9 +23,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from agents import child_env, contract
+from agents import child_env, contract, evidence
 from agents.probe import TIMEOUT_REASONS, pid_alive
 from agents.warmhost import DEFAULT_IDLE_S, WarmHost, WarmHostError
 
@@ -36,8 +39,10 @@ PY_SPY_TIMEOUT_S = 5.0
 STACK_LIMIT = 8000
 
 # C++ frames, tracebacks, and torch's own warning lines ("[W1121 ...]", "[rank0]:[W1121 ...]").
-_NOISE = re.compile(r"^(frame #|Exception raised from|File \"|Traceback|\^|~|warnings\.warn|cpu = _conversion"
-                    r"|(\[rank\d+\]:)?\[[WI]\d{4} )")
+_NOISE = re.compile(
+    r"^(frame #|Exception raised from|File \"|Traceback|\^|~|warnings\.warn|cpu = _conversion"
+    r"|(\[rank\d+\]:)?\[[WI]\d{4} )"
+)
 _TELLING = re.compile(r"(Error|Exception|error:|timed out|Timeout|refused|reset by peer|closed|EADDRINUSE)", re.I)
 
 # What an overrun most likely means, by the stage the stage log shows.
@@ -60,7 +65,7 @@ def explanatory_line(stderr: str) -> str | None:
     return None
 
 
-def rendezvous_spec(command: dict, broker_url: str | None, port: int | None) -> dict:
+def rendezvous_spec(command: dict[str, Any], broker_url: str | None, port: int | None) -> dict[str, Any]:
     if port is not None:
         return {"kind": "manual", "port": port}
     if broker_url:
@@ -68,7 +73,7 @@ def rendezvous_spec(command: dict, broker_url: str | None, port: int | None) -> 
     return {"kind": "manual", "port": None}
 
 
-def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
+def _read_events(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -76,7 +81,7 @@ def _read_events(path: Path, offset: int) -> tuple[list[dict], int]:
     except OSError:
         return [], offset
     end = data.rfind(b"\n") + 1
-    events = []
+    events: list[dict[str, Any]] = []
     for line in data[:end].splitlines():
         try:
             events.append(json.loads(line))
@@ -99,7 +104,7 @@ def _py_spy_dump(pid: int) -> str | None:
 class _ColdProbe:
     """A probe started as `python -m agents.probe`: a child of this process."""
 
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen[bytes]):
         self.proc, self.pid = proc, proc.pid
 
     def done(self) -> bool:
@@ -121,7 +126,8 @@ class _WarmProbe:
     """A probe forked by the warm host: the host reaps it and reports its exit code."""
 
     def __init__(self, host: WarmHost, pid: int):
-        self.host, self.pid, self.returncode = host, pid, None
+        self.host, self.pid = host, pid
+        self.returncode: int | None = None
 
     def done(self) -> bool:
         if self.returncode is None:
@@ -145,7 +151,10 @@ class _WarmProbe:
         return True
 
 
-def _stop_group(probe) -> None:
+_Probe = _ColdProbe | _WarmProbe
+
+
+def _stop_group(probe: _Probe) -> None:
     for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(probe.pid, sig)
@@ -203,8 +212,7 @@ def prewarm() -> None:
     if not warm_enabled():
         return
     with _warm_lock:
-        if (_warm is not None and _warm.alive()) or _warm_starting \
-                or time.monotonic() - _warm_failed_at < WARM_RETRY_S:
+        if (_warm is not None and _warm.alive()) or _warm_starting or time.monotonic() - _warm_failed_at < WARM_RETRY_S:
             return
         _warm_starting = True
         generation = _warm_generation
@@ -239,7 +247,7 @@ TMP_PREFIX = "cluster-health-probe-"
 def remove_orphaned_dirs(base: str | None = None) -> list[str]:
     """Remove probe working directories whose agent process is gone (killed before it could clean up)."""
     base = base or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(base)
     except OSError:
@@ -263,21 +271,54 @@ def _exit_text(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def base_result(command: dict) -> dict:
+def base_result(command: dict[str, Any]) -> dict[str, Any]:
     return {
-        "v": contract.VERSION, "kind": command.get("kind", "pair"), "probe_id": command.get("probe_id"),
-        "sweep_id": command.get("sweep_id"), "node": command.get("node"), "rank": command.get("rank", 0),
+        "v": contract.VERSION,
+        "kind": command.get("kind", "pair"),
+        "probe_id": command.get("probe_id"),
+        "sweep_id": command.get("sweep_id"),
+        "node": command.get("node"),
+        "rank": command.get("rank", 0),
     }
 
 
-def failed_result(command: dict, reason: str, hint: str, detail: str | None = None, stage: str = "resolve") -> dict:
+def failed_result(
+    command: dict[str, Any], reason: str, hint: str, detail: str | None = None, stage: str = "resolve"
+) -> dict[str, Any]:
     """A result for a command that never reached a probe (refused, expired, crashed runner)."""
-    return dict(base_result(command), status="failed", stage=stage, reason=reason, hint=hint, detail=detail,
-                finished_at=time.time())
+    return dict(
+        base_result(command),
+        status="failed",
+        stage=stage,
+        reason=reason,
+        hint=hint,
+        detail=detail,
+        finished_at=time.time(),
+    )
 
 
-def run_probe(command: dict, broker_url: str | None = None, *, port: int | None = None, on_event=None,
-              python: str | None = None) -> dict:
+@contextmanager
+def child_dir() -> Iterator[tuple[Path, Path, Path, Path]]:
+    """A scratch directory for one child process: the directory, then its stage log, result and output paths."""
+    with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
+        tmpdir = Path(tmp)
+        yield tmpdir, tmpdir / "stages.jsonl", tmpdir / "result.json", tmpdir / "output.log"
+
+
+def child_output(result_path: Path, output_path: Path) -> tuple[str, dict[str, Any] | None]:
+    """What a finished child left in its directory: its output text and its result (None if it wrote none)."""
+    output = output_path.read_text(errors="replace") if output_path.exists() else ""
+    return output, json.loads(result_path.read_text()) if result_path.exists() else None
+
+
+def run_probe(
+    command: dict[str, Any],
+    broker_url: str | None = None,
+    *,
+    port: int | None = None,
+    on_event: Callable[[dict[str, Any]], object] | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
     """Run one half of a probe and return its result (contract.validate_result shape).
 
     command is validated first (ContractError if it is not a valid command).
@@ -288,12 +329,18 @@ def run_probe(command: dict, broker_url: str | None = None, *, port: int | None 
     """
     cmd = contract.validate_command(command)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"{TMP_PREFIX}{os.getpid()}-") as tmp:
-        tmpdir = Path(tmp)
-        events_path, result_path, output_path = tmpdir / "stages.jsonl", tmpdir / "result.json", tmpdir / "output.log"
-        spec = {"command": cmd, "rendezvous": rendezvous_spec(cmd, broker_url, port), "events_path": str(events_path),
-                "result_path": str(result_path), "spawned_at": time.time(), "runner_pid": os.getpid()}
+    with child_dir() as (tmpdir, events_path, result_path, output_path):
+        spec = {
+            "command": cmd,
+            "rendezvous": rendezvous_spec(cmd, broker_url, port),
+            "events_path": str(events_path),
+            "result_path": str(result_path),
+            "spawned_at": time.time(),
+            "runner_pid": os.getpid(),
+        }
         (tmpdir / "spec.json").write_text(json.dumps(spec))
+        # The namespace's TCP counters around the probe: its retransmissions and resets (and any other traffic's).
+        counters_before = evidence.tcp_counters()
         probe = _start(tmpdir, output_path, python)
         deadline = started + cmd["deadline_s"]
         offset, events, stack = 0, [], None
@@ -314,14 +361,16 @@ def run_probe(command: dict, broker_url: str | None = None, *, port: int | None 
                 time.sleep(0.02)
         finally:
             _stop_group(probe)
+        tcp = evidence.tcp_delta(counters_before, evidence.tcp_counters())
         new, offset = _read_events(events_path, offset)
         events += new
-        output = output_path.read_text(errors="replace") if output_path.exists() else ""
-        probe_result = json.loads(result_path.read_text()) if result_path.exists() else None
-    return _finish(cmd, probe_result, events, output, killed, stack, probe.returncode, time.monotonic() - started)
+        output, probe_result = child_output(result_path, output_path)
+    return _finish(
+        cmd, probe_result, events, output, killed, stack, probe.returncode, time.monotonic() - started, tcp=tcp
+    )
 
 
-def _start(tmpdir: Path, output_path: Path, python: str | None):
+def _start(tmpdir: Path, output_path: Path, python: str | None) -> _Probe:
     """Fork the probe from the warm host when one is ready, else start it cold (`python -m agents.probe`)."""
     host = None if python else warm_host()
     if host is not None:
@@ -329,49 +378,131 @@ def _start(tmpdir: Path, output_path: Path, python: str | None):
             return _WarmProbe(host, host.spawn(str(tmpdir / "spec.json"), str(output_path), str(tmpdir)))
         except WarmHostError as e:
             log.warning("warm probe process failed, starting this probe cold: %s", e)
+    return start_cold("agents.probe", tmpdir, output_path, python)
+
+
+def start_cold(module: str, tmpdir: Path, output_path: Path, python: str | None) -> _ColdProbe:
+    """Start `python -m <module> <tmpdir>/spec.json` in a session of its own, its output going to output_path."""
     with open(output_path, "wb") as out:
-        proc = subprocess.Popen([python or sys.executable, "-m", "agents.probe", str(tmpdir / "spec.json")],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=tmpdir, env=child_env(PYTHONUNBUFFERED="1"))
+        proc = subprocess.Popen(
+            [python or sys.executable, "-m", module, str(tmpdir / "spec.json")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=tmpdir,
+            env=child_env(PYTHONUNBUFFERED="1"),
+        )
     return _ColdProbe(proc)
 
 
-def _finish(cmd, probe_result, events, output, killed, stack, returncode, elapsed) -> dict:
+def _finish(
+    cmd: dict[str, Any],
+    probe_result: dict[str, Any] | None,
+    events: list[dict[str, Any]],
+    output: str,
+    killed: bool,
+    stack: str | None,
+    returncode: int | None,
+    elapsed: float,
+    tcp: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The half's result: the probe's own, or one saying how the child ended without it; evidence added, validated."""
     stages = [e for e in events if e.get("event") == "stage"]
     stage = stages[-1]["stage"] if stages else "resolve"
     line = explanatory_line(output)
     result = base_result(cmd)
     if probe_result is not None:
         result.update(probe_result)
-    elif killed:
-        entered = stages[-1]["t"] - events[0]["t"] if stages and events else 0.0
-        result.update(
-            status="timeout", stage=stage, reason=TIMEOUT_REASONS[stage],
-            hint=(f"the probe on {cmd['node']} was stopped at its {cmd['deadline_s']:.1f}s deadline in stage {stage} "
-                  f"(entered {entered:.1f}s after start): {STAGE_HINTS[stage]}"),
-            detail=line or f"no output explains it; stage log: {[s['stage'] for s in stages]}",
-        )
     else:
-        result.update(
-            status="failed", stage=stage, reason="probe_crashed",
-            hint=f"the probe process on {cmd['node']} {_exit_text(returncode)} in stage {stage} without a result",
-            detail=line,
-        )
+        result.update(_no_result_failure(cmd, events, stages, stage, line, killed, returncode))
     if result.get("detail") is None and result["status"] != "ok":
         result["detail"] = line
+    result["extra"], result["evidence"] = _half_evidence(cmd, result, events, output, line, killed, stack, tcp)
+    return closed_result(
+        result,
+        output,
+        elapsed,
+        contract.validate_result,
+        lambda e: failed_result(
+            cmd, "probe_crashed", f"the probe wrote an invalid result: {e}", detail=str(e), stage=stage
+        ),
+    )
+
+
+def _no_result_failure(
+    cmd: dict[str, Any],
+    events: list[dict[str, Any]],
+    stages: list[dict[str, Any]],
+    stage: str,
+    line: str | None,
+    killed: bool,
+    returncode: int | None,
+) -> dict[str, Any]:
+    """Status, stage, reason, hint and detail of a probe that wrote no result: stopped at its deadline, or crashed."""
+    if killed:
+        entered = stages[-1]["t"] - events[0]["t"] if stages and events else 0.0
+        return dict(
+            status="timeout",
+            stage=stage,
+            reason=TIMEOUT_REASONS[stage],
+            hint=(
+                f"the probe on {cmd['node']} was stopped at its {cmd['deadline_s']:.1f}s deadline in stage {stage} "
+                f"(entered {entered:.1f}s after start): {STAGE_HINTS[stage]}"
+            ),
+            detail=line or f"no output explains it; stage log: {[s['stage'] for s in stages]}",
+        )
+    return dict(
+        status="failed",
+        stage=stage,
+        reason="probe_crashed",
+        hint=f"the probe process on {cmd['node']} {_exit_text(returncode)} in stage {stage} without a result",
+        detail=line,
+    )
+
+
+def _half_evidence(
+    cmd: dict[str, Any],
+    result: dict[str, Any],
+    events: list[dict[str, Any]],
+    output: str,
+    line: str | None,
+    killed: bool,
+    stack: str | None,
+    tcp: dict[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The result's extra (stack, stderr line, stage log) and evidence (TCP counters, where the stack is)."""
     extra = dict(result.get("extra") or {})
     if stack:
         extra["stack"] = stack
     if line and result["status"] != "ok":
         extra["stderr_line"] = line
-    extra["stage_log"] = [[e["stage"], round(e["t"] - events[0]["t"], 3)] for e in events if e.get("event") == "stage"][-20:]
-    result["extra"] = extra
+    extra["stage_log"] = [[e["stage"], round(e["t"] - events[0]["t"], 3)] for e in events if e.get("event") == "stage"][
+        -20:
+    ]
+    proof = dict(result.get("evidence") or {"rank": cmd["rank"], "node": cmd["node"]})
+    if tcp is not None:
+        proof["tcp"] = tcp
+    if stack:
+        proof["stack"] = "extra.stack"  # py-spy's dump at the deadline
+    elif killed and output:
+        proof.setdefault("stack", "stderr_tail")
+    return extra, proof
+
+
+def closed_result(
+    result: dict[str, Any],
+    output: str,
+    elapsed: float,
+    validate: Callable[[dict[str, Any]], dict[str, Any]],
+    invalid: Callable[[contract.ContractError], dict[str, Any]],
+) -> dict[str, Any]:
+    """Stamp a child's result with its output tail, duration and end, and validate it (else ``invalid(error)``)."""
     # The tail is for explaining failures; a passing probe's torch chatter is not worth storing.
-    result["stderr_tail"] = output[-contract.MAX_STDERR_TAIL:] if output and result["status"] != "ok" else None
+    result["stderr_tail"] = output[-contract.MAX_STDERR_TAIL :] if output and result["status"] != "ok" else None
     result["duration_s"] = round(elapsed, 3)
     result["finished_at"] = time.time()
     try:
-        return contract.validate_result(result)
+        return validate(result)
     except contract.ContractError as e:
-        return contract.validate_result(failed_result(cmd, "probe_crashed", f"the probe wrote an invalid result: {e}",
-                                                      detail=str(e), stage=stage))
+        return validate(invalid(e))

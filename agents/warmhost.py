@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 DEFAULT_IDLE_S = 900.0
 START_TIMEOUT_S = 60.0
@@ -38,11 +39,12 @@ REPLY_TIMEOUT_S = 10.0
 
 # -- the host process -----------------------------------------------------------------
 
-def _emit(obj: dict) -> None:
+
+def _emit(obj: dict[str, Any]) -> None:
     os.write(1, (json.dumps(obj) + "\n").encode())
 
 
-def _child(request: dict) -> None:
+def _child(request: dict[str, Any]) -> None:
     """In the forked child: become a probe process and never return."""
     code = 70
     try:
@@ -83,7 +85,7 @@ def serve(idle_s: float = DEFAULT_IDLE_S) -> int:
     import warnings
 
     warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-    import torch  # noqa: F401
+    import torch
     import torch.distributed  # noqa: F401
 
     from agents import probe  # noqa: F401  (and with it rendezvous, netinfo, contract)
@@ -156,6 +158,7 @@ def _reap_into(children: set[int]) -> bool:
 
 # -- the runner's side ------------------------------------------------------------------
 
+
 class WarmHostError(RuntimeError):
     pass
 
@@ -167,19 +170,23 @@ class WarmHost:
     stops it too; if the agent dies anyway, the host sees its stdin close and exits.
     """
 
-    def __init__(self, env: dict | None = None, idle_s: float = DEFAULT_IDLE_S):
+    def __init__(self, env: dict[str, str] | None = None, idle_s: float = DEFAULT_IDLE_S):
         self.env = env
         self.idle_s = idle_s
-        self.proc: subprocess.Popen | None = None
-        self.replies: queue.Queue = queue.Queue()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self.exits: dict[int, int] = {}
         self.changed = threading.Condition()
         self.lock = threading.Lock()
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         # Its stderr is the agent's: an import that fails says why in the agent's log.
-        self.proc = subprocess.Popen([sys.executable, "-m", "agents.warmhost", "--idle-s", str(self.idle_s)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self.env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agents.warmhost", "--idle-s", str(self.idle_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=self.env,
+        )
         threading.Thread(target=self._read, args=(self.proc,), name="warmhost-reader", daemon=True).start()
         try:
             first = self.replies.get(timeout=timeout)
@@ -190,7 +197,8 @@ class WarmHost:
             self.close()
             raise WarmHostError(f"the warm probe process did not start: {first}")
 
-    def _read(self, proc: subprocess.Popen) -> None:
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None  # started with stdout=PIPE
         for line in proc.stdout:
             try:
                 msg = json.loads(line)
@@ -212,18 +220,21 @@ class WarmHost:
     def spawn(self, spec: str, output: str, cwd: str) -> int:
         """Fork a probe process from the host; its pid (also its process group)."""
         with self.lock:
-            if not self.alive():
+            proc = self.proc  # close() may clear self.proc meanwhile: a closed pipe is a ValueError below
+            if proc is None or proc.poll() is not None:
                 raise WarmHostError("the warm probe process is not running")
+            assert proc.stdin is not None  # started with stdin=PIPE
             request = {"spec": spec, "output": output, "cwd": cwd}
             try:
-                self.proc.stdin.write((json.dumps(request) + "\n").encode())
-                self.proc.stdin.flush()
+                proc.stdin.write((json.dumps(request) + "\n").encode())
+                proc.stdin.flush()
                 reply = self.replies.get(timeout=REPLY_TIMEOUT_S)
             except (OSError, ValueError, queue.Empty) as e:
                 raise WarmHostError(f"the warm probe process did not answer: {e or 'no reply'}") from None
         if "pid" not in reply:
             raise WarmHostError(reply.get("error", f"unexpected reply {reply}"))
-        return reply["pid"]
+        pid: int = reply["pid"]
+        return pid
 
     def exit_code(self, pid: int) -> int | None:
         with self.changed:
@@ -249,7 +260,8 @@ class WarmHost:
         if proc is None:
             return
         try:
-            proc.stdin.close()
+            if proc.stdin is not None:
+                proc.stdin.close()
         except OSError:
             pass
         try:

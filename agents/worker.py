@@ -14,13 +14,15 @@ import os
 import socket
 import threading
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 from celery import Celery, signals
 from kombu import Queue
 
 import agents
-from agents import contract, facts, netinfo
+from agents import contract, facts, gpu_contract, netinfo, signing
+from agents.gpu_check import run_gpu_check
 from agents.runner import failed_result, prewarm, remove_orphaned_dirs, run_probe, shutdown_warm_host
 
 log = logging.getLogger("agents.worker")
@@ -41,7 +43,7 @@ def pick_address(broker_url: str) -> str:
     host = parts.hostname
     if host:
         try:
-            ip = socket.getaddrinfo(host, parts.port or 6379, socket.AF_INET)[0][4][0]
+            ip = str(socket.getaddrinfo(host, parts.port or 6379, socket.AF_INET)[0][4][0])
             local = netinfo.source_address_towards(ip, parts.port or 6379)
             if not netinfo.is_loopback(local) or netinfo.is_loopback(ip):
                 return local
@@ -56,14 +58,20 @@ def pick_address(broker_url: str) -> str:
 class Agent:
     """One node's agent: its identity, cached facts, and the Celery app that serves its queue."""
 
-    def __init__(self, name: str, address: str, broker_url: str, heartbeat_s: float = 5.0):
+    def __init__(
+        self, name: str, address: str, broker_url: str, heartbeat_s: float = 5.0, key: signing.NodeKey | None = None
+    ):
         self.name = contract.check_node_name(name)
+        if key is not None and key.node != self.name:
+            raise signing.SignatureError(f"the key is {key.node}'s, not {self.name}'s")
+        self.key = key  # None: a development agent, unsigned (the server must allow it)
+        self.seen_commands = signing.NonceWindow()
         self.address = address
         self.broker_url = broker_url
         self.heartbeat_s = heartbeat_s
         self.busy = False
-        self.versions: dict | None = None
-        self.facts: dict = {}
+        self.versions: dict[str, Any] | None = None
+        self.facts: dict[str, Any] = {}
         self.facts_at = 0.0
         self.stopping = threading.Event()
         self.app = self.make_app()
@@ -74,29 +82,59 @@ class Agent:
         app = Celery("cluster_health_agent", broker=self.broker_url, set_as_current=False, fixups=[])
         queue = contract.agent_queue(self.name)
         app.conf.update(
-            task_serializer="json", result_serializer="json", accept_content=["json"],
-            result_backend=None, task_ignore_result=True,
-            task_acks_late=True, worker_prefetch_multiplier=1, worker_concurrency=1, worker_pool="solo",
+            task_serializer="json",
+            result_serializer="json",
+            accept_content=["json"],
+            result_backend=None,
+            task_ignore_result=True,
+            task_acks_late=True,
+            worker_prefetch_multiplier=1,
+            worker_concurrency=1,
+            worker_pool="solo",
             task_time_limit=TASK_TIME_LIMIT_S,
             broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
-            broker_connection_retry=True, broker_connection_retry_on_startup=True,
+            broker_connection_retry=True,
+            broker_connection_retry_on_startup=True,
             broker_connection_max_retries=None,
-            task_queues=[Queue(queue, routing_key=queue)], task_default_queue=queue,
+            task_queues=[Queue(queue, routing_key=queue)],  # type: ignore[no-untyped-call]  # kombu is untyped
+            task_default_queue=queue,
             task_create_missing_queues=True,
-            worker_send_task_events=False, task_send_sent_event=False,
+            worker_send_task_events=False,
+            task_send_sent_event=False,
+            # No broadcast commands (shutdown, pool restarts, rate limits) from whoever reaches Redis.
+            worker_enable_remote_control=False,
             worker_hijack_root_logger=True,
         )
         agent = self
 
-        @app.task(name=contract.TASK_PROBE, ignore_result=True)
-        def probe(command=None, **unexpected):
-            agent.handle(command)
+        @app.task(name=contract.TASK_PROBE, ignore_result=True)  # type: ignore[untyped-decorator]  # Celery is untyped
+        def probe(command: Any = None, auth: Any = None, **unexpected: Any) -> None:
+            agent.handle(command, auth)
 
         return app
 
     # -- probes -------------------------------------------------------------------
-    def handle(self, command) -> dict | None:
+    def authentic(self, command: Any, auth: Any) -> bool:
+        """Whether the server signed this command for this node, recently, and it was not seen before."""
+        if self.key is None:
+            return True  # a development agent: it was started with unsigned agents allowed
+        try:
+            envelope = signing.verify(command, auth, "command", self.key.secret_for)
+        except signing.SignatureError as e:
+            # Unauthenticated input gets no answer: a forged command must not fail a real probe.
+            log.error("dropped a command that is not signed by the server for %s: %s", self.name, e)
+            return False
+        if not self.seen_commands.claim(envelope["nonce"]):
+            log.error("dropped a replayed command (nonce %s)", envelope["nonce"])
+            return False
+        return True
+
+    def handle(self, command: Any, auth: Any = None) -> dict[str, Any] | None:
         """Validate, run and report one command; never raises (a bad command must not stop the agent)."""
+        if not self.authentic(command, auth):
+            return None
+        if isinstance(command, dict) and command.get("kind") == gpu_contract.KIND:
+            return self.handle_gpu_check(command)
         try:
             cmd = contract.validate_command(command)
         except contract.ContractError as e:
@@ -106,22 +144,63 @@ class Agent:
         if cmd["expires_at"] is not None and time.time() > cmd["expires_at"]:
             log.warning("dropped probe %s: it expired %.0fs ago", cmd["probe_id"], time.time() - cmd["expires_at"])
             return None
-        log.info("probe %s (%s, rank %s of %s, %s) starting", cmd["probe_id"], cmd["kind"], cmd["rank"],
-                 cmd["world_size"], cmd["backend"])
+        log.info(
+            "probe %s (%s, rank %s of %s, %s) starting",
+            cmd["probe_id"],
+            cmd["kind"],
+            cmd["rank"],
+            cmd["world_size"],
+            cmd["backend"],
+        )
         self.busy = True
         try:
             result = run_probe(cmd, self.broker_url)
         except Exception as e:  # the runner itself failed: still tell the server
             log.exception("probe %s could not run", cmd["probe_id"])
-            result = contract.validate_result(failed_result(
-                cmd, "probe_crashed", f"agent {self.name} could not start the probe: {e}", detail=str(e)))
+            result = contract.validate_result(
+                failed_result(cmd, "probe_crashed", f"agent {self.name} could not start the probe: {e}", detail=str(e))
+            )
         finally:
             self.busy = False
         log.info("probe %s: %s at %s (%s)", cmd["probe_id"], result["status"], result["stage"], result["reason"])
         self.send_result(result)
         return result
 
-    def report_refusal(self, command, error: Exception) -> None:
+    def handle_gpu_check(self, command: dict[str, Any]) -> dict[str, Any] | None:
+        """The local gpu check: one per node, no peer; its result has its own contract (agents.gpu_contract)."""
+        try:
+            cmd = gpu_contract.validate_command(command)
+        except contract.ContractError as e:
+            log.error("refused a gpu check command: %s", e)
+            return None
+        if cmd["expires_at"] is not None and time.time() > cmd["expires_at"]:
+            log.warning("dropped gpu check %s: it expired", cmd["probe_id"])
+            return None
+        self.busy = True
+        try:
+            result = run_gpu_check(cmd, nvml_facts=(self.facts or {}).get("gpus"))
+        except Exception as e:  # the check could not even start: still tell the server
+            log.exception("gpu check %s could not run", cmd["probe_id"])
+            result = gpu_contract.validate_result(
+                {
+                    "v": contract.VERSION,
+                    "kind": gpu_contract.KIND,
+                    "probe_id": cmd["probe_id"],
+                    "sweep_id": cmd["sweep_id"],
+                    "node": cmd["node"],
+                    "status": "failed",
+                    "stage": "init",
+                    "reason": "probe_crashed",
+                    "hint": f"agent {self.name} could not start the gpu check: {e}",
+                }
+            )
+        finally:
+            self.busy = False
+        log.info("gpu check %s: %s at %s (%s)", cmd["probe_id"], result["status"], result["stage"], result["reason"])
+        self.send_result(result)
+        return result
+
+    def report_refusal(self, command: Any, error: Exception) -> None:
         if not isinstance(command, dict):
             return
         readable = {
@@ -132,18 +211,33 @@ class Agent:
             "rank": command.get("rank") if isinstance(command.get("rank"), int) else 0,
         }
         try:
-            result = contract.validate_result(failed_result(
-                readable, "probe_crashed", f"agent {self.name} refused the command: {error}", detail=str(error)))
+            result = contract.validate_result(
+                failed_result(
+                    readable, "probe_crashed", f"agent {self.name} refused the command: {error}", detail=str(error)
+                )
+            )
         except contract.ContractError:
             return  # no probe id or node to report against; the log line above is all there is
         self.send_result(result)
 
-    def send_result(self, result: dict) -> None:
-        self.app.send_task(contract.TASK_RESULT, kwargs={"result": result}, queue=contract.SERVER_QUEUE,
-                           retry=True, retry_policy=RESULT_RETRY)
+    def signed(self, body: dict[str, Any], purpose: str, field: str) -> dict[str, Any]:
+        """Task kwargs: the body under its field, and its signature (none for a development agent)."""
+        kwargs = {field: body}
+        if self.key is not None:
+            kwargs["auth"] = signing.sign(body, self.key, purpose)
+        return kwargs
+
+    def send_result(self, result: dict[str, Any]) -> None:
+        self.app.send_task(
+            contract.TASK_RESULT,
+            kwargs=self.signed(result, "result", "result"),
+            queue=contract.SERVER_QUEUE,
+            retry=True,
+            retry_policy=RESULT_RETRY,
+        )
 
     # -- heartbeats ---------------------------------------------------------------
-    def current_facts(self) -> dict:
+    def current_facts(self) -> dict[str, Any]:
         if self.versions is None:
             self.versions = facts.torch_versions_in_subprocess()
         now = time.monotonic()
@@ -153,17 +247,29 @@ class Agent:
             self.facts["system"].update(facts.memory_and_load())
         return self.facts
 
-    def heartbeat(self) -> dict:
-        return contract.validate_heartbeat({
-            "v": contract.VERSION, "node": self.name, "address": self.address, "facts": self.current_facts(),
-            "agent_version": agents.__version__, "sent_at": time.time(), "busy": self.busy,
-        })
+    def heartbeat(self) -> dict[str, Any]:
+        return contract.validate_heartbeat(
+            {
+                "v": contract.VERSION,
+                "node": self.name,
+                "address": self.address,
+                "facts": self.current_facts(),
+                "agent_version": agents.__version__,
+                "sent_at": time.time(),
+                "busy": self.busy,
+            }
+        )
 
     def send_heartbeat(self) -> None:
         # A short expiry: heartbeats queued while the server was down are worthless later.
-        self.app.send_task(contract.TASK_HEARTBEAT, kwargs={"heartbeat": self.heartbeat()},
-                           queue=contract.SERVER_QUEUE, expires=max(10.0, 3 * self.heartbeat_s),
-                           retry=True, retry_policy=HEARTBEAT_RETRY)
+        self.app.send_task(
+            contract.TASK_HEARTBEAT,
+            kwargs=self.signed(self.heartbeat(), "heartbeat", "heartbeat"),
+            queue=contract.SERVER_QUEUE,
+            expires=max(10.0, 3 * self.heartbeat_s),
+            retry=True,
+            retry_policy=HEARTBEAT_RETRY,
+        )
 
     def heartbeat_loop(self) -> None:
         while not self.stopping.is_set():
@@ -176,13 +282,13 @@ class Agent:
     def run(self, loglevel: str = "INFO") -> int:
         """Serve this node's queue until stopped (SIGTERM: finish the current probe, then exit)."""
 
-        def on_ready(**_):  # heartbeats, leftovers of a killed agent, the warm probe process
+        def on_ready(**_: Any) -> None:  # heartbeats, leftovers of a killed agent, the warm probe process
             threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
             for path in remove_orphaned_dirs():
                 log.info("removed %s, left by an agent that was killed", path)
             prewarm()
 
-        def on_shutdown(**_):
+        def on_shutdown(**_: Any) -> None:
             self.stopping.set()
             shutdown_warm_host()
 
@@ -191,14 +297,22 @@ class Agent:
         # The worker is built directly rather than through `celery worker`: the command line
         # machinery (click, prompt_toolkit) would cost this resident process ~10 MB.
         worker = self.app.Worker(
-            hostname=f"agent-{self.name}@{socket.gethostname()}", pool_cls="solo", concurrency=1,
-            prefetch_multiplier=1, queues=[contract.agent_queue(self.name)], loglevel=loglevel,
-            without_gossip=True, without_mingle=True, without_heartbeat=True,
+            hostname=f"agent-{self.name}@{socket.gethostname()}",
+            pool_cls="solo",
+            concurrency=1,
+            prefetch_multiplier=1,
+            queues=[contract.agent_queue(self.name)],
+            loglevel=loglevel,
+            without_gossip=True,
+            without_mingle=True,
+            without_heartbeat=True,
         )
         worker.start()
-        return worker.exitcode
+        return int(worker.exitcode or 0)
 
 
-def run_agent(name: str, address: str | None, broker_url: str, loglevel: str = "INFO") -> int:
+def run_agent(
+    name: str, address: str | None, broker_url: str, loglevel: str = "INFO", key: signing.NodeKey | None = None
+) -> int:
     heartbeat_s = float(os.environ.get("CLUSTER_HEALTH_HEARTBEAT_S", "5"))
-    return Agent(name, address or pick_address(broker_url), broker_url, heartbeat_s).run(loglevel)
+    return Agent(name, address or pick_address(broker_url), broker_url, heartbeat_s, key=key).run(loglevel)

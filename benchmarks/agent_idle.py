@@ -29,8 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.agent_fixtures import resident_kib  # noqa: E402
-from tests.services import RedisServer, spawn, stop_process  # noqa: E402
+from devtools.services import (  # noqa: E402
+    RedisServer,
+    resident_kib,
+    spawn,
+    stop_process,
+)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -62,7 +66,7 @@ def warm_host_of(agent: int, timeout: float) -> int:
     raise RuntimeError("the agent's warm probe process did not appear")
 
 
-def one_probe(broker_url: str, node: str) -> dict:
+def one_probe(broker_url: str, node: str, key=None) -> dict:
     """One pair probe: rank 0 through the agent's queue, rank 1 run here; the agent's half is real work."""
     import secrets
 
@@ -73,13 +77,31 @@ def one_probe(broker_url: str, node: str) -> dict:
 
     rdv = "idle" + secrets.token_hex(6)
     peers = [{"name": node, "address": "127.0.0.1"}, {"name": "bench", "address": "127.0.0.1"}]
-    base = {"v": contract.VERSION, "kind": "pair", "probe_id": 1, "sweep_id": 1, "rendezvous": rdv,
-            "world_size": 2, "backend": "gloo", "bind_address": "127.0.0.1", "master_address": "127.0.0.1",
-            "peers": peers, "last_stage": "collective", "sizes": [1024], "deadline_s": 60.0}
+    base = {
+        "v": contract.VERSION,
+        "kind": "pair",
+        "probe_id": 1,
+        "sweep_id": 1,
+        "rendezvous": rdv,
+        "world_size": 2,
+        "backend": "gloo",
+        "bind_address": "127.0.0.1",
+        "master_address": "127.0.0.1",
+        "peers": peers,
+        "last_stage": "collective",
+        "sizes": [1024],
+        "deadline_s": 60.0,
+    }
     app = Celery("bench", broker=broker_url, set_as_current=False, fixups=[])
     app.conf.update(task_serializer="json", accept_content=["json"])
-    app.send_task(contract.TASK_PROBE, kwargs={"command": dict(base, node=node, rank=0)},
-                  queue=contract.agent_queue(node))
+    from agents import signing
+
+    command = dict(base, node=node, rank=0)
+    app.send_task(
+        contract.TASK_PROBE,
+        kwargs={"command": command, "auth": signing.sign(command, key, "command")},
+        queue=contract.agent_queue(node),
+    )
     app.close()
     return run_probe(dict(base, node="bench", rank=1), broker_url)
 
@@ -89,8 +111,10 @@ def window(pids: dict[str, int], seconds: float) -> dict:
     began = time.monotonic()
     time.sleep(seconds)
     wall = time.monotonic() - began
-    return {k: {"cpu_pct": round(100 * (cpu_s(p) - before[k]) / wall, 3), "rss_mib": round(resident_kib(p) / 1024, 1)}
-            for k, p in pids.items()}
+    return {
+        k: {"cpu_pct": round(100 * (cpu_s(p) - before[k]) / wall, 3), "rss_mib": round(resident_kib(p) / 1024, 1)}
+        for k, p in pids.items()
+    }
 
 
 def run(seconds: float = 60.0) -> dict:
@@ -98,12 +122,32 @@ def run(seconds: float = 60.0) -> dict:
         redis = RedisServer(Path(tmp))
         redis.start()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        agent = spawn([sys.executable, "-m", "agents", "run", "--name", "idle1", "--address", "127.0.0.1",
-                       "--broker", redis.url], Path(tmp) / "agent.log", env=env)
+        from agents import signing
+
+        key = signing.new_key("idle1")  # the agent runs signed, as deployed
+        signing.write_key_file(Path(tmp) / "idle1.key", key)
+        agent = spawn(
+            [
+                sys.executable,
+                "-m",
+                "agents",
+                "run",
+                "--name",
+                "idle1",
+                "--address",
+                "127.0.0.1",
+                "--broker",
+                redis.url,
+                "--key-file",
+                str(Path(tmp) / "idle1.key"),
+            ],
+            Path(tmp) / "agent.log",
+            env=env,
+        )
         sleeper = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds + 120})"])
         try:
             host = warm_host_of(agent.pid, 120)
-            mine = one_probe(redis.url, "idle1")
+            mine = one_probe(redis.url, "idle1", key)
             if mine["status"] != "ok":
                 raise RuntimeError(f"the probe with the agent failed: {mine['hint']}")
             log = Path(tmp) / "agent.log"
@@ -121,9 +165,12 @@ def run(seconds: float = 60.0) -> dict:
             redis.stop()
     return {
         "seconds": seconds,
-        "agent_rss_mib": figures["agent"]["rss_mib"], "agent_cpu_pct": figures["agent"]["cpu_pct"],
-        "warm_rss_mib": figures["warm"]["rss_mib"], "warm_cpu_pct": figures["warm"]["cpu_pct"],
-        "python_rss_mib": figures["python"]["rss_mib"], "python_cpu_pct": figures["python"]["cpu_pct"],
+        "agent_rss_mib": figures["agent"]["rss_mib"],
+        "agent_cpu_pct": figures["agent"]["cpu_pct"],
+        "warm_rss_mib": figures["warm"]["rss_mib"],
+        "warm_cpu_pct": figures["warm"]["cpu_pct"],
+        "python_rss_mib": figures["python"]["rss_mib"],
+        "python_cpu_pct": figures["python"]["cpu_pct"],
     }
 
 

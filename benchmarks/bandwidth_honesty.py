@@ -55,26 +55,36 @@ BARE_TARGET = 0.05
 PROCESS_TIMEOUT_S = 120
 
 
-def run(runs: int = 3, iterations: int = 10, warmup: int = 2, iperf_seconds: float = 3.0,
-        limit_s: float = 900.0) -> dict:
+def run(
+    runs: int = 3, iterations: int = 10, warmup: int = 2, iperf_seconds: float = 3.0, limit_s: float = 900.0
+) -> dict:
     """Figures per link condition; see the module docstring for the method."""
-    out: dict = {"runs": runs, "iterations": iterations, "warmup": warmup,
-                 "conversion": "Mbit/s = busbw GB/s * 8000 (2 ranks: busbw = algbw = payload rate per direction)"}
+    out: dict = {
+        "runs": runs,
+        "iterations": iterations,
+        "warmup": warmup,
+        "conversion": "Mbit/s = busbw GB/s * 8000 (2 ranks: busbw = algbw = payload rate per direction)",
+    }
     with namespace_bed(2, limit_s) as bed:
         for name, rate, size in CONDITIONS:
             if rate:
                 # A burst of 1 ms at the rate (at least 64 kB) lets tbf reach its rate at 1 Gbit/s.
                 bed.shape("host1", rate, burst_kb=max(64, int(rate * 1000 / 8 / 1000)))
             try:
-                out.update({f"{name}_{k}": v for k, v in measure_link(bed, size, runs, iterations, warmup,
-                                                                      iperf_seconds, rate).items()})
+                out.update(
+                    {
+                        f"{name}_{k}": v
+                        for k, v in measure_link(bed, size, runs, iterations, warmup, iperf_seconds, rate).items()
+                    }
+                )
             finally:
                 bed.unshape("host1")
     return out
 
 
-def measure_link(bed, size: int, runs: int, iterations: int, warmup: int, iperf_seconds: float,
-                 rate: float | None) -> dict:
+def measure_link(
+    bed, size: int, runs: int, iterations: int, warmup: int, iperf_seconds: float, rate: float | None
+) -> dict:
     iperf = [bed.iperf3_mbit("host1", "host2", seconds=iperf_seconds)]
     probe, bare = [], []
     for _ in range(runs):
@@ -104,17 +114,40 @@ def measure_link(bed, size: int, runs: int, iterations: int, warmup: int, iperf_
 
 def probe_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     """busbw (GB/s) at ``size`` of one pair probe run with the pair CLI, one rank per host."""
-    common = [sys.executable, "-m", "agents", "pair", "--sizes", str(size), "--iterations", str(iterations),
-              "--warmup", str(warmup), "--timeout", "bandwidth=60"]
+    common = [
+        sys.executable,
+        "-m",
+        "agents",
+        "pair",
+        "--sizes",
+        str(size),
+        "--iterations",
+        str(iterations),
+        "--warmup",
+        str(warmup),
+        "--timeout",
+        "bandwidth=60",
+    ]
     master = bed.host("host1").address
-    rank0 = in_host(bed, "host1", [*common, "--rank", "0", "--bind", master, "--wait", "30"],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rank0 = in_host(
+        bed,
+        "host1",
+        [*common, "--rank", "0", "--bind", master, "--wait", "30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert rank0.stdout is not None and rank0.stderr is not None  # both piped above
     try:
         listening = rank0.stdout.readline().strip()  # ADDR:PORT, then the result as JSON
         if not listening:
             raise RuntimeError(f"the rank 0 probe printed no address: {rank0.stderr.read()[-2000:]}")
-        rank1 = subprocess.run(bed.exec_args(bed.host("host2"), [*common, "--rank", "1", "--connect", listening]),
-                               capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
+        rank1 = subprocess.run(
+            bed.exec_args(bed.host("host2"), [*common, "--rank", "1", "--connect", listening]),
+            capture_output=True,
+            text=True,
+            timeout=PROCESS_TIMEOUT_S,
+        )
         rest, err = rank0.communicate(timeout=PROCESS_TIMEOUT_S)
     finally:
         if rank0.poll() is None:
@@ -137,11 +170,34 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     """busbw (GB/s) of the bare loop: two fresh Gloo processes, one per host, over eth0."""
     port = random.randint(20000, 40000)  # the namespaces are fresh: nothing else listens there
     master = bed.host("host1").address
-    procs = [in_host(bed, host, [sys.executable, probe_loopback.__file__, "--bare-rank", str(rank), "--port", str(port),
-                                 "--address", master, "--ifname", "eth0", "--size", str(size),
-                                 "--iterations", str(iterations), "--warmup", str(warmup)],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for rank, host in enumerate(("host1", "host2"))]
+    procs = [
+        in_host(
+            bed,
+            host,
+            [
+                sys.executable,
+                probe_loopback.__file__,
+                "--bare-rank",
+                str(rank),
+                "--port",
+                str(port),
+                "--address",
+                master,
+                "--ifname",
+                "eth0",
+                "--size",
+                str(size),
+                "--iterations",
+                str(iterations),
+                "--warmup",
+                str(warmup),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank, host in enumerate(("host1", "host2"))
+    ]
     try:
         outs = [p.communicate(timeout=PROCESS_TIMEOUT_S) for p in procs]
     finally:
@@ -156,5 +212,14 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
 
 
 if __name__ == "__main__":
-    sys.exit(main_for(run, __doc__, {"--runs": {"type": int, "default": 3}, "--iterations": {"type": int, "default": 10},
-                                     "--warmup": {"type": int, "default": 2}}))
+    sys.exit(
+        main_for(
+            run,
+            __doc__,
+            {
+                "--runs": {"type": int, "default": 3},
+                "--iterations": {"type": int, "default": 10},
+                "--warmup": {"type": int, "default": 2},
+            },
+        )
+    )

@@ -1,6 +1,6 @@
 """The namespace test bed for the benchmarks: bounded in time, torn down on every way out.
 
-``namespace_bed(hosts)`` is a bare ``cluster_health.testbed.TestBed`` (no server, no
+``namespace_bed(hosts)`` is a bare ``devtools.testbed.TestBed`` (no server, no
 agents) for measurements between hosts; ``system_bed(hosts)`` adds what a deployment
 runs: a scratch database (``benchmarks/scratch.py``), a private redis-server that the
 agents reach through its unix socket (so faults on the test network hit probes, not
@@ -31,7 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cluster_health import devstack, testbed  # noqa: E402
+from devtools import (  # noqa: E402  (after the sys.path entry above)
+    devstack,
+    testbed,
+)
 
 OPEN = ("pending", "running")
 
@@ -132,9 +135,10 @@ class SystemBed:
             if not sweep.is_open:
                 return sweep
             if time.monotonic() > deadline:
-                raise RuntimeError(f"sweep {sweep.pk} still {sweep.status} after {timeout:.0f}s "
-                                   f"(round {sweep.current_round} of {sweep.total_rounds})\n"
-                                   + self.supervisor.log("worker")[-3000:])
+                raise RuntimeError(
+                    f"sweep {sweep.pk} still {sweep.status} after {timeout:.0f}s "
+                    f"(round {sweep.current_round} of {sweep.total_rounds})\n" + self.supervisor.log("worker")[-3000:]
+                )
             time.sleep(0.1)
 
     def sweep(self, timeout: float = 300.0, **request):
@@ -176,7 +180,12 @@ def system_bed(hosts: int, limit_s: float, database: str | None = None, agent_en
             stack.callback(bed.close)
             bed.build()
             env = devstack.python_env(**(agent_env or {}))
-            for host in bed.hosts:
+            from agents import signing
+            from cluster_health.models import AgentKey
+
+            for host in bed.hosts:  # enrolled as deployed: every message signed
+                bed.key_file(host.name).parent.mkdir(mode=0o700, exist_ok=True)
+                signing.write_key_file(bed.key_file(host.name), AgentKey.enroll(host.name, rotate=True)[1])
                 bed.start_agent(host.name, socket_url, env=env, address=host.address)
             system = SystemBed(bed, sup, socket_url)
             system.wait_online([h.name for h in bed.hosts])
@@ -209,8 +218,9 @@ def link_tx_bytes(bed: testbed.TestBed, name: str, dev: str = "eth0") -> int:
 
 def in_host(bed: testbed.TestBed, name: str, args: list[str], **popen) -> subprocess.Popen:
     """A process inside the host (its namespace, hosts file and hostname), in its own session."""
-    return subprocess.Popen(bed.exec_args(bed.host(name), args), env=devstack.python_env(), start_new_session=True,
-                            **popen)
+    return subprocess.Popen(
+        bed.exec_args(bed.host(name), args), env=devstack.python_env(), start_new_session=True, **popen
+    )
 
 
 def main_for(run, doc: str, options: dict[str, dict]) -> int:

@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cluster_health import devstack  # noqa: E402
+from devtools import devstack  # noqa: E402
+from devtools.captured import by_probe, take_probe_commands  # noqa: E402
 
 PASSWORD = "bench-password-123"
 
@@ -65,21 +66,24 @@ def measure(sweeps: dict[int, int], rate: int = 500) -> dict:
     redis_port, web_port = devstack.free_port(), devstack.free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     os.environ.update(REDIS_URL=redis_url, DJANGO_ALLOW_ASYNC_UNSAFE="true")
-    env = devstack.python_env(DJANGO_SETTINGS_MODULE="cluster_health.settings", REDIS_URL=redis_url,
-                              DATABASE_URL=os.environ["DATABASE_URL"],
-                              CLUSTER_HEALTH_VAR_DIR=os.environ.get("CLUSTER_HEALTH_VAR_DIR", str(work)))
+    env = devstack.python_env(
+        DJANGO_SETTINGS_MODULE="cluster_health.settings",
+        REDIS_URL=redis_url,
+        DATABASE_URL=os.environ["DATABASE_URL"],
+        CLUSTER_HEALTH_VAR_DIR=os.environ.get("CLUSTER_HEALTH_VAR_DIR", str(work)),
+    )
     sup = devstack.Supervisor(work / "logs", env)
     out: dict = {}
     try:
         proc = sup.start("redis", devstack.redis_args(redis_port, work))
         devstack.wait_for_port("127.0.0.1", redis_port, 10, proc)
+        from channels.layers import channel_layers
         from django.conf import settings
         from django.contrib.auth.models import User
 
-        from channels.layers import channel_layers
-
-        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                               "CONFIG": {"hosts": [redis_url]}}}
+        settings.CHANNEL_LAYERS = {
+            "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [redis_url]}}
+        }
         # Writing the histories made (and cached) an in-memory layer: broadcasts must reach daphne.
         channel_layers.backends.clear()
         User.objects.create_user("bench", password=PASSWORD)
@@ -95,8 +99,8 @@ def measure(sweeps: dict[int, int], rate: int = 500) -> dict:
 def api_figures(sweeps: dict[int, int]) -> dict:
     from django.test import Client
 
-    from cluster_health import reports
     from cluster_health.models import Sweep
+    from cluster_health.web import serializers
 
     client = Client()
     client.login(username="bench", password=PASSWORD)
@@ -108,7 +112,7 @@ def api_figures(sweeps: dict[int, int]) -> dict:
             body = client.get(f"/api/sweeps/{pk}/matrix").content
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        reports.build_sweep_matrix(Sweep.objects.get(pk=pk))
+        serializers.build_sweep_matrix(Sweep.objects.get(pk=pk))
         out[f"matrix_api_ms_{n}"] = round(sorted(times)[len(times) // 2] * 1000)
         out[f"matrix_build_from_rows_ms_{n}"] = round((time.perf_counter() - t0) * 1000)
         out[f"matrix_api_bytes_{n}"] = len(body)
@@ -118,7 +122,7 @@ def api_figures(sweeps: dict[int, int]) -> dict:
 def browser_figures(base: str, sweeps: dict[int, int], rate: int) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from tests.browser import ARGS, CHROMIUM
+    from devtools.browser import ARGS, CHROMIUM
 
     out = {}
     with sync_playwright() as pw:
@@ -145,13 +149,48 @@ def browser_figures(base: str, sweeps: dict[int, int], rate: int) -> dict:
     return out
 
 
-def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
-    """Ingest a running sweep's results at ``rate`` halves/s while its page is open."""
+def feed_live_results(sent: list, names: list[str], rate: int) -> tuple[int, float]:
+    """Answer every captured probe command through ingest at ``rate`` halves/s; return the count and seconds taken."""
     from django.utils import timezone
 
-    from cluster_health import dispatch, ingest, sweeps
+    from cluster_health import ingest
     from cluster_health.models import Node
-    from tests.sweep_driver import heartbeat, result_for
+    from devtools.sweep_driver import result_for
+
+    tick_batch = max(1, round(rate * 0.1))  # ten batches a second, as a busy server worker takes them
+    results, t_start = 0, time.perf_counter()
+    while True:
+        commands = take_probe_commands(sent)
+        if not commands:
+            return results, time.perf_counter() - t_start
+        Node.objects.filter(name__in=names).update(last_heartbeat=timezone.now())
+        for k in range(0, len(commands), tick_batch):
+            ingest.ingest_results([result_for(c) for c in commands[k : k + tick_batch]])
+            results += len(commands[k : k + tick_batch])
+            ahead = t_start + results / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+
+
+def wait_for_live_cells(page, pairs: int) -> tuple[int, float]:
+    """Wait up to 60 s for all ``pairs`` cells to show ok; return the cells ok and when the wait ended (ms)."""
+    check = (
+        "(() => { const m = CH.matrix; let ok = 0; for (const s of m.status) if (m.codes[s] === 'ok') ok++; "
+        "return ok; })()"
+    )
+    try:
+        page.wait_for_function(f"{check} === {pairs}", timeout=60_000)
+    except Exception:  # reported below as fewer cells than pairs, never hidden
+        pass
+    drawn = time.time() * 1000
+    return page.evaluate(check), drawn
+
+
+def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
+    """Ingest a running sweep's results at ``rate`` halves/s while its page is open."""
+    from cluster_health import sweeps
+    from cluster_health.sweeps import dispatch
+    from devtools.sweep_driver import heartbeat
 
     names = [f"live{i:03d}" for i in range(n)]
     for name in names:
@@ -164,40 +203,21 @@ def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
         page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}' && document.body.dataset.ws === 'open'")
         reads = []
         page.on("request", lambda r: reads.append(r.url) if "state.json" in r.url else None)
-
-        def feed() -> tuple[int, float]:
-            tick_batch = max(1, round(rate * 0.1))  # ten batches a second, as a busy server worker takes them
-            results, t_start = 0, time.perf_counter()
-            while True:
-                commands = [kw["command"] for task, _, kw, _ in sent if task == "agent.probe"]
-                sent.clear()
-                if not commands:
-                    return results, time.perf_counter() - t_start
-                Node.objects.filter(name__in=names).update(last_heartbeat=timezone.now())
-                for k in range(0, len(commands), tick_batch):
-                    ingest.ingest_results([result_for(c) for c in commands[k: k + tick_batch]])
-                    results += len(commands[k: k + tick_batch])
-                    ahead = t_start + results / rate - time.perf_counter()
-                    if ahead > 0:
-                        time.sleep(ahead)
-
-        results, sent_s = server_side.submit(feed).result()
+        results, sent_s = server_side.submit(feed_live_results, sent, names, rate).result()
     last_sent = time.time() * 1000
     pairs = n * (n - 1) // 2
-    check = ("(() => { const m = CH.matrix; let ok = 0; for (const s of m.status) if (m.codes[s] === 'ok') ok++; "
-             "return ok; })()")
-    try:
-        page.wait_for_function(f"{check} === {pairs}", timeout=60_000)
-    except Exception:  # reported below as fewer cells than pairs, never hidden
-        pass
-    drawn = time.time() * 1000
-    cells_ok = page.evaluate(check)
+    cells_ok, drawn = wait_for_live_cells(page, pairs)
     # A page that re-read state.json after the sweep ended only did so to show the findings;
     # a re-read while results flowed would mean a frame was lost.
-    out = {"live_results": results, "live_rate_sent_per_s": round(results / sent_s),
-           "live_rate_target_per_s": rate, "live_cells_ok": cells_ok, "live_cells_total": pairs,
-           "live_state_rereads": max(0, len(reads) - 1),
-           "live_last_result_to_last_cell_ms": round(drawn - last_sent)}
+    out = {
+        "live_results": results,
+        "live_rate_sent_per_s": round(results / sent_s),
+        "live_rate_target_per_s": rate,
+        "live_cells_ok": cells_ok,
+        "live_cells_total": pairs,
+        "live_state_rereads": max(0, len(reads) - 1),
+        "live_last_result_to_last_cell_ms": round(drawn - last_sent),
+    }
     # The live sweep is now the newest, finished, 64-node sweep: the overview at 64 nodes.
     page.goto(f"{base}/")
     page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}'", timeout=60_000)
@@ -214,36 +234,40 @@ def result_to_cell(page, base: str, names: list[str], samples: int = 20) -> dict
     (``#heatmaps[data-updated-at]``, set when plotly has drawn). Includes the commit, the
     broadcast over Redis, the consumer's batching window, the WebSocket and the redraw.
     """
-    from cluster_health import dispatch, ingest, sweeps
-    from cluster_health.models import Node
     from django.utils import timezone
-    from tests.sweep_driver import result_for
+
+    from cluster_health import ingest, sweeps
+    from cluster_health.models import Node
+    from cluster_health.sweeps import dispatch
+    from devtools.sweep_driver import result_for
 
     Node.objects.filter(name__in=names).update(last_heartbeat=timezone.now())
     with dispatch.capture() as sent, ThreadPoolExecutor(1) as server_side:
         sweep = server_side.submit(sweeps.request_sweep, source="command", kind="connectivity", nodes=names).result()
         server_side.submit(sweeps.start_sweep, sweep.pk).result()
-        by_probe: dict[int, list[dict]] = {}
-        for task, _queue, kwargs, _expires in sent:
-            if task == "agent.probe":
-                by_probe.setdefault(kwargs["command"]["probe_id"], []).append(kwargs["command"])
+        pairs = by_probe(take_probe_commands(sent))
         page.goto(f"{base}/sweeps/{sweep.pk}/")
         page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
         times = []
-        for commands in list(by_probe.values())[:samples]:
+        for commands in list(pairs.values())[:samples]:
             a, b = commands[0]["node"], commands[1]["node"]
             time.sleep(0.4)  # a quiet page: no batching window or redraw still open from the last sample
             arrived = time.time() * 1000
             server_side.submit(ingest.ingest_results, [result_for(c) for c in commands]).result()
             page.wait_for_function(
                 f"CH.matrix.statusOf('{a}', '{b}') === 'ok' && "
-                f"Number(document.getElementById('heatmaps').dataset.updatedAt || 0) >= {arrived}", timeout=30_000)
+                f"Number(document.getElementById('heatmaps').dataset.updatedAt || 0) >= {arrived}",
+                timeout=30_000,
+            )
             times.append(float(page.evaluate("document.getElementById('heatmaps').dataset.updatedAt")) - arrived)
         server_side.submit(sweeps.cancel, sweep.pk).result()
     times.sort()
-    return {"result_to_cell_ms_p50": round(times[len(times) // 2]),
-            "result_to_cell_ms_p95": round(times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]),
-            "result_to_cell_ms_max": round(times[-1]), "result_to_cell_samples": len(times)}
+    return {
+        "result_to_cell_ms_p50": round(times[len(times) // 2]),
+        "result_to_cell_ms_p95": round(times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]),
+        "result_to_cell_ms_max": round(times[-1]),
+        "result_to_cell_samples": len(times),
+    }
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bed import OPEN, halves, link_tx_bytes, main_for, pair_rows, system_bed  # noqa: E402
-from cluster_health import testbed  # noqa: E402
+from devtools import testbed  # noqa: E402
 
 TARGET_S = 15.0
 CUT_AFTER_BYTES = 2**20
@@ -54,10 +54,14 @@ def run(modes=("drop", "down"), database: str | None = None, limit_s: float = 60
     with system_bed(2, limit_s, database=database) as system:
         reference = system.sweep(kind="pairs", pairs=[PAIR], baseline="none", timeout=120)
         row = pair_rows(reference)[0]
-        out.update(uncut_status=row.status, uncut_stage=row.stage, uncut_probe_s=row.duration_s,
-                   uncut_busbw_gbps=row.busbw_gbps)
+        out.update(
+            uncut_status=row.status,
+            uncut_stage=row.stage,
+            uncut_probe_s=row.duration_s,
+            uncut_busbw_gbps=row.busbw_gbps,
+        )
         for mode in modes:
-            for attempt in range(1, TRIES + 1):
+            for attempt in range(1, TRIES + 1):  # noqa: B007  (the tries taken are reported below)
                 figures = cut_during_bandwidth(system, mode)
                 if figures is not None:
                     break
@@ -114,13 +118,21 @@ def cut_during_bandwidth(system, mode: str) -> dict | None:
     if row.status == "ok":
         return None
     finished = sorted(h["finished_at"] - cut_epoch for h in halves(row) if h.get("finished_at"))
-    return {"to_failed_cell_s": round(cell_s, 2),
-            "detected_s": round(finished[0], 2) if finished else None,
-            "halves_done_s": [round(f, 2) for f in finished],
-            "sent_at_cut_bytes": sent, "status": row.status, "stage": row.stage, "reason": row.reason,
-            "hint": row.hint}
+    return {
+        "to_failed_cell_s": round(cell_s, 2),
+        "detected_s": round(finished[0], 2) if finished else None,
+        "halves_done_s": [round(f, 2) for f in finished],
+        "sent_at_cut_bytes": sent,
+        "status": row.status,
+        "stage": row.stage,
+        "reason": row.reason,
+        "hint": row.hint,
+    }
 
 
 if __name__ == "__main__":
-    sys.exit(main_for(run, __doc__, {"--modes": {"nargs": "+", "default": ["drop", "down"]},
-                                     "--database": {"default": None}}))
+    sys.exit(
+        main_for(
+            run, __doc__, {"--modes": {"nargs": "+", "default": ["drop", "down"]}, "--database": {"default": None}}
+        )
+    )

@@ -62,9 +62,11 @@ def measure(n: int, batch: int, reference_rounds: int | None = None) -> dict:
         reference_rounds = max(1, min(8, round(REFERENCE_HALVES / max(2, n - n % 2))))
     from django.conf import settings
     from django.db import connection
-    from cluster_health import dispatch, ingest, sweeps
+
+    from cluster_health import sweeps
     from cluster_health.models import PairProbe, Sweep
-    from tests.sweep_driver import heartbeat, result_for
+    from cluster_health.sweeps import dispatch
+    from devtools.sweep_driver import heartbeat
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # The synthetic agents are alive throughout: creating 523,776 rows takes longer than the
@@ -78,25 +80,7 @@ def measure(n: int, batch: int, reference_rounds: int | None = None) -> dict:
         sweeps.start_sweep(sweep.pk)
         start_s = time.perf_counter() - t0
         pair_rows = PairProbe.objects.filter(sweep=sweep).count()
-        single = batched = 0
-        single_s = batched_s = 0.0
-        rounds = 0
-        while True:
-            commands = [kw["command"] for task, _, kw, _ in sent if task == "agent.probe"]
-            sent.clear()
-            if not commands:
-                break
-            rounds += 1
-            results = [result_for(cmd) for cmd in commands]
-            t0 = time.perf_counter()
-            if rounds <= reference_rounds:  # reference: one message per task, as before batching
-                for res in results:
-                    ingest.ingest_result(res)
-                single, single_s = single + len(results), single_s + time.perf_counter() - t0
-            else:
-                for k in range(0, len(results), batch):
-                    ingest.ingest_results(results[k: k + batch])
-                batched, batched_s = batched + len(results), batched_s + time.perf_counter() - t0
+        single, single_s, batched, batched_s = _answer_rounds(sent, batch, reference_rounds)
     sweep = Sweep.objects.get(pk=sweep.pk)
     return {
         "database": connection.vendor,
@@ -114,6 +98,32 @@ def measure(n: int, batch: int, reference_rounds: int | None = None) -> dict:
         "single_results_per_s": round(single / single_s) if single_s else None,
         "target_results_per_s": TARGET_RESULTS_PER_S,
     }
+
+
+def _answer_rounds(sent: list, batch: int, reference_rounds: int) -> tuple[int, float, int, float]:
+    """Answer every round's commands until none come; the first rounds one half per call (the reference)."""
+    from cluster_health import ingest
+    from devtools.captured import take_probe_commands
+    from devtools.sweep_driver import result_for
+
+    single = batched = 0
+    single_s = batched_s = 0.0
+    rounds = 0
+    while True:
+        commands = take_probe_commands(sent)
+        if not commands:
+            return single, single_s, batched, batched_s
+        rounds += 1
+        results = [result_for(cmd) for cmd in commands]
+        t0 = time.perf_counter()
+        if rounds <= reference_rounds:  # reference: one message per task, as before batching
+            for res in results:
+                ingest.ingest_result(res)
+            single, single_s = single + len(results), single_s + time.perf_counter() - t0
+        else:
+            for k in range(0, len(results), batch):
+                ingest.ingest_results(results[k : k + batch])
+            batched, batched_s = batched + len(results), batched_s + time.perf_counter() - t0
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -75,18 +76,23 @@ def first_round(nodes: list[str]) -> list[list[str]]:
 def sweep_figures(system, nodes: list[str], pairs: list[list[str]] | None = None) -> dict:
     requested = time.monotonic()
     if pairs:  # one round of a connectivity sweep: the same probes, N/2 pairs at once
-        sweep = system.sweep(kind="pairs", nodes=nodes, pairs=pairs, last_stage="collective", baseline="none",
-                             timeout=120)
+        sweep = system.sweep(
+            kind="pairs", nodes=nodes, pairs=pairs, last_stage="collective", baseline="none", timeout=120
+        )
     else:
         sweep = system.sweep(kind="connectivity", nodes=nodes, timeout=60 + 60 * len(nodes))
     wall = time.monotonic() - requested
     rows = pair_rows(sweep)
-    bad = [f"{r.node_a.name}-{r.node_b.name}: {r.status} at {r.stage} ({r.reason}) {r.hint}"
-           for r in rows if r.status != "ok"]
+    bad = [
+        f"{r.node_a.name}-{r.node_b.name}: {r.status} at {r.stage} ({r.reason}) {r.hint}"
+        for r in rows
+        if r.status != "ok"
+    ]
     if sweep.status != "finished" or bad:
-        raise RuntimeError(f"sweep {sweep.pk} of {len(nodes)} hosts: {sweep.status} {sweep.verdict}; "
-                           + "; ".join(bad[:4]))
-    rounds = {}
+        raise RuntimeError(
+            f"sweep {sweep.pk} of {len(nodes)} hosts: {sweep.status} {sweep.verdict}; " + "; ".join(bad[:4])
+        )
+    rounds: dict[int, list[Any]] = {}  # round -> its PairProbe rows
     for row in rows:
         rounds.setdefault(row.round, []).append(row)
     round_walls, overheads = [], []
@@ -95,24 +101,37 @@ def sweep_figures(system, nodes: list[str], pairs: list[list[str]] | None = None
         inside = max(h.get("timings", {}).get("collectives_s", 0.0) for r in members for h in halves(r))
         round_walls.append(wall_s)
         overheads.append(wall_s - inside)
-    return {"sweep_s": (sweep.finished - sweep.started).total_seconds(), "wall_s": wall,
-            "rounds": len(rounds), "round_walls": round_walls, "overheads": overheads,
-            "timings": [dict(h.get("timings") or {}, duration_s=h.get("duration_s")) for r in rows for h in halves(r)]}
+    return {
+        "sweep_s": (sweep.finished - sweep.started).total_seconds(),
+        "wall_s": wall,
+        "rounds": len(rounds),
+        "round_walls": round_walls,
+        "overheads": overheads,
+        "timings": [dict(h.get("timings") or {}, duration_s=h.get("duration_s")) for r in rows for h in halves(r)],
+    }
 
 
 def summarize(measured: dict[int, list[dict]], repeats: int, one_round: dict[int, list[dict]]) -> dict:
     round_s = median(s["sweep_s"] for s in measured[2])
-    out: dict = {"kind": "connectivity", "repeats": repeats, "round_s": round_s,
-                 "target_ratio": TARGET_RATIO, "target_overhead_s": TARGET_OVERHEAD_S}
+    assert round_s is not None  # every measured sweep has a duration
+    out: dict = {
+        "kind": "connectivity",
+        "repeats": repeats,
+        "round_s": round_s,
+        "target_ratio": TARGET_RATIO,
+        "target_overhead_s": TARGET_OVERHEAD_S,
+    }
     everything = []
     for n, sweeps in measured.items():
         sweep_s = median(s["sweep_s"] for s in sweeps)
         round_wall = median(w for s in sweeps for w in s["round_walls"])
+        assert sweep_s is not None and round_wall is not None
         out[f"sweep_s_{n}"] = sweep_s
         out[f"sweep_wall_s_{n}"] = median(s["wall_s"] for s in sweeps)
         out[f"rounds_{n}"] = sweeps[0]["rounds"]
         out[f"ratio_{n}"] = round(sweep_s / ((n - 1) * round_s), 3)
         out[f"one_round_s_{n}"] = one = median(s["sweep_s"] for s in one_round[n])
+        assert one is not None
         out[f"ratio_one_round_{n}"] = round(sweep_s / ((n - 1) * one), 3)
         out[f"round_wall_s_{n}"] = round_wall
         out[f"ratio_in_sweep_{n}"] = round(sweep_s / ((n - 1) * round_wall), 3)
@@ -130,7 +149,14 @@ def summarize(measured: dict[int, list[dict]], repeats: int, one_round: dict[int
 
 
 if __name__ == "__main__":
-    sys.exit(main_for(run, __doc__, {
-        "--sizes": {"type": int, "nargs": "+", "default": [2, 4, 6, 8]},
-        "--repeats": {"type": int, "default": 5, "help": "sweeps per N (median)"},
-        "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"}}))
+    sys.exit(
+        main_for(
+            run,
+            __doc__,
+            {
+                "--sizes": {"type": int, "nargs": "+", "default": [2, 4, 6, 8]},
+                "--repeats": {"type": int, "default": 5, "help": "sweeps per N (median)"},
+                "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"},
+            },
+        )
+    )

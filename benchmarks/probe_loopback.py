@@ -28,8 +28,9 @@ from agents.runner import run_probe  # noqa: E402
 SIZE = 64 * 2**20
 
 
-def bare_rank(rank: int, port: int, iterations: int, warmup: int, address: str = "127.0.0.1",
-              ifname: str = "lo", size: int = SIZE) -> None:
+def bare_rank(
+    rank: int, port: int, iterations: int, warmup: int, address: str = "127.0.0.1", ifname: str = "lo", size: int = SIZE
+) -> None:
     """One rank of the bare loop; address, ifname and size let the namespace benchmarks use it between hosts."""
     import warnings
 
@@ -48,7 +49,9 @@ def bare_rank(rank: int, port: int, iterations: int, warmup: int, address: str =
     per_iter = (time.perf_counter() - began) / iterations
     if rank == 0:
         algbw = size / per_iter / 1e9
-        print(json.dumps({"time_us": per_iter * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * contract.busbw_factor(2)}))
+        print(
+            json.dumps({"time_us": per_iter * 1e6, "algbw_gbps": algbw, "busbw_gbps": algbw * contract.busbw_factor(2)})
+        )
     dist.destroy_process_group()
 
 
@@ -58,20 +61,47 @@ def run_bare(iterations: int, warmup: int) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, __file__, "--bare-rank", str(r), "--port", str(port),
-                               "--iterations", str(iterations), "--warmup", str(warmup)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for r in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--bare-rank",
+                str(r),
+                "--port",
+                str(port),
+                "--iterations",
+                str(iterations),
+                "--warmup",
+                str(warmup),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     return json.loads(outs[0].strip().splitlines()[-1])
 
 
 def run_probe_pair(iterations: int, warmup: int) -> tuple[dict, dict]:
     timeouts = dict(contract.DEFAULT_TIMEOUTS, bandwidth=60.0)
-    base = {"v": contract.VERSION, "kind": "pair", "probe_id": 1, "rendezvous": "bench-" + os.urandom(4).hex(),
-            "world_size": 2, "bind_address": "127.0.0.1", "master_address": "127.0.0.1",
-            "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-            "sizes": list(contract.DEFAULT_SIZES), "iterations": iterations, "warmup": warmup,
-            "timeouts": timeouts, "deadline_s": 120.0}
+    base = {
+        "v": contract.VERSION,
+        "kind": "pair",
+        "probe_id": 1,
+        "rendezvous": "bench-" + os.urandom(4).hex(),
+        "world_size": 2,
+        "bind_address": "127.0.0.1",
+        "master_address": "127.0.0.1",
+        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
+        "sizes": list(contract.DEFAULT_SIZES),
+        "iterations": iterations,
+        "warmup": warmup,
+        "timeouts": timeouts,
+        "deadline_s": 120.0,
+    }
     listening, results = threading.Event(), {}
     port = {}
 
@@ -104,8 +134,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=SIZE)
     args = parser.parse_args()
     if args.bare_rank is not None:
-        return bare_rank(args.bare_rank, args.port, args.iterations, args.warmup, args.address, args.ifname,
-                         args.size)
+        return bare_rank(args.bare_rank, args.port, args.iterations, args.warmup, args.address, args.ifname, args.size)
 
     bare, probe, timings = [], [], []
     for _ in range(args.runs):
@@ -118,7 +147,10 @@ def main() -> None:
         timings.append(dict(r1["timings"], duration_s=r1["duration_s"]))
     keys = ["spawn_s", "import_s", "import_wait_s", "rendezvous_s", "init_s", "collectives_s", "total_s", "duration_s"]
     report = {
-        "size_bytes": SIZE, "runs": args.runs, "iterations": args.iterations, "warmup": args.warmup,
+        "size_bytes": SIZE,
+        "runs": args.runs,
+        "iterations": args.iterations,
+        "warmup": args.warmup,
         "bare_busbw_gbps": {"median": statistics.median(bare), "all": bare},
         "probe_busbw_gbps": {"median": statistics.median(probe), "all": probe},
         "probe_timings_median_s": {k: round(statistics.median(t[k] for t in timings), 4) for k in keys},

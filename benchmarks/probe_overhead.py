@@ -25,32 +25,46 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents import contract, runner  # noqa: E402
-from tests.services import RedisServer  # noqa: E402
+from devtools.environ import restore_env  # noqa: E402
+from devtools.services import RedisServer  # noqa: E402
 
 SPLIT = ("spawn_s", "import_wait_s", "rendezvous_s", "init_s", "collectives_s")
 
 
 def command(rank: int, rendezvous: str) -> dict:
     return {
-        "v": contract.VERSION, "kind": "pair", "probe_id": 1, "sweep_id": 1, "rendezvous": rendezvous,
-        "node": f"n{rank}", "rank": rank, "world_size": 2, "backend": "gloo",
-        "bind_address": "127.0.0.1", "master_address": "127.0.0.1",
+        "v": contract.VERSION,
+        "kind": "pair",
+        "probe_id": 1,
+        "sweep_id": 1,
+        "rendezvous": rendezvous,
+        "node": f"n{rank}",
+        "rank": rank,
+        "world_size": 2,
+        "backend": "gloo",
+        "bind_address": "127.0.0.1",
+        "master_address": "127.0.0.1",
         "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-        "last_stage": "collective", "sizes": list(contract.DEFAULT_SIZES)[:1],
-        "timeouts": dict(contract.DEFAULT_TIMEOUTS), "deadline_s": 60.0,
+        "last_stage": "collective",
+        "sizes": list(contract.DEFAULT_SIZES)[:1],
+        "timeouts": dict(contract.DEFAULT_TIMEOUTS),
+        "deadline_s": 60.0,
     }
 
 
 def one_round(broker_url: str) -> dict:
     rdv = "bench" + secrets.token_hex(6)
     results: dict[int, dict] = {}
-    threads = [threading.Thread(target=lambda r=r: results.__setitem__(r, runner.run_probe(command(r, rdv), broker_url)))
-               for r in (0, 1)]
+    threads = [
+        threading.Thread(target=lambda r=r: results.__setitem__(r, runner.run_probe(command(r, rdv), broker_url)))
+        for r in (0, 1)
+    ]
     began = time.perf_counter()
     for t in threads:
         t.start()
@@ -61,8 +75,11 @@ def one_round(broker_url: str) -> dict:
         if r["status"] != "ok":
             raise RuntimeError(f"a benchmark probe failed: {r['reason']}: {r['hint']}")
     inside = max(r["timings"].get("collectives_s", 0.0) for r in results.values())
-    return {"wall_s": wall, "overhead_s": wall - inside,
-            "split": {k: max(r["timings"].get(k, 0.0) for r in results.values()) for k in SPLIT}}
+    return {
+        "wall_s": wall,
+        "overhead_s": wall - inside,
+        "split": {k: max(r["timings"].get(k, 0.0) for r in results.values()) for k in SPLIT},
+    }
 
 
 def set_warm(on: bool) -> None:
@@ -87,7 +104,7 @@ def run(rounds: int = 8) -> dict:
         redis = RedisServer(Path(tmp))
         redis.start()
         try:
-            rows = {"cold": [], "warm": []}
+            rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
             set_warm(True)
             one_round(redis.url)  # first use of the warm process and of the redis server
             for _ in range(rounds):
@@ -97,17 +114,16 @@ def run(rounds: int = 8) -> dict:
         finally:
             runner.shutdown_warm_host()
             redis.stop()
-            if saved is None:
-                os.environ.pop("CLUSTER_HEALTH_WARM_PROBES", None)
-            else:
-                os.environ["CLUSTER_HEALTH_WARM_PROBES"] = saved
-    out = {"rounds": rounds}
+            restore_env("CLUSTER_HEALTH_WARM_PROBES", saved)
+    out: dict[str, Any] = {"rounds": rounds}
     for mode, values in rows.items():
         out[f"{mode}_round_s"] = median(v["wall_s"] for v in values)
         out[f"{mode}_overhead_s"] = median(v["overhead_s"] for v in values)
         out[f"{mode}_split_s"] = {k: median(v["split"][k] for v in values) for k in SPLIT}
     out["warm_overhead_max_s"] = round(max(v["overhead_s"] for v in rows["warm"]), 4)
-    out["cold_over_warm"] = round(out["cold_overhead_s"] / out["warm_overhead_s"], 1) if out["warm_overhead_s"] else None
+    out["cold_over_warm"] = (
+        round(out["cold_overhead_s"] / out["warm_overhead_s"], 1) if out["warm_overhead_s"] else None
+    )
     return out
 
 

@@ -33,14 +33,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 FIGURES = ROOT / "docs" / "benchmarks.json"
-KNOWN = ("planner", "ingest_throughput", "dashboard_load", "probe_overhead", "agent_idle", "netns_sweep",
-         "bandwidth_honesty", "dead_link")
-NETNS = ("netns_sweep", "bandwidth_honesty", "dead_link")
+KNOWN = (
+    "planner",
+    "ingest_throughput",
+    "fleet",
+    "dashboard_load",
+    "probe_overhead",
+    "agent_idle",
+    "netns_sweep",
+    "bandwidth_honesty",
+    "dead_link",
+    "false_alarms",
+)
+NETNS = ("netns_sweep", "bandwidth_honesty", "dead_link", "false_alarms")
 
 
 def planner_run(nodes: int = 1024) -> dict:
     """All rounds of a full sweep over ``nodes`` planned (circle method), best of three."""
-    from cluster_health import planner
+    from cluster_health.core import planner
 
     names = [f"node{i}" for i in range(nodes)]
     times = []
@@ -65,8 +75,10 @@ def call(name: str, **options) -> dict:
 
 def isolated(name: str, options: dict) -> dict:
     """Run one benchmark in its own interpreter: each sets Django up on its own scratch database."""
-    code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.run import call; "
-            f"print('\\nFIGURES ' + json.dumps(call({name!r}, **{options!r})))")
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.run import call; "
+        f"print('\\nFIGURES ' + json.dumps(call({name!r}, **{options!r})))"
+    )
     argv = [sys.executable, "-c", code]
     if name in NETNS:  # one user of network namespaces at a time on this machine
         argv = ["flock", "/tmp/netns.lock", *argv]
@@ -78,12 +90,22 @@ def isolated(name: str, options: dict) -> dict:
 
 
 def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor() or "unknown CPU")
-    mem = int(next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines()
-                   if ln.startswith("MemTotal"))) / 2**20
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}, " \
-           f"Python {platform.python_version()}"
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor() or "unknown CPU",
+    )
+    mem = (
+        int(next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")))
+        / 2**20
+    )
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def fmt(value, unit="") -> str:
@@ -100,86 +122,259 @@ def ratio(a, b) -> str:
     return f"{a / b:.1f}x" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "-"
 
 
-def targets(fig: dict, nodes: int) -> list[tuple[str, str, str, str, str]]:
+Row = tuple[str, str, str, str, str]
+
+
+def targets(fig: dict, nodes: int) -> list[Row]:
     """(target, goal, measured, reference, met) rows; missing figures stay missing."""
-    p, i, d = fig.get("planner", {}), fig.get("ingest_throughput", {}), fig.get("dashboard_load", {})
-    o, a, w = fig.get("probe_overhead", {}), fig.get("agent_idle", {}), fig.get("netns_sweep", {})
-    b, k = fig.get("bandwidth_honesty", {}), fig.get("dead_link", {})
-    rows = []
+    rows: list[Row] = []
 
     def row(name, goal, value, unit, ok, reference=""):
         met = "not measured" if value is None else ("yes" if ok(value) else "no")
         rows.append((name, goal, fmt(value, unit), reference, met))
 
+    for section in (
+        _control_plane_rows,
+        _fleet_rows,
+        _probe_rows,
+        _bed_rows,
+        _link_rows,
+        _alarm_rows,
+        _agent_rows,
+    ):
+        section(fig, nodes, row)
+    return rows
+
+
+def _control_plane_rows(fig: dict, nodes: int, row) -> None:
+    """Planner, ingest, matrix API and pages."""
+    p, i, d = fig.get("planner", {}), fig.get("ingest_throughput", {}), fig.get("dashboard_load", {})
     row(f"planner, {nodes} nodes, all rounds", "< 1 s", p.get("plan_s"), " s", lambda v: v < 1)
     db_name = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}.get(i.get("database"), i.get("database", "PostgreSQL"))
-    row(f"ingest into {db_name}, {nodes} nodes ({fmt(i.get('pairs', nodes * (nodes - 1) // 2))} pairs)",
-        ">= 2,000 results/s", i.get("results_per_s"), " results/s", lambda v: v >= 2000,
+    row(
+        f"ingest into {db_name}, {nodes} nodes ({fmt(i.get('pairs', nodes * (nodes - 1) // 2))} pairs)",
+        ">= 2,000 results/s",
+        i.get("results_per_s"),
+        " results/s",
+        lambda v: v >= 2000,
         f"one half per call: {fmt(i.get('single_results_per_s'), '/s')} "
-        f"({ratio(i.get('results_per_s'), i.get('single_results_per_s'))} faster)")
-    row(f"matrix API, {nodes} nodes", "<= 300 ms", d.get(f"matrix_api_ms_{nodes}"), " ms", lambda v: v <= 300,
+        f"({ratio(i.get('results_per_s'), i.get('single_results_per_s'))} faster)",
+    )
+    row(
+        f"matrix API, {nodes} nodes",
+        "<= 300 ms",
+        d.get(f"matrix_api_ms_{nodes}"),
+        " ms",
+        lambda v: v <= 300,
         f"built from the rows: {fmt(d.get(f'matrix_build_from_rows_ms_{nodes}'), ' ms')} "
-        f"({ratio(d.get(f'matrix_build_from_rows_ms_{nodes}'), d.get(f'matrix_api_ms_{nodes}'))} slower)")
-    row(f"overview page drawn, {nodes} nodes", "<= 2 s", d.get(f"overview_to_heatmap_ms_{nodes}"), " ms",
-        lambda v: v <= 2000, f"64 nodes: {fmt(d.get('overview_to_heatmap_ms_64'), ' ms')}; sweep page, 64 nodes: "
-        f"{fmt(d.get('sweep_page_to_heatmap_ms_64_cold'), ' ms')}")
+        f"({ratio(d.get(f'matrix_build_from_rows_ms_{nodes}'), d.get(f'matrix_api_ms_{nodes}'))} slower)",
+    )
+    row(
+        f"overview page drawn, {nodes} nodes",
+        "<= 2 s",
+        d.get(f"overview_to_heatmap_ms_{nodes}"),
+        " ms",
+        lambda v: v <= 2000,
+        f"64 nodes: {fmt(d.get('overview_to_heatmap_ms_64'), ' ms')}; sweep page, 64 nodes: "
+        f"{fmt(d.get('sweep_page_to_heatmap_ms_64_cold'), ' ms')}",
+    )
     lossless = d.get("live_state_rereads")
-    row("live updates at 500 results/s reach an open page", "no loss",
-        None if "live_cells_ok" not in d else f"{d['live_cells_ok']:,} of {d.get('live_cells_total', d['live_cells_ok']):,} "
+    row(
+        "live updates at 500 results/s reach an open page",
+        "no loss",
+        None
+        if "live_cells_ok" not in d
+        else f"{d['live_cells_ok']:,} of {d.get('live_cells_total', d['live_cells_ok']):,} "
         f"cells, {d.get('live_rate_sent_per_s')} results/s sent, last cell {d.get('live_last_result_to_last_cell_ms')} ms "
-        f"after the last result, {lossless} state re-read(s)", "",
-        lambda v: lossless is not None and d["live_cells_ok"] == d.get("live_cells_total", d["live_cells_ok"]))
-    row("result arrival to its cell changing in the browser", "(reported)",
-        d.get("result_to_cell_ms_p50"), " ms", lambda v: True,
-        f"p95 {fmt(d.get('result_to_cell_ms_p95'), ' ms')}" if "result_to_cell_ms_p95" in d else "")
-    row("probe overhead per round (warm probe process)", "<= 0.3 s", o.get("warm_overhead_s"), " s",
-        lambda v: v <= 0.3, f"cold start: {fmt(o.get('cold_overhead_s'), ' s')} "
+        f"after the last result, {lossless} state re-read(s)",
+        "",
+        lambda v: lossless is not None and d["live_cells_ok"] == d.get("live_cells_total", d["live_cells_ok"]),
+    )
+    row(
+        "result arrival to its cell changing in the browser",
+        "(reported)",
+        d.get("result_to_cell_ms_p50"),
+        " ms",
+        lambda v: True,
+        f"p95 {fmt(d.get('result_to_cell_ms_p95'), ' ms')}" if "result_to_cell_ms_p95" in d else "",
+    )
+
+
+def _fleet_rows(fig: dict, nodes: int, row) -> None:
+    """Simulated fleets against the real stack: overhead per round, and the full 1,024-node sweep."""
+    f = fig.get("fleet", {})
+    runs = sorted(
+        (r for r in f.values() if isinstance(r, dict) and "nodes" in r), key=lambda r: (r["nodes"], r.get("workers", 1))
+    )
+    for r in runs or [{"nodes": 256, "workers": 1}]:
+        n, k = r["nodes"], r.get("workers", 1)
+        goal = 0.25 if n <= 256 else 0.5
+        every = r.get("pairs_ok") is not None and r.get("pairs_ok") == r.get("pairs")
+        row(
+            f"overhead per round, {n} simulated agents, {k} server worker(s)",
+            f"<= {goal} s",
+            r.get("overhead_per_round_s"),
+            " s",
+            lambda v, goal=goal, every=every: v <= goal and every,
+            f"{fmt(r.get('pairs_ok'))} of {fmt(r.get('pairs'))} pairs ok, {fmt(r.get('rounds'))} rounds in "
+            f"{fmt(r.get('sweep_s'), ' s')}, {fmt(r.get('halves_per_s'), ' halves/s')}; p95 "
+            f"{fmt(r.get('overhead_per_round_p95_s'), ' s')}; Redis +{fmt(r.get('redis_peak_mib'), ' MiB')}, "
+            f"database +{fmt(r.get('db_growth_mib'), ' MiB')}"
+            if "overhead_per_round_s" in r
+            else "",
+        )
+    full = next((r for r in runs if r["nodes"] == 1024), {})
+    row(
+        "full sweep, 1,024 simulated agents, 0-s probes",
+        "<= 600 s, every pair",
+        full.get("sweep_s"),
+        " s",
+        lambda v: v <= 600 and full.get("pairs_ok") == full.get("pairs"),
+        f"{fmt(full.get('pairs_ok'))} of {fmt(full.get('pairs'))} pairs ok" if full else "",
+    )
+
+
+def _probe_rows(fig: dict, nodes: int, row) -> None:
+    """The warm probe process's overhead per round."""
+    o = fig.get("probe_overhead", {})
+    row(
+        "probe overhead per round (warm probe process)",
+        "<= 0.3 s",
+        o.get("warm_overhead_s"),
+        " s",
+        lambda v: v <= 0.3,
+        f"cold start: {fmt(o.get('cold_overhead_s'), ' s')} "
         f"({ratio(o.get('cold_overhead_s'), o.get('warm_overhead_s'))} slower); worst warm round "
-        f"{fmt(o.get('warm_overhead_max_s'), ' s')}")
+        f"{fmt(o.get('warm_overhead_max_s'), ' s')}",
+    )
+
+
+def _bed_rows(fig: dict, nodes: int, row) -> None:
+    """Sweeps on the namespace test bed."""
+    w = fig.get("netns_sweep", {})
     if w:
         sizes = sorted(int(key.rsplit("_", 1)[1]) for key in w if key.startswith("ratio_") and key[6:].isdigit())
         for n in sizes:
             # One round of N hosts runs N/2 pairs at once on this machine's few cores: the reference is
             # such a round, as a sweep of its own; a lone pair's round is beside it.
-            row(f"full connectivity sweep, namespace bed, N = {n}", "<= 1.2 x (N-1) x one round",
-                w.get(f"ratio_one_round_{n}"), " x", lambda v: v <= 1.2,
+            row(
+                f"full connectivity sweep, namespace bed, N = {n}",
+                "<= 1.2 x (N-1) x one round",
+                w.get(f"ratio_one_round_{n}"),
+                " x",
+                lambda v: v <= 1.2,
                 f"{fmt(w.get(f'sweep_s_{n}'), ' s')} for {w.get(f'rounds_{n}')} round(s), one round alone "
                 f"{fmt(w.get(f'one_round_s_{n}'), ' s')}; against a lone pair's round "
-                f"({fmt(w.get('round_s'), ' s')}): {fmt(w.get(f'ratio_{n}'), ' x')}")
-        row("probe overhead per round inside namespace sweeps", "<= 0.3 s", w.get("overhead_per_round_s"), " s",
-            lambda v: v <= 0.3)
+                f"({fmt(w.get('round_s'), ' s')}): {fmt(w.get(f'ratio_{n}'), ' x')}",
+            )
+        row(
+            "probe overhead per round inside namespace sweeps",
+            "<= 0.3 s",
+            w.get("overhead_per_round_s"),
+            " s",
+            lambda v: v <= 0.3,
+        )
     else:
         row("sweep time on the namespace test bed, N = 2..8", "<= 1.2 x (N-1) x one round", None, "", bool)
+
+
+def _link_rows(fig: dict, nodes: int, row) -> None:
+    """Bandwidth honesty against iperf3 and a bare loop, and dead links."""
+    b, k = fig.get("bandwidth_honesty", {}), fig.get("dead_link", {})
     for cond, label in (("unshaped", "unshaped"), ("tbf_1gbit", "tbf 1 Gbit/s"), ("tbf_100mbit", "tbf 100 Mbit/s")):
-        row(f"busbw vs iperf3, {label}", "within 10%", b.get(f"{cond}_probe_vs_iperf3"), " x",
-            lambda v: abs(v - 1) <= 0.10, f"probe {fmt(b.get(f'{cond}_probe_busbw_mbit'), ' Mbit/s')}, iperf3 "
-            f"{fmt(b.get(f'{cond}_iperf3_mbit'), ' Mbit/s')}")
-        row(f"busbw vs a bare all_reduce loop, {label}", "within 5%", b.get(f"{cond}_probe_vs_bare"), " x",
-            lambda v: abs(v - 1) <= 0.05, f"bare loop {fmt(b.get(f'{cond}_bare_busbw_mbit'), ' Mbit/s')}")
+        row(
+            f"busbw vs iperf3, {label}",
+            "within 10%",
+            b.get(f"{cond}_probe_vs_iperf3"),
+            " x",
+            lambda v: abs(v - 1) <= 0.10,
+            f"probe {fmt(b.get(f'{cond}_probe_busbw_mbit'), ' Mbit/s')}, iperf3 "
+            f"{fmt(b.get(f'{cond}_iperf3_mbit'), ' Mbit/s')}",
+        )
+        row(
+            f"busbw vs a bare all_reduce loop, {label}",
+            "within 5%",
+            b.get(f"{cond}_probe_vs_bare"),
+            " x",
+            lambda v: abs(v - 1) <= 0.05,
+            f"bare loop {fmt(b.get(f'{cond}_bare_busbw_mbit'), ' Mbit/s')}",
+        )
     for mode, label in (("drop", "nft drop both ways"), ("down", "interface down")):
-        row(f"dead link ({label}) to a failed cell", "<= 15 s", k.get(f"{mode}_to_failed_cell_s"), " s",
-            lambda v: v <= 15, f"{k.get(f'{mode}_status', '')} at {k.get(f'{mode}_stage', '')}, "
-            f"{k.get(f'{mode}_reason', '')}" if k.get(f"{mode}_status") else "")
-    row("agent idle resident memory", "<= 80 MB", a.get("agent_rss_mib"), " MiB", lambda v: v * 1.048576 <= 80,
+        row(
+            f"dead link ({label}) to a failed cell",
+            "<= 15 s",
+            k.get(f"{mode}_to_failed_cell_s"),
+            " s",
+            lambda v: v <= 15,
+            f"{k.get(f'{mode}_status', '')} at {k.get(f'{mode}_stage', '')}, {k.get(f'{mode}_reason', '')}"
+            if k.get(f"{mode}_status")
+            else "",
+        )
+
+
+def _alarm_rows(fig: dict, nodes: int, row) -> None:
+    """False alarms on a healthy bed under load."""
+    f = fig.get("false_alarms", {})
+    measured = "sweeps" in f and "false_alarm_sweeps" in f
+    codes = ", ".join(f"{code} {n}" for code, n in (f.get("findings_by_code") or {}).items()) or "none"
+    row(
+        "false alarms on a healthy loaded bed",
+        "none in 20 sweeps",
+        f"{f['false_alarm_sweeps']} of {f['sweeps']} sweeps not pass" if measured else None,
+        "",
+        lambda v: f["sweeps"] >= 20 and f["false_alarm_sweeps"] == 0 and f.get("false_pairs") == 0 and codes == "none",
+        f"{fmt(f.get('false_pairs'))} pair(s) not ok; warn/fail findings: {codes}; {f.get('hosts')} hosts, "
+        f"{f.get('load_processes')} busy loops, {fmt(f.get('seconds'), ' s')} "
+        f"(a sweep {fmt(f.get('sweep_s_median'), ' s')}, worst {fmt(f.get('sweep_s_max'), ' s')})"
+        if measured
+        else "",
+    )
+
+
+def _agent_rows(fig: dict, nodes: int, row) -> None:
+    """The idle agent's cost."""
+    a = fig.get("agent_idle", {})
+    row(
+        "agent idle resident memory",
+        "<= 80 MB",
+        a.get("agent_rss_mib"),
+        " MiB",
+        lambda v: v * 1.048576 <= 80,
         f"warm probe process beside it: {fmt(a.get('warm_rss_mib'), ' MiB')} (exits after 15 min without "
-        f"probes); bare Python: {fmt(a.get('python_rss_mib'), ' MiB')}")
-    row("agent idle CPU", "<= 1% of a core", a.get("agent_cpu_pct"), " %", lambda v: v <= 1,
-        f"warm probe process: {fmt(a.get('warm_cpu_pct'), ' %')}")
-    return rows
+        f"probes); bare Python: {fmt(a.get('python_rss_mib'), ' MiB')}",
+    )
+    row(
+        "agent idle CPU",
+        "<= 1% of a core",
+        a.get("agent_cpu_pct"),
+        " %",
+        lambda v: v <= 1,
+        f"warm probe process: {fmt(a.get('warm_cpu_pct'), ' %')}",
+    )
 
 
 METHODS = {
     "planner": "`planner.plan('full', nodes)` over synthetic names, best of three.",
     "ingest_throughput": "Synthetic nodes register by heartbeat; a connectivity sweep is requested and started "
     "(every pair row created at start); every command of every round is answered through `ingest.ingest_results` "
-    "in batches of 500 halves (what the `server.results` task runs), with round advances, broadcasts (in-memory "
-    "channel layer) and the verdict inside the time. The first 8 rounds go one half per call (`ingest_result`, the "
-    "one-message path) as the reference.",
+    "in batches of 500 halves (what the ingest buffer's drainer runs, `cluster_health/ingest/buffer.py`), with round "
+    "advances, broadcasts (in-memory channel layer) and the verdict inside the time. The first 8 rounds go one half "
+    "per call (`ingest_result`) as the reference. It is the database's share only: `fleet` measures the path agents' "
+    "messages take.",
     "dashboard_load": "Histories of 64 and N nodes written through the same ingest path into a scratch database; "
     "the matrix API is timed through Django's test client (median of 5), beside building the matrix from the pair "
     "rows; daphne and a private redis-server serve headless Debian chromium (Playwright): sweep pages and the "
     "overview, load to heatmap drawn; then a running 64-node sweep is ingested at 500 results/s in another thread "
     "while its page is open, and every cell must turn ok from WebSocket frames.",
+    "false_alarms": "Four hosts of the namespace test bed with the whole system (`benchmarks/bed.py`: scratch "
+    "database, private Redis over its unix socket, server worker, beat, one agent per host), every setting at the "
+    "product's default and no fault injected. Once the agents are online, one busy-loop process per core (as "
+    "`scripts/soak --load` runs them) keeps the machine loaded until the end. Then 20 full sweeps run one after "
+    'another, each requested as the nightly schedule requests it (`source="schedule"`, kind `full`), so the '
+    "rolling baseline and each link's history (flapping, drift) build up over the run as in production. Every alarm "
+    "is a false one: sweeps whose verdict is not pass (`false_alarm_sweeps`), pair rows not ok (`false_pairs`), "
+    "and findings of severity warn or fail, counted by code (`findings_by_code`); `alarms` lists the first of them. "
+    "`seconds` is the time from the first request to the last sweep closed.",
 }
 
 
@@ -202,17 +397,30 @@ def methods() -> list[str]:
 
 
 def write_doc(fig: dict, measured_at: dict, nodes: int, database: str | None) -> None:
-    lines = ["# Benchmarks", "",
-             "Written by `.venv/bin/python benchmarks/run.py --database postgres://postgres@127.0.0.1:5432/postgres` "
-             "(the README's benchmark command); run it again to reproduce. Targets are those of the performance and "
-             "scale work; where the same run measured a reference, the ratio or the reference is beside the figure. "
-             "Nothing here is estimated: a target without a figure says so.", "",
-             f"Machine: {machine()}. Database: "
-             f"{'PostgreSQL (scratch database on ' + database.split('@')[-1] + ')' if database else 'SQLite (scratch file)'}.",
-             "", "## Targets", "", "| target | goal | measured | reference | met |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `.venv/bin/python benchmarks/run.py --database postgres://postgres@127.0.0.1:5432/postgres` "
+        "(the README's benchmark command); run it again to reproduce. Targets are those of the performance and "
+        "scale work; where the same run measured a reference, the ratio or the reference is beside the figure. "
+        "Nothing here is estimated: a target without a figure says so.",
+        "",
+        f"Machine: {machine()}. Database: "
+        f"{'PostgreSQL (scratch database on ' + database.split('@')[-1] + ')' if database else 'SQLite (scratch file)'}.",
+        "",
+        "## Targets",
+        "",
+        "| target | goal | measured | reference | met |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     lines += [f"| {' | '.join(r)} |" for r in targets(fig, nodes)]
-    lines += ["", "When each was measured: " + ", ".join(f"{k} {v}" for k, v in measured_at.items()) + ".",
-              "", "## Method", ""] + methods()
+    lines += [
+        "",
+        "When each was measured: " + ", ".join(f"{k} {v}" for k, v in measured_at.items()) + ".",
+        "",
+        "## Method",
+        "",
+    ] + methods()
     lines += ["## All figures", "", "```json", json.dumps(fig, indent=2), "```", ""]
     DOC.write_text("\n".join(lines))
 
@@ -226,21 +434,31 @@ def load_figures() -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database", default=os.environ.get("BENCH_DATABASE_URL"),
-                        help="postgres:// server URL for scratch databases (default: scratch SQLite)")
+    parser.add_argument(
+        "--database",
+        default=os.environ.get("BENCH_DATABASE_URL"),
+        help="postgres:// server URL for scratch databases (default: scratch SQLite)",
+    )
     parser.add_argument("--nodes", type=int, default=1024)
     parser.add_argument("--only", nargs="+", default=None, help="benchmark names to run")
     parser.add_argument("--skip", nargs="+", default=(), help="benchmark names not to run")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
     opts = parser.parse_args()
-    options = {"planner": {"nodes": opts.nodes},
-               "ingest_throughput": {"database": opts.database, "nodes": opts.nodes},
-               "dashboard_load": {"database": opts.database, "nodes": [64, opts.nodes]},
-               "netns_sweep": {"database": opts.database},
-               "bandwidth_honesty": {"runs": 5},
-               "dead_link": {"database": opts.database}}
-    others = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
-                    if p.stem not in (*KNOWN, "run", "scratch", "bed", "__init__") and "def run(" in p.read_text())
+    options = {
+        "planner": {"nodes": opts.nodes},
+        "ingest_throughput": {"database": opts.database, "nodes": opts.nodes},
+        "fleet": {"database": opts.database, "nodes": 256},
+        "dashboard_load": {"database": opts.database, "nodes": [64, opts.nodes]},
+        "netns_sweep": {"database": opts.database},
+        "bandwidth_honesty": {"runs": 5},
+        "dead_link": {"database": opts.database},
+        "false_alarms": {"database": opts.database},
+    }
+    others = sorted(
+        p.stem
+        for p in (ROOT / "benchmarks").glob("*.py")
+        if p.stem not in (*KNOWN, "run", "scratch", "bed", "__init__") and "def run(" in p.read_text()
+    )
     kept = load_figures()
     figures, measured_at = kept["figures"], kept["measured_at"]
     failed = 0

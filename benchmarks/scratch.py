@@ -31,8 +31,11 @@ def scratch_database(server_url: str | None):
         url = urlunsplit(parts._replace(path=f"/{name}"))
     else:
         url = f"sqlite:///{workdir}/bench.sqlite3"
-    os.environ.update(DATABASE_URL=url, CLUSTER_HEALTH_VAR_DIR=workdir,
-                      DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "cluster_health.settings"))
+    os.environ.update(
+        DATABASE_URL=url,
+        CLUSTER_HEALTH_VAR_DIR=workdir,
+        DJANGO_SETTINGS_MODULE=os.environ.get("DJANGO_SETTINGS_MODULE", "cluster_health.settings"),
+    )
     try:
         import django
 

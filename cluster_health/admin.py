@@ -5,13 +5,28 @@ Schedules (the nightly full sweep, the reaper) are django-celery-beat's own admi
 
 from django.contrib import admin
 
-from cluster_health.models import ApiToken, Baseline, Finding, GroupProbe, Node, RejectedMessage, Sweep
+from cluster_health.models import AgentKey, ApiToken, Baseline, Finding, GroupProbe, Node, RejectedMessage, Sweep
 
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("name", "address", "last_heartbeat", "agent_version")
+    list_display = ("name", "address", "active", "last_heartbeat", "retired_at", "agent_version")
+    list_filter = ("active",)
     search_fields = ("name", "address")
+    readonly_fields = ("retired_at",)
+    actions = ["retire", "activate"]
+
+    @admin.action(description="Retire the selected nodes (sweeps leave them out)")
+    def retire(self, request, queryset):
+        for node in queryset.filter(active=True):
+            node.retire()
+        self.message_user(request, "Retired: sweeps without a node list leave these nodes out until activated.")
+
+    @admin.action(description="Activate the selected nodes (back in the fleet)")
+    def activate(self, request, queryset):
+        for node in queryset.filter(active=False):
+            node.activate()
+        self.message_user(request, "Activated: sweeps cover these nodes again, and fail while they are offline.")
 
 
 class FindingInline(admin.TabularInline):
@@ -42,6 +57,26 @@ class BaselineAdmin(admin.ModelAdmin):
 class RejectedMessageAdmin(admin.ModelAdmin):
     list_display = ("received", "task", "node", "error")
     readonly_fields = ("received", "task", "node", "error", "payload")
+
+
+@admin.register(AgentKey)
+class AgentKeyAdmin(admin.ModelAdmin):
+    """Keys are made by `manage.py enroll` (the secret is shown once, in a file); here they are revoked."""
+
+    list_display = ("node_name", "key_id", "created", "revoked_at")
+    list_filter = ("revoked_at",)
+    search_fields = ("node_name", "key_id")
+    readonly_fields = ("node_name", "key_id", "created", "revoked_at")
+    exclude = ("secret_sealed",)
+    actions = ["revoke_keys"]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Revoke the selected keys (their nodes are refused at once)")
+    def revoke_keys(self, request, queryset):
+        for key in queryset.filter(revoked_at__isnull=True):
+            key.revoke()
 
 
 @admin.register(ApiToken)

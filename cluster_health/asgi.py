@@ -12,7 +12,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from cluster_health.routing import websocket_urlpatterns  # noqa: E402
+from cluster_health.web.routing import websocket_urlpatterns  # noqa: E402
 
 http_app = django_asgi_app
 if settings.SERVE_STATIC:

@@ -18,6 +18,8 @@ the column's type.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
@@ -27,8 +29,9 @@ CHUNK = 500  # rows per VALUES statement: well under SQLite's limit on bound par
 RECORDSET_CHUNK = 5000  # rows per statement on PostgreSQL
 
 
-def conditional_update(model, rows: dict[int, dict], *, where: str = "", where_params=(),
-                       constants: dict | None = None) -> set[int]:
+def conditional_update(
+    model, rows: dict[int, dict], *, where: str = "", where_params=(), constants: dict | None = None
+) -> set[int]:
     """Set ``rows[pk]`` (field -> value) on each row ``pk`` that also satisfies ``where``.
 
     ``where`` is SQL over the table's columns (qualified as ``t.``); ``constants`` are
@@ -38,8 +41,15 @@ def conditional_update(model, rows: dict[int, dict], *, where: str = "", where_p
     return set(update_returning(model, rows, where=where, where_params=where_params, constants=constants))
 
 
-def update_returning(model, rows: dict[int, dict], *, where: str = "", where_params=(),
-                     constants: dict | None = None, returning: tuple[str, ...] = ()) -> dict[int, tuple]:
+def update_returning(
+    model,
+    rows: dict[int, dict],
+    *,
+    where: str = "",
+    where_params=(),
+    constants: dict | None = None,
+    returning: tuple[str, ...] = (),
+) -> dict[int, tuple]:
     """Like ``conditional_update``; returns ``{pk: (values of the fields in returning)}`` for the rows updated.
 
     Returned JSON fields are decoded; other values come as the driver gives them.
@@ -54,12 +64,15 @@ def update_returning(model, rows: dict[int, dict], *, where: str = "", where_par
     const_fields = [meta.get_field(name) for name in constants]
     back = [meta.get_field(name) for name in returning]
     parts = _Statement(
-        table=qn(meta.db_table), pk=f"t.{qn(meta.pk.column)}",
+        table=qn(meta.db_table),
+        pk=f"t.{qn(meta.pk.column)}",
         constant_sets=[f"{qn(f.column)} = %s" for f in const_fields],
         constant_params=[f.get_db_prep_save(constants[f.name], connection) for f in const_fields],
-        condition=f" AND ({where})" if where else "", where_params=list(where_params),
+        condition=f" AND ({where})" if where else "",
+        where_params=list(where_params),
         # Unqualified: SQLite's RETURNING takes no table alias (the new-values columns are c0, c1, ...).
-        returning=", ".join([qn(meta.pk.column), *(qn(f.column) for f in back)]))
+        returning=", ".join([qn(meta.pk.column), *(qn(f.column) for f in back)]),
+    )
     build = _recordset if connection.vendor == "postgresql" else _values
     size = RECORDSET_CHUNK if connection.vendor == "postgresql" else CHUNK
     items = list(rows.items())
@@ -67,39 +80,58 @@ def update_returning(model, rows: dict[int, dict], *, where: str = "", where_par
     decoders = [isinstance(f, JSONField) for f in back]
     with connection.cursor() as cursor:
         for start in range(0, len(items), size):
-            sql, params = build(parts, fields, items[start: start + size])
+            sql, params = build(parts, fields, items[start : start + size])
             cursor.execute(sql, params)
             for pk, *values in cursor.fetchall():
-                done[pk] = tuple(json.loads(v) if is_json and isinstance(v, str) else v
-                                 for is_json, v in zip(decoders, values))
+                done[pk] = tuple(
+                    json.loads(v) if is_json and isinstance(v, str) else v for is_json, v in zip(decoders, values)
+                )
     return done
 
 
+@dataclass
 class _Statement:
     """The parts of the UPDATE that do not depend on the rows."""
 
-    def __init__(self, **parts):
-        self.__dict__.update(parts)
+    table: str  # quoted table name
+    pk: str  # the primary key column, as t.<column>
+    constant_sets: list[str]  # "<column> = %s" for each constant field
+    constant_params: list[Any]  # their values, prepared for the database
+    condition: str  # " AND (<where>)", or ""
+    where_params: list[Any]
+    returning: str  # the RETURNING column list
 
     def sql(self, assignments: list[str], source: str, key_filter: str) -> str:
-        return (f"UPDATE {self.table} AS t SET {', '.join([*assignments, *self.constant_sets])} "
-                # The key list as well as the join: the planner then looks rows up by key
-                # instead of scanning the table to join it with the new values.
-                f"FROM {source} WHERE {self.pk} = v.c0 AND {key_filter}{self.condition} RETURNING {self.returning}")
+        return (
+            f"UPDATE {self.table} AS t SET {', '.join([*assignments, *self.constant_sets])} "
+            # The key list as well as the join: the planner then looks rows up by key
+            # instead of scanning the table to join it with the new values.
+            f"FROM {source} WHERE {self.pk} = v.c0 AND {key_filter}{self.condition} RETURNING {self.returning}"
+        )
 
 
 def _recordset(st: _Statement, fields, chunk) -> tuple[str, list]:
     qn = connection.ops.quote_name
     # JSON values stay JSON; the rest as the column would be written.
     prep = [(f"c{i}", f, isinstance(f, JSONField)) for i, f in enumerate(fields, start=1)]
-    rows = [{"c0": pk, **{key: row[f.name] if is_json else f.get_db_prep_save(row[f.name], connection)
-                          for key, f, is_json in prep}} for pk, row in chunk]
+    rows = [
+        {
+            "c0": pk,
+            **{
+                key: row[f.name] if is_json else f.get_db_prep_save(row[f.name], connection) for key, f, is_json in prep
+            },
+        }
+        for pk, row in chunk
+    ]
     columns = ", ".join(["c0 bigint", *(f"{key} {f.db_type(connection)}" for key, f, _j in prep)])
     assignments = [f"{qn(f.column)} = v.{key}" for key, f, _j in prep]
-    sql = st.sql(assignments, f"jsonb_to_recordset(%s::jsonb) AS v({columns})",
-                 f"{st.pk} = ANY(%s::bigint[])")
-    return sql, [*st.constant_params, json.dumps(rows, cls=DjangoJSONEncoder), [pk for pk, _row in chunk],
-                 *st.where_params]
+    sql = st.sql(assignments, f"jsonb_to_recordset(%s::jsonb) AS v({columns})", f"{st.pk} = ANY(%s::bigint[])")
+    return sql, [
+        *st.constant_params,
+        json.dumps(rows, cls=DjangoJSONEncoder),
+        [pk for pk, _row in chunk],
+        *st.where_params,
+    ]
 
 
 def _values(st: _Statement, fields, chunk) -> tuple[str, list]:
@@ -108,8 +140,7 @@ def _values(st: _Statement, fields, chunk) -> tuple[str, list]:
     values = ", ".join(f"(CAST(%s AS bigint), {casts})" for _ in chunk)
     width = len(fields) + 1
     # VALUES columns are named column1, column2, ... by SQLite; rename them c0, c1, ...
-    source = (f"(SELECT {', '.join(f'column{i + 1} AS c{i}' for i in range(width))} "
-              f"FROM (VALUES {values})) AS v")
+    source = f"(SELECT {', '.join(f'column{i + 1} AS c{i}' for i in range(width))} FROM (VALUES {values})) AS v"
     assignments = [f"{qn(f.column)} = v.c{i}" for i, f in enumerate(fields, start=1)]
     params = []
     for pk, row in chunk:

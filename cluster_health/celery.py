@@ -8,4 +8,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cluster_health.settings")
 
 app = Celery("cluster_health")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["cluster_health"])
+app.autodiscover_tasks(["cluster_health", "cluster_health.actions"])

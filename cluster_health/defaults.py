@@ -12,11 +12,12 @@ import json
 
 from django.conf import settings
 
+from agents import contract
+
 OPERATORS_GROUP = "operators"
 NIGHTLY_TASK_NAME = "nightly full sweep"
 REAPER_TASK_NAME = "reaper"
-TASK_REAP = "cluster_health.reap"
-TASK_SCHEDULED_SWEEP = "cluster_health.scheduled_sweep"
+PRUNE_TASK_NAME = "prune"
 
 
 def ensure_operators_group():
@@ -44,17 +45,37 @@ def ensure_schedules():
     interval, _ = IntervalSchedule.objects.get_or_create(every=every, period=IntervalSchedule.SECONDS)
     PeriodicTask.objects.update_or_create(
         name=REAPER_TASK_NAME,
-        defaults={"task": TASK_REAP, "interval": interval, "crontab": None, "enabled": True,
-                  "queue": "server", "expire_seconds": every * 5},
+        defaults={
+            "task": contract.TASK_REAP,
+            "interval": interval,
+            "crontab": None,
+            "enabled": True,
+            "queue": "server",
+            "expire_seconds": every * 5,
+        },
     )
+    if not PeriodicTask.objects.filter(name=PRUNE_TASK_NAME).exists():
+        crontab, _ = CrontabSchedule.objects.get_or_create(
+            **_crontab_fields(settings.PRUNE_CRON), timezone=settings.TIME_ZONE
+        )
+        PeriodicTask.objects.create(
+            name=PRUNE_TASK_NAME,
+            task=contract.TASK_PRUNE,
+            crontab=crontab,
+            queue="server",
+            description="Retention: raw probe detail and rejected messages (manage.py prune).",
+        )
     if not PeriodicTask.objects.filter(name=NIGHTLY_TASK_NAME).exists():
         crontab, _ = CrontabSchedule.objects.get_or_create(
             **_crontab_fields(settings.NIGHTLY_SWEEP_CRON), timezone=settings.TIME_ZONE
         )
         PeriodicTask.objects.create(
-            name=NIGHTLY_TASK_NAME, task=TASK_SCHEDULED_SWEEP, crontab=crontab, queue="server",
+            name=NIGHTLY_TASK_NAME,
+            task=contract.TASK_SCHEDULED_SWEEP,
+            crontab=crontab,
+            queue="server",
             kwargs=json.dumps({"kind": "full"}),
-            description="Full sweep of every online node; its results feed the rolling baseline.",
+            description="Full sweep of every active node; its results feed the rolling baseline.",
         )
 
 

@@ -8,11 +8,18 @@ from a file named by ``NAME_FILE`` (Docker and Kubernetes secrets).
 from __future__ import annotations
 
 import os
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+@overload
+def envstr(name: str, default: str) -> str: ...
+@overload
+def envstr(name: str, default: None = None) -> str | None: ...
 
 
 def envstr(name: str, default: str | None = None) -> str | None:

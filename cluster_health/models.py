@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from agents import contract
 
-PAIR_STATUS_CHOICES = [(s, s) for s in ("pending", "running", *contract.STATUSES)]
-OPEN_PAIR_STATUSES = ("pending", "running")
+PAIR_STATUS_CHOICES = [(s, s) for s in (*contract.OPEN_STATUSES, *contract.STATUSES)]
+OPEN_PAIR_STATUSES = contract.OPEN_STATUSES
 STAGE_CHOICES = [(s, s) for s in contract.STAGES]
 REASON_CHOICES = [(r, r) for r in contract.REASONS]
 BACKEND_CHOICES = [(b, b) for b in contract.BACKENDS]
@@ -32,7 +32,12 @@ def pair_key(a: str, b: str) -> tuple[str, str]:
 
 
 class Node(models.Model):
-    """A machine running an agent. Registered by its first heartbeat; online is derived."""
+    """A machine running an agent. Registered by its first heartbeat; online is derived.
+
+    The fleet is the active nodes: a sweep without explicit nodes covers every one of
+    them, online or not, so a dead node fails the sweep instead of dropping out of it.
+    Only a person retires a node (``retire``); silence alone never does.
+    """
 
     name = models.CharField(max_length=63, unique=True)
     address = models.CharField(max_length=253)
@@ -41,12 +46,37 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True, db_index=True)
     busy = models.BooleanField(default=False)
     created = models.DateTimeField(default=timezone.now)
+    active = models.BooleanField(default=True, db_index=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def retire(self, now=None) -> None:
+        """Leave the fleet: sweeps no longer cover this node until it is activated again."""
+        self.active, self.retired_at = False, now or timezone.now()
+        self.save(update_fields=["active", "retired_at"])
+
+    def activate(self) -> None:
+        self.active, self.retired_at = True, None
+        self.save(update_fields=["active", "retired_at"])
+
+    def silent_for(self, now=None) -> timedelta | None:
+        """Time since the last heartbeat; None if the node was never heard from."""
+        if self.last_heartbeat is None:
+            return None
+        return max(timedelta(0), (now or timezone.now()) - self.last_heartbeat)
+
+    def silent_days(self, now=None) -> int:
+        """Whole days since the node was last heard from (since it was registered, if never)."""
+        return ((now or timezone.now()) - (self.last_heartbeat or self.created)).days
+
+    def is_stale(self, now=None) -> bool:
+        """An active node silent for CLUSTER_HEALTH_STALE_NODE_DAYS: probably gone, but only a person retires it."""
+        return self.active and self.silent_days(now) >= settings.STALE_NODE_DAYS
 
     @staticmethod
     def online_cutoff(now=None):
@@ -79,15 +109,15 @@ class Baseline(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.source})"
 
-    def expected(self) -> dict[tuple[str, str], float]:
-        return {(p.node_a, p.node_b): p.busbw_gbps for p in self.pairs.all()}
-
 
 class BaselinePair(models.Model):
     baseline = models.ForeignKey(Baseline, on_delete=models.CASCADE, related_name="pairs")
     node_a = models.CharField(max_length=63)  # pair_key order: node_a <= node_b
     node_b = models.CharField(max_length=63)
-    busbw_gbps = models.FloatField()
+    busbw_gbps = models.FloatField()  # the median where several sweeps were used
+    # The link's own noise: median absolute deviation of its busbw over the sweeps used, and how many there were.
+    mad_gbps = models.FloatField(null=True, blank=True)
+    samples = models.IntegerField(default=1)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["baseline", "node_a", "node_b"], name="baseline_pair_unique")]
@@ -96,7 +126,7 @@ class BaselinePair(models.Model):
 class Sweep(models.Model):
     """One run of probes over a set of nodes, in rounds; ends with a verdict."""
 
-    KIND_CHOICES = [(k, k) for k in ("full", "connectivity", "quick", "pairs", "group", "preflight", "discover")]
+    KIND_CHOICES = [(k, k) for k in contract.SWEEP_KINDS]
     STATUS_CHOICES = [(s, s) for s in ("pending", "running", "finished", "failed", "cancelled")]
     OPEN_STATUSES = ("pending", "running")
     SOURCE_CHOICES = [(s, s) for s in ("page", "api", "command", "schedule")]
@@ -151,7 +181,7 @@ class Sweep(models.Model):
         counts = dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
         total = sum(counts.values())
         done = total - counts.get("pending", 0) - counts.get("running", 0)
-        bad = sum(counts.get(s, 0) for s in ("failed", "timeout", "offline"))
+        bad = sum(counts.get(s, 0) for s in contract.BAD_STATUSES)
         return {
             "round": self.current_round,
             "rounds": self.total_rounds,
@@ -182,6 +212,7 @@ class PairProbe(models.Model):
     busbw_gbps = models.FloatField(null=True, blank=True)
     half_a = models.JSONField(null=True, blank=True)  # raw validated result from rank 0
     half_b = models.JSONField(null=True, blank=True)
+    evidence = models.JSONField(null=True, blank=True)  # both halves' evidence, merged (core/evidence.py)
     rendezvous = models.CharField(max_length=64, blank=True, default="")
     deadline = models.DateTimeField(null=True, blank=True)
     started = models.DateTimeField(null=True, blank=True)
@@ -229,10 +260,6 @@ class GroupProbe(models.Model):
     class Meta:
         ordering = ["id"]
 
-    @property
-    def is_final(self) -> bool:
-        return self.status not in OPEN_PAIR_STATUSES
-
 
 class Finding(models.Model):
     """One sentence of a sweep's verdict, naming its culprit: a node, a link, a setting."""
@@ -242,14 +269,20 @@ class Finding(models.Model):
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="findings")
     severity = models.CharField(max_length=5, choices=SEVERITY_CHOICES)
     code = models.CharField(max_length=40)
-    subject = models.CharField(max_length=200)
+    subject = models.TextField()  # may join many node names (a version mismatch across a fleet)
     text = models.TextField()
+    # The pairs that support it ("a-b"), and its evidence chain and next step, for the finding's own page.
+    pairs = models.JSONField(default=list, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["id"]
 
     def as_dict(self) -> dict:
-        return {"severity": self.severity, "code": self.code, "subject": self.subject, "text": self.text}
+        out = {"severity": self.severity, "code": self.code, "subject": self.subject, "text": self.text}
+        if self.pairs:
+            out["pairs"] = self.pairs
+        return out
 
 
 class RejectedMessage(models.Model):
@@ -288,8 +321,89 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.user})"
 
 
+def _key_cipher():
+    """The cipher that seals agent secrets at rest, keyed from SECRET_KEY (a database dump alone cannot sign)."""
+    import base64
+
+    from cryptography.fernet import Fernet
+
+    derived = hashlib.sha256(b"cluster-health agent keys:" + settings.SECRET_KEY.encode()).digest()
+    return Fernet(base64.urlsafe_b64encode(derived))
+
+
+class AgentKey(models.Model):
+    """A node's signing key: the agent holds the secret in its key file, the server keeps it sealed.
+
+    HMAC needs the same secret on both sides, so it is stored encrypted rather than
+    hashed. A node has at most one key in use: enrolling again (rotate) revokes the
+    old one at once, and every message is checked against this table, uncached.
+    """
+
+    node_name = models.CharField(max_length=63, db_index=True)
+    key_id = models.CharField(max_length=16, unique=True)
+    secret_sealed = models.TextField()
+    created = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node_name", "-created"]
+
+    def __str__(self) -> str:
+        return f"{self.node_name} {self.key_id}" + (" (revoked)" if self.revoked_at else "")
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+    @classmethod
+    def enroll(cls, node: str, rotate: bool = False):
+        """A new key for a node; returns (row, signing.NodeKey). Refuses a second key unless rotating."""
+        from agents import signing
+
+        active = cls.objects.filter(node_name=node, revoked_at__isnull=True)
+        if active.exists() and not rotate:
+            raise ValueError(f"{node} already has a key; rotate it to replace it")
+        key = signing.new_key(node)
+        active.update(revoked_at=timezone.now())
+        row = cls.sealed(key)
+        row.save()
+        return row, key
+
+    @classmethod
+    def sealed(cls, key) -> AgentKey:
+        """An unsaved row for a signing.NodeKey made elsewhere (test harnesses that hold the key)."""
+        return cls(
+            node_name=key.node, key_id=key.key_id, secret_sealed=_key_cipher().encrypt(key.secret.encode()).decode()
+        )
+
+    def secret(self) -> bytes:
+        return _key_cipher().decrypt(self.secret_sealed.encode())
+
+    def as_node_key(self):
+        from agents import signing
+
+        return signing.NodeKey(self.node_name, self.key_id, self.secret().decode())
+
+    @classmethod
+    def secret_for(cls, node: str, key_id: str) -> bytes | None:
+        """The secret of a node's unrevoked key with this id; None for any other key."""
+        row = cls.objects.filter(key_id=key_id, node_name=node, revoked_at__isnull=True).first()
+        return row.secret() if row is not None else None
+
+    @classmethod
+    def active_keys(cls, nodes) -> dict:
+        """node name -> signing.NodeKey of its key in use, for the nodes that have one."""
+        rows = cls.objects.filter(node_name__in=list(nodes), revoked_at__isnull=True).order_by("created")
+        return {row.node_name: row.as_node_key() for row in rows}
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            AgentKey.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=self.revoked_at)
+
+
 class SweepMatrix(models.Model):
-    """A closed sweep's matrix payload (cluster_health.matrix), stored as JSON text once it no longer changes.
+    """A closed sweep's matrix payload (cluster_health.core.matrix), stored as JSON text once it no longer changes.
 
     Reading 523,776 pair rows to build a 1,024-node matrix takes seconds; reading
     this row takes milliseconds, and pages and the API send the text as it is.

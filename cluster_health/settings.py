@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "channels",
     "django_celery_beat",
     "cluster_health",
+    "cluster_health.actions",
 ]
 
 MIDDLEWARE = [
@@ -96,8 +97,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several processes (web, Celery worker, beat) write to one file: wait for the lock
     # instead of failing, and use WAL so readers never block the writer.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 30, "transaction_mode": "IMMEDIATE",
-         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}
+        {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
     )
     DATABASES["default"]["TEST"] = {"NAME": envstr("CLUSTER_HEALTH_TEST_SQLITE") or None}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -118,13 +122,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
-STATICFILES_DIRS = [BASE_DIR / "cluster_health" / "static_build"] if (
-    BASE_DIR / "cluster_health" / "static_build"
-).is_dir() else []
+STATICFILES_DIRS = (
+    [BASE_DIR / "cluster_health" / "static_build"] if (BASE_DIR / "cluster_health" / "static_build").is_dir() else []
+)
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "cluster_health.staticfinders.PlotlyFinder",  # plotly.min.js from the pinned plotly package
+    "cluster_health.web.staticfinders.PlotlyFinder",  # plotly.min.js from the pinned plotly package
 ]
 # Serve static files from the ASGI app itself (clusters are often offline and have no CDN).
 SERVE_STATIC = envbool("CLUSTER_HEALTH_SERVE_STATIC", True)
@@ -157,11 +161,65 @@ CELERY_TIMEZONE = TIME_ZONE
 
 # Product settings.
 NODE_ONLINE_AFTER_S = envfloat("CLUSTER_HEALTH_ONLINE_AFTER_S", 20.0, 1.0, 3600.0)
+# An active node silent this long is flagged on the overview; it still fails sweeps until retired.
+STALE_NODE_DAYS = envint("CLUSTER_HEALTH_STALE_NODE_DAYS", 7, 1, 3650)
 REAPER_INTERVAL_S = envfloat("CLUSTER_HEALTH_REAPER_INTERVAL_S", 3.0, 0.5, 600.0)
+# How long a dead ingest drainer holds its shard before another applies its batch again;
+# longer than one batch's transaction can take.
+INGEST_DRAIN_LOCK_S = envfloat("CLUSTER_HEALTH_INGEST_DRAIN_LOCK_S", 30.0, 1.0, 3600.0)
 DEGRADED_RATIO = envfloat("CLUSTER_HEALTH_DEGRADED_RATIO", 0.9, 0.0, 1.0)
+# How node names map to groups (rack, leaf, rail) for segment findings: a regex whose first
+# matching group is the group; unset, the name up to its last '-', '_' or '.' (or without trailing digits).
+GROUP_PATTERN = envstr("CLUSTER_HEALTH_GROUP_PATTERN")
 NIGHTLY_SWEEP_CRON = envstr("CLUSTER_HEALTH_NIGHTLY_CRON", "30 2 * * *")
 RETENTION_DAYS = envint("CLUSTER_HEALTH_RETENTION_DAYS", 90, 1)
+REJECTED_RETENTION_DAYS = envint("CLUSTER_HEALTH_REJECTED_RETENTION_DAYS", 7, 1)
+MAX_REJECTED_MESSAGES = envint("CLUSTER_HEALTH_MAX_REJECTED_MESSAGES", 100_000, 100)
+PRUNE_CRON = envstr("CLUSTER_HEALTH_PRUNE_CRON", "15 3 * * *")
 METRICS_TOKEN = envstr("CLUSTER_HEALTH_METRICS_TOKEN")
+if PRODUCTION and (not METRICS_TOKEN or len(METRICS_TOKEN) < 16 or METRICS_TOKEN.startswith("change-me")):
+    # /metrics names every node and its failures: never anonymous in production.
+    raise ImproperlyConfigured(
+        "CLUSTER_HEALTH_METRICS_TOKEN: required (16+ characters, not the example) when CLUSTER_HEALTH_PRODUCTION=1"
+    )
+
+# Agent identity: every heartbeat and result must be signed with the node's enrolled key
+# (manage.py enroll) within this window; commands to agents are signed the same way.
+SIGNATURE_WINDOW_S = envfloat("CLUSTER_HEALTH_SIGNATURE_WINDOW_S", 300.0, 5.0, 3600.0)
+# Development only: accept agents that run without a key (scripts/run without enrolment).
+ALLOW_UNSIGNED_AGENTS = envbool("CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS", False)
+if PRODUCTION and ALLOW_UNSIGNED_AGENTS:
+    raise ImproperlyConfigured("CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS: refused when CLUSTER_HEALTH_PRODUCTION=1")
+
+# Actions: alerts, Slurm. Everything here is off or harmless until configured.
+BASE_URL = (envstr("CLUSTER_HEALTH_BASE_URL", "http://localhost:8000") or "").rstrip("/")
+# Comma-separated URLs that become alert channels after migrate: https://... a JSON webhook,
+# slack+https://... a Slack-compatible webhook, mailto:ops@example.com an e-mail channel.
+ALERT_WEBHOOKS = envlist("CLUSTER_HEALTH_ALERT_WEBHOOKS")
+ALERT_OFFLINE_AFTER_S = envfloat("CLUSTER_HEALTH_ALERT_OFFLINE_AFTER_S", 900.0, 10.0, 7 * 86400.0)
+ALERT_RATE_PER_HOUR = envint("CLUSTER_HEALTH_ALERT_RATE_PER_HOUR", 30, 1)
+ALERT_TIMEOUT_S = envfloat("CLUSTER_HEALTH_ALERT_TIMEOUT_S", 10.0, 0.5, 120.0)
+ALERT_MAX_RETRIES = envint("CLUSTER_HEALTH_ALERT_MAX_RETRIES", 6, 0, 20)
+ALERT_RETRY_BACKOFF_S = envint("CLUSTER_HEALTH_ALERT_RETRY_BACKOFF_S", 5, 1, 3600)
+SLURM_ACTIONS = envstr("CLUSTER_HEALTH_SLURM_ACTIONS", "off").strip().lower()
+if SLURM_ACTIONS not in ("off", "report", "drain"):
+    raise ImproperlyConfigured(f"CLUSTER_HEALTH_SLURM_ACTIONS: expected off, report or drain, got {SLURM_ACTIONS!r}")
+SLURM_NODE_MAP = envstr("CLUSTER_HEALTH_SLURM_NODE_MAP", "") or ""
+SLURM_SCONTROL = envstr("CLUSTER_HEALTH_SLURM_SCONTROL", "scontrol") or "scontrol"
+SLURM_TIMEOUT_S = envfloat("CLUSTER_HEALTH_SLURM_TIMEOUT_S", 20.0, 1.0, 300.0)
+K8S_ACTIONS = envstr("CLUSTER_HEALTH_K8S_ACTIONS", "off").strip().lower()
+if K8S_ACTIONS != "off":
+    raise ImproperlyConfigured("CLUSTER_HEALTH_K8S_ACTIONS: only off is supported in this release")
+
+# E-mail alerts go through Django's mail settings.
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25, 1, 65535)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER", "") or ""
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD", "") or ""
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10, 1, 300)
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "cluster-health@localhost")
 
 # Security. Production turns on everything `check --deploy` asks for; a deployment
 # behind a TLS-terminating proxy sets SECURE_PROXY_SSL_HEADER through its env.

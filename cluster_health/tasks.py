@@ -1,51 +1,64 @@
-"""Celery tasks on queue "server": thin wrappers over ingest, sweeps and the reaper."""
+"""Celery tasks on queue "server": thin wrappers over ingest, sweeps and the reaper.
+
+Agent messages (result, heartbeat) pass the signature check before anything is
+applied. Anyone who can reach Redis can queue the sweep tasks too, so they take
+ids only and do what the web and CLI could do; the agents' own messages are the
+ones that carry data, and those are signed.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
 from agents import contract
-from cluster_health import defaults, ingest, reaper, sweeps
+from cluster_health import ingest, sweeps
+from cluster_health.ingest.auth import authenticate, remember_nonce
+from cluster_health.sweeps import lifecycle, reaper
 
 
-@shared_task(name=contract.TASK_RESULT, ignore_result=True)
-def result(result=None):
-    return ingest.ingest_result(result)
-
-
-@shared_task(name=ingest.TASK_RESULTS, ignore_result=True)
-def results(results=None):
-    """Many halves in one message: one transaction per batch instead of one per half."""
-    return ingest.ingest_results(list(results or []))
+@shared_task(name=contract.TASK_RESULT, ignore_result=True, bind=True)
+def result(self, result=None, auth=None, **unexpected):
+    """One agent's half: checked at the boundary, then appended to the ingest buffer and applied in a
+    batch by its worker's drainer (ingest/buffer)."""
+    # No nonce: a replayed or redelivered half is a duplicate and changes nothing.
+    return authenticate(contract.TASK_RESULT, "result", result, auth) or ingest.buffer_result(
+        result, worker=self.request.hostname
+    )
 
 
 @shared_task(name=contract.TASK_HEARTBEAT, ignore_result=True)
-def heartbeat(heartbeat=None):
-    return ingest.record_heartbeat(heartbeat)
+def heartbeat(heartbeat=None, auth=None, **unexpected):
+    refused = authenticate(contract.TASK_HEARTBEAT, "heartbeat", heartbeat, auth, once=True)
+    if refused:
+        return refused
+    outcome = ingest.record_heartbeat(heartbeat)
+    remember_nonce(auth)
+    return outcome
 
 
-@shared_task(name=sweeps.TASK_START, ignore_result=True)
+@shared_task(name=contract.TASK_START_SWEEP, ignore_result=True)
 def start_sweep(sweep_id):
-    sweeps.start_sweep(sweep_id)
+    lifecycle.start_or_fail(sweep_id)
 
 
-@shared_task(name=sweeps.TASK_ADVANCE, ignore_result=True)
-def advance_sweep(sweep_id):
-    sweeps.advance(sweep_id)
-
-
-@shared_task(name="cluster_health.cancel_sweep", ignore_result=True)
-def cancel_sweep(sweep_id):
-    sweeps.cancel(sweep_id)
-
-
-@shared_task(name=defaults.TASK_REAP, ignore_result=True)
-def reap():
+@shared_task(name=contract.TASK_REAP, ignore_result=True, bind=True)
+def reap(self):
+    ingest.drain_all(worker=self.request.hostname)  # what a dead drainer left, before silence is judged
     return reaper.reap()
 
 
-@shared_task(name=defaults.TASK_SCHEDULED_SWEEP, ignore_result=True)
+@shared_task(name=contract.TASK_SCHEDULED_SWEEP, ignore_result=True)
 def scheduled_sweep(kind="full", **params):
     """A sweep from a django-celery-beat schedule (the nightly full sweep by default)."""
     sweep = sweeps.request_sweep(source="schedule", kind=kind, **params)
     return sweep.pk
+
+
+@shared_task(name=contract.TASK_PRUNE, ignore_result=True)
+def prune():
+    """Retention (beat, daily): raw probe detail past RETENTION_DAYS, rejected messages past their own bound."""
+    from django.conf import settings
+
+    from cluster_health.management.commands.prune import prune as run_prune
+
+    return run_prune(settings.RETENTION_DAYS)

@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from cluster_health import health, metrics
+from cluster_health.web import health, metrics
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -12,6 +12,6 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/", include("cluster_health.api_urls")),
-    path("", include("cluster_health.web_urls")),
+    path("api/", include("cluster_health.web.api_urls")),
+    path("", include("cluster_health.web.urls")),
 ]

@@ -4,25 +4,50 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from agents import contract
 from agents.runner import TMP_PREFIX, run_probe
+from devtools.services import resident_kib  # noqa: F401  (re-exported for test modules)
 
 SMALL_SIZES = [1024, 4096, 16384, 65536, 262144]
 SHORT_TIMEOUTS = {"resolve": 2.0, "connect": 2.0, "store": 6.0, "init": 6.0, "collective": 4.0, "bandwidth": 4.0}
 
 
+@contextmanager
+def held_port() -> Iterator[int]:
+    """A loopback port that a listening socket of this process holds until the block ends."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
 def command(rank: int, rendezvous: str | None = None, **overrides) -> dict:
     """One half of a loopback pair probe: node n<rank>, small sizes, short timeouts."""
     cmd = {
-        "v": contract.VERSION, "kind": "pair", "probe_id": 7, "sweep_id": 3,
-        "rendezvous": rendezvous or "t" + secrets.token_hex(8), "node": f"n{rank}", "rank": rank, "world_size": 2,
-        "backend": "gloo", "bind_address": "127.0.0.1", "master_address": "127.0.0.1",
+        "v": contract.VERSION,
+        "kind": "pair",
+        "probe_id": 7,
+        "sweep_id": 3,
+        "rendezvous": rendezvous or "t" + secrets.token_hex(8),
+        "node": f"n{rank}",
+        "rank": rank,
+        "world_size": 2,
+        "backend": "gloo",
+        "bind_address": "127.0.0.1",
+        "master_address": "127.0.0.1",
         "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-        "sizes": SMALL_SIZES, "iterations": 3, "warmup": 1, "latency_iterations": 10,
-        "timeouts": dict(SHORT_TIMEOUTS), "deadline_s": 30.0,
+        "sizes": SMALL_SIZES,
+        "iterations": 3,
+        "warmup": 1,
+        "latency_iterations": 10,
+        "timeouts": dict(SHORT_TIMEOUTS),
+        "deadline_s": 30.0,
     }
     cmd.update(overrides)
     return cmd
@@ -36,7 +61,8 @@ def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict
     def one(cmd):
         try:
             results[cmd["rank"]] = run_probe(
-                cmd, broker_url, on_event=(lambda e: on_event(cmd["rank"], e)) if on_event else None)
+                cmd, broker_url, on_event=(lambda e: on_event(cmd["rank"], e)) if on_event else None
+            )
         except BaseException as e:  # surfaced below, in the test's thread
             errors.append(e)
 
@@ -81,8 +107,3 @@ def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:
         if cwd.name.startswith(TMP_PREFIX):
             found.append((pid, cwd))
     return found
-
-
-def resident_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))

@@ -7,9 +7,8 @@ import shutil
 
 import pytest
 
-CHROMIUM = os.environ.get("CLUSTER_HEALTH_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+from devtools.browser import ARGS, CHROMIUM
+from devtools.environ import restore_env
 
 
 @pytest.fixture(scope="session")
@@ -31,10 +30,7 @@ def chromium():
             finally:
                 browser.close()
     finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+        restore_env("DJANGO_ALLOW_ASYNC_UNSAFE", previous)
 
 
 def log_in(page, base_url: str, username: str, password: str) -> None:
@@ -43,3 +39,15 @@ def log_in(page, base_url: str, username: str, password: str) -> None:
     page.fill("#id_password", password)
     page.click("button[type=submit]")
     page.wait_for_url(base_url + "/")
+
+
+def logged_in_page(chromium, base_url: str, username: str, password: str, height: int = 1000):
+    """A page in a fresh browser context, logged in: (context, page), the context for the caller to close."""
+    context = chromium.new_context(viewport={"width": 1400, "height": height})
+    try:
+        page = context.new_page()
+        log_in(page, base_url, username, password)
+    except BaseException:
+        context.close()
+        raise
+    return context, page

@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests import services  # noqa: E402
+from devtools import services  # noqa: E402
 from tests.browser import chromium  # noqa: E402,F401  (one browser per session, shared by every browser test module)
 
 ARTIFACTS = Path(os.environ.get("CLUSTER_HEALTH_TEST_ARTIFACTS", Path(ROOT) / "test-artifacts"))
@@ -99,10 +99,12 @@ def _database_url(settings_dict: dict) -> str:
 class Stack:
     """The real server side for e2e tests: worker, beat, agents and (on demand) the web server."""
 
-    def __init__(self, workdir: Path, env: dict, redis_server: services.RedisServer):
+    def __init__(self, workdir: Path, env: dict, redis_server: services.RedisServer, db_blocker=None):
         self.workdir = workdir
         self.env = env
         self.redis = redis_server
+        self.db_blocker = db_blocker
+        self.keys: dict[str, object] = {}  # node name -> signing.NodeKey enrolled for this session
         self.sup = services.Supervisor(workdir / "logs", env)
         self.agents: dict[str, str] = {}
         self.web_url: str | None = None
@@ -151,9 +153,32 @@ class Stack:
         services.wait_for_port("127.0.0.1", port, 30, proc)
         return self.web_url
 
-    # agents
+    # agents: enrolled as a deployment enrols them, so every e2e message is signed
+    def key_file(self, name: str) -> Path:
+        """Enrol a node (once per session) and return its key file."""
+        from agents import signing
+
+        path = self.workdir / "keys" / f"{name}.key"
+        if name not in self.keys:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            self.keys[name] = signing.new_key(name)
+            signing.write_key_file(path, self.keys[name])
+        self.restore_keys()
+        return path
+
+    def restore_keys(self) -> None:
+        """Store the session's keys again: transactional tests flush every table, AgentKey included."""
+        from cluster_health.models import AgentKey
+
+        if not self.keys:
+            return
+        with self.db_blocker.unblock():
+            AgentKey.objects.bulk_create([AgentKey.sealed(key) for key in self.keys.values()], ignore_conflicts=True)
+
     def start_agent(self, name: str, address: str = "127.0.0.1", env: dict | None = None) -> None:
-        self.sup.start(f"agent-{name}", services.agent_args(name, address, self.redis.url), env=env)
+        self.sup.start(
+            f"agent-{name}", services.agent_args(name, address, self.redis.url, self.key_file(name)), env=env
+        )
         self.agents[name] = address
 
     def stop_agent(self, name: str, sig: int = 15) -> None:
@@ -195,7 +220,7 @@ def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
     )
     for var in ("CLUSTER_HEALTH_PRODUCTION", "DJANGO_ALLOW_ASYNC_UNSAFE"):
         env.pop(var, None)
-    st = Stack(workdir, env, redis_server)
+    st = Stack(workdir, env, redis_server, django_db_blocker)
     try:
         st.start_server_worker()
         st.start_beat()
@@ -211,8 +236,16 @@ def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
                 (dest / f.name).write_bytes(f.read_bytes()[-2_000_000:])
 
 
+@pytest.fixture(autouse=True)
+def _stack_keys_survive_flush(request):
+    """Agents that outlive a transactional test keep their keys for the next one."""
+    if "stack" in request.fixturenames:
+        request.getfixturevalue("stack").restore_keys()
+    yield
+
+
 def _testbed_or_skip():
-    from cluster_health import testbed
+    from devtools import testbed
 
     reason = testbed.available()
     if reason:
@@ -275,6 +308,6 @@ def memory_channel_layer(settings):
 @pytest.fixture
 def driver(django_capture_on_commit_callbacks):
     """Plays the agents' side of sweeps in-process: records commands, answers them (tests/sweep_driver.py)."""
-    from tests.sweep_driver import Driver
+    from devtools.sweep_driver import Driver
 
     return Driver(django_capture_on_commit_callbacks)

@@ -16,8 +16,20 @@ from pathlib import Path
 
 from tests.conftest import ARTIFACTS
 
-FAST = ["--sizes", "4096,65536", "--iterations", "3", "--stage-timeout", "connect=3",
-        "--stage-timeout", "store=5", "--stage-timeout", "init=8", "--stage-timeout", "bandwidth=3"]
+FAST = [
+    "--sizes",
+    "4096,65536",
+    "--iterations",
+    "3",
+    "--stage-timeout",
+    "connect=3",
+    "--stage-timeout",
+    "store=5",
+    "--stage-timeout",
+    "init=8",
+    "--stage-timeout",
+    "bandwidth=3",
+]
 OPEN = ("pending", "running")
 
 
@@ -25,8 +37,13 @@ def start_agents(bed, stack, names=None, by_name: bool = False) -> None:
     """One agent per host, reaching the broker through Redis's unix socket."""
     for host in bed.hosts:
         if names is None or host.name in names:
-            bed.start_agent(host.name, stack.redis.socket_url, env=stack.env,
-                            address=host.name if by_name else host.address)
+            bed.start_agent(
+                host.name,
+                stack.redis.socket_url,
+                env=stack.env,
+                address=host.name if by_name else host.address,
+                key_file=stack.key_file(host.name),
+            )
 
 
 def restart_agent(bed, stack, name: str, address: str | None = None, timeout: float = 60) -> None:
@@ -37,12 +54,19 @@ def restart_agent(bed, stack, name: str, address: str | None = None, timeout: fl
 
     bed.stop_agent(name)
     restarted = timezone.now()
-    bed.start_agent(name, stack.redis.socket_url, env=stack.env, address=address or bed.host(name).address)
+    bed.start_agent(
+        name,
+        stack.redis.socket_url,
+        env=stack.env,
+        address=address or bed.host(name).address,
+        key_file=stack.key_file(name),
+    )
     deadline = time.monotonic() + timeout
     while not Node.objects.filter(name=name, last_heartbeat__gt=restarted).exists():
         if time.monotonic() > deadline:
-            raise AssertionError(f"the restarted agent on {name} sent no heartbeat in {timeout}s:\n"
-                                 + bed.agent_log(name)[-3000:])
+            raise AssertionError(
+                f"the restarted agent on {name} sent no heartbeat in {timeout}s:\n" + bed.agent_log(name)[-3000:]
+            )
         time.sleep(0.2)
 
 
@@ -53,8 +77,11 @@ def wait_online(names, timeout: float = 60, address: dict | None = None) -> None
     deadline = time.monotonic() + timeout
     while True:
         nodes = {n.name: n for n in Node.objects.filter(name__in=names)}
-        ready = {name for name, n in nodes.items() if n.is_online()
-                 and (not address or name not in address or n.address == address[name])}
+        ready = {
+            name
+            for name, n in nodes.items()
+            if n.is_online() and (not address or name not in address or n.address == address[name])
+        }
         if ready == set(names):
             return
         if time.monotonic() > deadline:
@@ -73,8 +100,9 @@ def wait_offline(name: str, timeout: float = 30) -> None:
 
 
 def manage(stack, *args, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "manage.py", *args], env=stack.env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], env=stack.env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def cell(report: dict, a: str, b: str) -> dict:
@@ -97,8 +125,13 @@ class TimedSweep:
         self.started = time.monotonic()
         self.injected_at = injected_at or self.started
         self.before = _last_sweep_id()
-        self.proc = subprocess.Popen([sys.executable, "manage.py", command, *args, "--json"], env=stack.env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "manage.py", command, *args, "--json"],
+            env=stack.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def sweep_id(self, timeout: float = 30) -> int:
         deadline = time.monotonic() + timeout
@@ -116,8 +149,12 @@ class TimedSweep:
         deadline = time.monotonic() + timeout
         found: dict[tuple[str, str], float] = {}
         while len(found) < len(links):
-            closed = {frozenset(p) for p in PairProbe.objects.filter(sweep_id=sid).exclude(status__in=OPEN)
-                      .values_list("node_a__name", "node_b__name")}
+            closed = {
+                frozenset(p)
+                for p in PairProbe.objects.filter(sweep_id=sid)
+                .exclude(status__in=OPEN)
+                .values_list("node_a__name", "node_b__name")
+            }
             for link in links:
                 if link not in found and frozenset(link) in closed:
                     found[link] = time.monotonic() - self.injected_at
@@ -148,16 +185,30 @@ def _last_sweep_id() -> int:
 TIMINGS = "fault_timings.json"
 
 
-def record(fault: str, seconds: float, shown: str, *, status: str | None = None, stage: str | None = None,
-           reason: str | None = None) -> None:
+def record(
+    fault: str,
+    seconds: float,
+    shown: str,
+    *,
+    status: str | None = None,
+    stage: str | None = None,
+    reason: str | None = None,
+) -> None:
     """One row of the fault-timing table: printed, and appended to fault_timings.json in the test artifacts.
 
     ``seconds``: from injecting the fault to its cell closing (or its finding, at the sweep's end);
     ``status``/``stage``/``reason``: what the matrix showed for it; ``shown``: the rest, in words.
     """
-    row = {"fault": fault, "seconds": round(seconds, 1), "status": status, "stage": stage, "reason": reason,
-           "shown": shown, "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
-           "recorded": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    row = {
+        "fault": fault,
+        "seconds": round(seconds, 1),
+        "status": status,
+        "stage": stage,
+        "reason": reason,
+        "shown": shown,
+        "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
     print(f"\nFAULT {fault}: {seconds:.1f}s: {status}/{stage}/{reason}: {shown}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = Path(ARTIFACTS) / TIMINGS
@@ -175,9 +226,31 @@ def record(fault: str, seconds: float, shown: str, *, status: str | None = None,
 
 def record_cell(fault: str, seconds: float, p: dict, shown: str = "") -> None:
     """record() for a fault seen in one matrix cell: its status, stage and reason."""
-    record(fault, seconds, shown or f"{p['status']} at {p['stage']} ({p['reason']})",
-           status=p["status"], stage=p["stage"], reason=p["reason"])
+    record(
+        fault,
+        seconds,
+        shown or f"{p['status']} at {p['stage']} ({p['reason']})",
+        status=p["status"],
+        stage=p["stage"],
+        reason=p["reason"],
+    )
 
 
 def env_flag(name: str) -> bool:
     return bool(os.environ.get(name))
+
+
+def connectivity(stack, nodes, injected_at=None):
+    """A fast connectivity sweep of ``nodes`` through the CLI, timed from ``injected_at`` (the fault)."""
+    return TimedSweep(
+        stack,
+        "--kind",
+        "connectivity",
+        "--nodes",
+        ",".join(nodes),
+        "--wait",
+        "--timeout",
+        "150",
+        *FAST,
+        injected_at=injected_at,
+    )

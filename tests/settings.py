@@ -6,7 +6,7 @@ database, which an in-memory SQLite database cannot offer.
 
 import os
 
-from cluster_health.settings import *  # noqa: F401,F403
+from cluster_health.settings import *  # noqa: F403
 from cluster_health.settings import DATABASES, VAR_DIR
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.services import ROOT, python_env, stop_process
+from devtools.services import ROOT, python_env, stop_process
 
 
 def agents_cli(*args: str) -> list[str]:
@@ -17,21 +17,32 @@ def agents_cli(*args: str) -> list[str]:
 
 
 def json_after_first_brace(text: str) -> dict:
-    return json.loads(text[text.index("{"):])
+    return json.loads(text[text.index("{") :])
 
 
 @pytest.mark.timeout(60)
 def test_pair_by_hand_prints_the_address_then_both_results(tmp_path):
-    rank0 = subprocess.Popen(agents_cli("pair", "--rank", "0", "--bind", "127.0.0.1", "--sizes", "1K,4K,16K",
-                                        "--wait", "30"),
-                             cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
+    rank0 = subprocess.Popen(
+        agents_cli("pair", "--rank", "0", "--bind", "127.0.0.1", "--sizes", "1K,4K,16K", "--wait", "30"),
+        cwd=ROOT,
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         address = rank0.stdout.readline().strip()
         host, _, port = address.rpartition(":")
         assert host == "127.0.0.1" and port.isdigit()
-        rank1 = subprocess.run(agents_cli("pair", "--rank", "1", "--connect", address, "--sizes", "1K,4K,16K"),
-                               cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=40)
+        rank1 = subprocess.run(
+            agents_cli("pair", "--rank", "1", "--connect", address, "--sizes", "1K,4K,16K"),
+            cwd=ROOT,
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=40,
+        )
         out0, _ = rank0.communicate(timeout=20)
     finally:
         stop_process(rank0)
@@ -44,12 +55,17 @@ def test_pair_by_hand_prints_the_address_then_both_results(tmp_path):
 
 @pytest.mark.timeout(30)
 def test_pair_by_hand_exits_non_zero_when_nobody_listens(tmp_path):
-    from tests.services import free_port
+    from devtools.services import free_port
 
     began = time.monotonic()
-    rank1 = subprocess.run(agents_cli("pair", "--rank", "1", "--connect", f"127.0.0.1:{free_port()}",
-                                      "--timeout", "connect=1"),
-                           cwd=ROOT, env=python_env(), capture_output=True, text=True, timeout=25)
+    rank1 = subprocess.run(
+        agents_cli("pair", "--rank", "1", "--connect", f"127.0.0.1:{free_port()}", "--timeout", "connect=1"),
+        cwd=ROOT,
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=25,
+    )
     result = json.loads(rank1.stdout)
     assert rank1.returncode == 2
     assert (result["stage"], result["reason"]) == ("connect", "refused")
@@ -58,9 +74,14 @@ def test_pair_by_hand_exits_non_zero_when_nobody_listens(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_facts_reports_versions_interfaces_hostname_and_launch_variables():
-    out = subprocess.run(agents_cli("facts"), cwd=ROOT, capture_output=True, text=True, timeout=50,
-                         env=python_env(MASTER_PORT="29500", NCCL_DEBUG="INFO", TORCH_NCCL_BLOCKING_WAIT="1",
-                                        UNRELATED="x"))
+    out = subprocess.run(
+        agents_cli("facts"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        env=python_env(MASTER_PORT="29500", NCCL_DEBUG="INFO", TORCH_NCCL_BLOCKING_WAIT="1", UNRELATED="x"),
+    )
     assert out.returncode == 0, out.stderr
     facts = json.loads(out.stdout)
     assert facts["versions"]["torch"] and facts["versions"]["python"]

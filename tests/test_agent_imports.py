@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from tests.services import ROOT, python_env
+from devtools.services import ROOT, python_env
 
 BLOCK_AND_IMPORT = """
 import sys
@@ -15,13 +15,20 @@ class Block:
 
 sys.meta_path.insert(0, Block())
 import agents, agents.cli, agents.worker, agents.runner, agents.facts, agents.netinfo, agents.rendezvous, agents.probe
+import agents.gpu, agents.gpu_check, agents.gpu_contract, agents.gpu_findings, agents.nccl_errors
 agents.worker.Agent("n0", "127.0.0.1", "redis://127.0.0.1:1/0").app.loader.import_default_modules()
-print("ok", sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "django")))
+print("ok", sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "django", "pynvml")))
 """
 
 
 def test_the_agent_modules_import_without_torch_or_django():
-    out = subprocess.run([sys.executable, "-c", BLOCK_AND_IMPORT], cwd=ROOT, env=python_env(
-        DJANGO_SETTINGS_MODULE="cluster_health.settings"), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", BLOCK_AND_IMPORT],
+        cwd=ROOT,
+        env=python_env(DJANGO_SETTINGS_MODULE="cluster_health.settings"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "ok []"

@@ -1,9 +1,8 @@
 """Network facts the hints depend on: who holds a port, which NIC a variable names, which address to announce."""
 
-import socket
-
 from agents import netinfo
 from agents.worker import pick_address
+from tests.agent_fixtures import held_port
 
 INTERFACES = [
     {"name": "lo", "up": True, "loopback": True, "mtu": 65536, "addresses": ["127.0.0.1"]},
@@ -13,10 +12,7 @@ INTERFACES = [
 
 
 def test_it_names_the_process_holding_a_port():
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
+    with held_port() as port:
         assert netinfo.port_holder(port).startswith("pid ")
     assert netinfo.port_holder(port) is None
 

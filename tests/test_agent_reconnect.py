@@ -9,9 +9,9 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
-from agents import contract
+from agents import contract, signing
+from devtools.services import RedisServer, python_env, spawn, stop_process
 from tests.agent_fixtures import command
-from tests.services import RedisServer, python_env, spawn, stop_process
 
 
 def drain_until(url: str, predicate, timeout: float) -> dict:
@@ -38,15 +38,36 @@ def test_the_agent_reconnects_after_redis_restarts(tmp_path):
     redis = RedisServer(tmp_path)
     redis.start()
     agent = None
+    key = signing.new_key("r0")
+    signing.write_key_file(tmp_path / "r0.key", key)
     try:
-        agent = spawn([sys.executable, "-m", "agents", "run", "--name", "r0", "--address", "127.0.0.1",
-                       "--broker", redis.url], tmp_path / "agent.log", env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"))
+        agent = spawn(
+            [
+                sys.executable,
+                "-m",
+                "agents",
+                "run",
+                "--name",
+                "r0",
+                "--address",
+                "127.0.0.1",
+                "--broker",
+                redis.url,
+                "--key-file",
+                str(tmp_path / "r0.key"),
+            ],
+            tmp_path / "agent.log",
+            env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
+        )
         drain_until(redis.url, lambda task, body: task == contract.TASK_HEARTBEAT, 40)
 
         redis.restart()  # same port, nothing kept: queues, bindings and messages are gone
         restarted = time.time()
-        beat = drain_until(redis.url, lambda task, body: task == contract.TASK_HEARTBEAT
-                           and body["heartbeat"]["sent_at"] > restarted, 40)
+        beat = drain_until(
+            redis.url,
+            lambda task, body: task == contract.TASK_HEARTBEAT and body["heartbeat"]["sent_at"] > restarted,
+            40,
+        )
         assert beat["heartbeat"]["node"] == "r0"
 
         sender = Celery("test-server", broker=redis.url)
@@ -55,7 +76,11 @@ def test_the_agent_reconnects_after_redis_restarts(tmp_path):
         cmd = command(1, node="r0", probe_id=301, master_address="no-such-host.invalid")
         deadline = time.monotonic() + 40
         while True:  # the worker may still be re-declaring its queue: resend until it answers
-            sender.send_task(contract.TASK_PROBE, kwargs={"command": cmd}, queue=contract.agent_queue("r0"))
+            sender.send_task(
+                contract.TASK_PROBE,
+                kwargs={"command": cmd, "auth": signing.sign(cmd, key, "command")},
+                queue=contract.agent_queue("r0"),
+            )
             try:
                 body = drain_until(redis.url, lambda task, body: task == contract.TASK_RESULT, 8)
                 break

@@ -16,11 +16,12 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
-from agents import contract
+from agents import contract, signing
+from devtools.services import python_env, spawn, stop_process
 from tests.agent_fixtures import command, probe_processes, resident_kib
-from tests.services import python_env, spawn, stop_process
 
 NODES = ("a0", "a1")
+KEYS = {name: signing.new_key(name) for name in (*NODES, "a9")}  # enrolled as the server would
 IDLE_RSS_LIMIT_KIB = 80 * 1024
 
 
@@ -33,6 +34,12 @@ def broker(redis_url):
     return url
 
 
+def key_file(directory: Path, name: str) -> str:
+    path = directory / f"{name}.key"
+    signing.write_key_file(path, KEYS[name])
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def agents_running(broker, tmp_path_factory):
     logs = tmp_path_factory.mktemp("agents")
@@ -40,8 +47,22 @@ def agents_running(broker, tmp_path_factory):
     try:
         for name in NODES:
             procs[name] = spawn(
-                [sys.executable, "-m", "agents", "run", "--name", name, "--address", "127.0.0.1", "--broker", broker],
-                logs / f"{name}.log", env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
+                [
+                    sys.executable,
+                    "-m",
+                    "agents",
+                    "run",
+                    "--name",
+                    name,
+                    "--address",
+                    "127.0.0.1",
+                    "--broker",
+                    broker,
+                    "--key-file",
+                    key_file(logs, name),
+                ],
+                logs / f"{name}.log",
+                env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
             )
         yield procs
     finally:
@@ -77,12 +98,22 @@ class ServerQueue:
             except self.queue.Empty:
                 continue
             args, kwargs, _ = message.decode()
-            self.seen.append((message.headers["task"], kwargs))
+            task = message.headers["task"]
+            body = kwargs.get("result") if task == contract.TASK_RESULT else kwargs.get("heartbeat")
+            # Every message an enrolled agent sends is signed by its own key.
+            signing.verify(
+                body,
+                kwargs.get("auth"),
+                "result" if task == contract.TASK_RESULT else "heartbeat",
+                KEYS[body["node"]].secret_for,
+            )
+            self.seen.append((task, kwargs))
             message.ack()
 
     def results(self, probe_id: int, count: int = 2, timeout: float = 60.0) -> list[dict]:
         found = self.wait_for(
-            lambda task, body: task == contract.TASK_RESULT and body["result"]["probe_id"] == probe_id, count, timeout)
+            lambda task, body: task == contract.TASK_RESULT and body["result"]["probe_id"] == probe_id, count, timeout
+        )
         return sorted((contract.validate_result(b["result"]) for b in found), key=lambda r: r["rank"])
 
     def close(self):
@@ -106,8 +137,13 @@ def process_state(pid: int) -> str | None:
         return None
 
 
-def send(sender, cmd, node: str | None = None) -> None:
-    sender.send_task(contract.TASK_PROBE, kwargs={"command": cmd}, queue=contract.agent_queue(node or cmd["node"]))
+def send(sender, cmd, node: str | None = None, key: signing.NodeKey | None = None, **kwargs) -> None:
+    """Send a command signed as the server signs it (with the target node's key unless another is given)."""
+    if "auth" not in kwargs:
+        kwargs["auth"] = signing.sign(cmd, key or KEYS[node or cmd["node"]], "command")
+    sender.send_task(
+        contract.TASK_PROBE, kwargs={"command": cmd, **kwargs}, queue=contract.agent_queue(node or cmd["node"])
+    )
 
 
 def send_pair(sender, probe_id: int, **overrides) -> None:
@@ -164,10 +200,51 @@ def test_it_refuses_a_malformed_command_and_keeps_serving(agents_running, sender
     assert not [b for t, b in server_queue.seen if t == contract.TASK_RESULT and b["result"]["probe_id"] == 103]
 
 
+def quick(probe_id: int, **overrides) -> dict:
+    """A command for a0 that answers at once: its master's name does not resolve."""
+    return command(
+        1,
+        f"quick-{probe_id}-{os.getpid()}",
+        node="a0",
+        probe_id=probe_id,
+        master_address="no-such-host.invalid",
+        **overrides,
+    )
+
+
+@pytest.mark.timeout(90)
+def test_it_drops_commands_the_server_did_not_sign_for_it(agents_running, sender, server_queue):
+    send(sender, quick(111), auth=None)  # unsigned
+    send(sender, quick(112), key=KEYS["a1"])  # signed with another node's key
+    send(sender, quick(113), key=signing.new_key("a0"))  # a key the agent does not hold (revoked, forged)
+    stale = quick(114)
+    send(sender, stale, auth=signing.sign(stale, KEYS["a0"], "command", now=time.time() - 3600))
+    moved = quick(115)
+    send(sender, moved, auth=signing.sign(moved, KEYS["a0"], "result"))  # a signature made for something else
+    tampered = quick(116)
+    auth = signing.sign(tampered, KEYS["a0"], "command")
+    send(sender, {**tampered, "env": {"NCCL_DEBUG": "INFO"}}, auth=auth)
+    replayed = quick(117)
+    auth = signing.sign(replayed, KEYS["a0"], "command")
+    send(sender, replayed, auth=auth)
+    send(sender, replayed, auth=auth)  # the same message again: Redis access replays it
+    send(sender, quick(118))
+    server_queue.results(118, count=1)  # the agent serves commands in order: everything before it is done
+    answered = [b["result"]["probe_id"] for t, b in server_queue.seen if t == contract.TASK_RESULT]
+    assert [p for p in answered if 111 <= p <= 117] == [117]
+
+
 @pytest.mark.timeout(120)
 def test_a_stopped_peer_times_out_and_the_agents_pass_the_next_probe(agents_running, sender, server_queue):
-    send_pair(sender, 105, sizes=[1024, 4096, 16384, 65536, 262144], iterations=200, warmup=0,
-              timeouts={"collective": 60.0, "bandwidth": 60.0}, deadline_s=10.0)
+    send_pair(
+        sender,
+        105,
+        sizes=[1024, 4096, 16384, 65536, 262144],
+        iterations=200,
+        warmup=0,
+        timeouts={"collective": 60.0, "bandwidth": 60.0},
+        deadline_s=10.0,
+    )
     agent = agents_running["a1"].pid
     end = time.monotonic() + 30
     stopped = None
@@ -187,8 +264,24 @@ def test_a_stopped_peer_times_out_and_the_agents_pass_the_next_probe(agents_runn
 
 @pytest.mark.timeout(60)
 def test_a_probe_does_not_outlive_its_agent(broker, sender, server_queue, tmp_path):
-    agent = spawn([sys.executable, "-m", "agents", "run", "--name", "a9", "--address", "127.0.0.1",
-                   "--broker", broker], tmp_path / "a9.log", env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"))
+    agent = spawn(
+        [
+            sys.executable,
+            "-m",
+            "agents",
+            "run",
+            "--name",
+            "a9",
+            "--address",
+            "127.0.0.1",
+            "--broker",
+            broker,
+            "--key-file",
+            key_file(tmp_path, "a9"),
+        ],
+        tmp_path / "a9.log",
+        env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
+    )
     try:
         # Rank 1 of a pair whose master never comes: it waits in the store stage for a minute.
         send(sender, command(1, "orphan-rdv-1", node="a9", probe_id=107, timeouts={"store": 60.0}, deadline_s=90.0))
@@ -204,3 +297,15 @@ def test_a_probe_does_not_outlive_its_agent(broker, sender, server_queue, tmp_pa
         assert process_state(probes[0][0]) in (None, "Z"), "the probe is still running without its agent"
     finally:
         stop_process(agent)
+
+
+@pytest.mark.timeout(60)
+def test_remote_control_cannot_stop_an_agent(agents_running, sender, server_queue):
+    from agents.worker import Agent
+
+    assert Agent("x0", "127.0.0.1", "redis://127.0.0.1:1/0").app.conf.worker_enable_remote_control is False
+    sender.control.broadcast("shutdown")  # what anyone who reaches Redis could send
+    time.sleep(3)
+    assert all(proc.poll() is None for proc in agents_running.values())
+    send(sender, quick(120))
+    assert server_queue.results(120, count=1)[0]["node"] == "a0"

@@ -5,9 +5,9 @@ import json
 import pytest
 from django.contrib.auth.models import Group, User
 
-from cluster_health.matrix import decode
+from cluster_health.core.matrix import decode
 from cluster_health.models import ApiToken, Sweep
-from tests.sweep_driver import heartbeat
+from devtools.sweep_driver import heartbeat
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -49,22 +49,30 @@ def test_it_refuses_to_start_a_sweep_without_the_operator_permission(client, vie
 
 def test_it_starts_a_sweep_with_an_operator_token(client, operator_token, driver):
     heartbeat("n0"), heartbeat("n1")
-    r = driver.run(client.post, "/api/sweeps", data=json.dumps({"kind": "connectivity"}),
-                   content_type="application/json", **bearer(operator_token))
+    r = driver.run(
+        client.post,
+        "/api/sweeps",
+        data=json.dumps({"kind": "connectivity"}),
+        content_type="application/json",
+        **bearer(operator_token),
+    )
     assert r.status_code == 201, r.content
     sweep = Sweep.objects.get(pk=r.json()["sweep"])
     assert sweep.source == "api" and sweep.requested_by.username == "op"
     assert driver.server_tasks == [("cluster_health.start_sweep", {"sweep_id": sweep.pk})]
 
 
-@pytest.mark.parametrize("body,field", [
-    ({"kind": "everything"}, "kind"),
-    ({"sizes": [1, 2]}, "sizes"),
-    ({"iterations": 100000}, "iterations"),
-    ({"nodes": ["bad name"]}, "nodes"),
-    ({"colour": "red"}, "colour"),
-    ({"timeouts": {"connect": 10**6}}, "connect"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"kind": "everything"}, "kind"),
+        ({"sizes": [1, 2]}, "sizes"),
+        ({"iterations": 100000}, "iterations"),
+        ({"nodes": ["bad name"]}, "nodes"),
+        ({"colour": "red"}, "colour"),
+        ({"timeouts": {"connect": 10**6}}, "connect"),
+    ],
+)
 def test_it_answers_out_of_bounds_parameters_with_a_clear_400(client, operator_token, body, field):
     r = client.post("/api/sweeps", data=json.dumps(body), content_type="application/json", **bearer(operator_token))
     assert r.status_code == 400

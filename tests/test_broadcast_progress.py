@@ -2,8 +2,8 @@
 
 import pytest
 
-from cluster_health import broadcast
 from cluster_health.models import Sweep
+from cluster_health.web import broadcast
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +17,8 @@ def sent(monkeypatch):
 
 
 def test_it_counts_the_whole_sweep_at_a_round_change_then_only_the_round_until_the_interval_passes(
-        sent, monkeypatch, django_capture_on_commit_callbacks):
+    sent, monkeypatch, django_capture_on_commit_callbacks
+):
     sweep = Sweep.objects.create(kind="full", status="running", nodes=["a", "b"], current_round=1, total_rounds=3)
     clock = [100.0]
     monkeypatch.setattr(broadcast.time, "monotonic", lambda: clock[0])

@@ -12,10 +12,10 @@ from contextlib import contextmanager
 import pytest
 
 from cluster_health.models import Node, Sweep
-from tests.browser import log_in
+from devtools.services import wait_until
+from tests.browser import logged_in_page
 from tests.conftest import ARTIFACTS
 from tests.dashboard_rows import PASSWORD, make_user
-from tests.services import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -57,7 +57,8 @@ def agents_held(stack, names):
 
 def wait_finished(page, sweep_id, timeout_s=90):
     page.wait_for_function(
-        "document.querySelector('[data-sweep-status]').dataset.value === 'finished'", timeout=timeout_s * 1000)
+        "document.querySelector('[data-sweep-status]').dataset.value === 'finished'", timeout=timeout_s * 1000
+    )
     assert Sweep.objects.get(pk=sweep_id).status == "finished"
 
 
@@ -65,13 +66,14 @@ def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):
     make_user("operator", operator=True)
     for name in AGENTS:
         stack.start_agent(name, "127.0.0.1")
-    wait_until(lambda: Node.objects.filter(Node.online_q(), name__in=AGENTS).count() == len(AGENTS), 60,
-               message="agents online")
+    wait_until(
+        lambda: Node.objects.filter(Node.online_q(), name__in=AGENTS).count() == len(AGENTS),
+        60,
+        message="agents online",
+    )
     base = stack.start_web()
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
+    context, page = logged_in_page(chromium, base, "operator", PASSWORD)
     try:
-        log_in(page, base, "operator", PASSWORD)
         for name in AGENTS:
             assert "online" in page.text_content(f"tr[data-node={name}]")
 
@@ -79,12 +81,15 @@ def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):
             first = start_sweep_from_form(page, base, AGENTS)
             page.evaluate("window.__noReload = true")
             page.wait_for_function("document.body.dataset.loaded && document.body.dataset.ws === 'open'")
-            initial = page.evaluate("['web1', 'web2', 'web3'].flatMap((a, i, all) => all.slice(i + 1).map((b) => CH.matrix.statusOf(a, b)))")
+            initial = page.evaluate(
+                "['web1', 'web2', 'web3'].flatMap((a, i, all) => all.slice(i + 1).map((b) => CH.matrix.statusOf(a, b)))"
+            )
             assert any(s in ("pending", "running") for s in initial), initial
             shot(page, "sweep-live")
         page.wait_for_function(
             "['web1', 'web2', 'web3'].every((a, i, all) => all.slice(i + 1).every((b) => CH.matrix.statusOf(a, b) === 'ok'))",
-            timeout=90_000)
+            timeout=90_000,
+        )
         assert page.evaluate("window.__noReload === true && CH.lastFrame !== undefined")
         wait_finished(page, first)
         shot(page, "sweep-finished")

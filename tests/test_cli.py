@@ -7,10 +7,11 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from cluster_health import reports, textmatrix
+from cluster_health.core import textmatrix
 from cluster_health.management.commands.prune import prune
 from cluster_health.models import PairProbe, Sweep
-from tests.sweep_driver import Driver, heartbeat, result_for
+from cluster_health.web import serializers
+from devtools.sweep_driver import Driver, heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -21,15 +22,19 @@ def finished(django_capture_on_commit_callbacks):
     for n in ("n0", "n1", "n2"):
         heartbeat(n)
     sweep = driver.sweep(kind="connectivity")
-    driver.answer_all(lambda c: result_for(c, status="failed", stage="connect", reason="refused",
-                                           hint="n0 cannot reach 127.0.0.1:1")
-                      if {c["node"], c["peers"][0]["name"]} == {"n0", "n2"} else result_for(c))
+    driver.answer_all(
+        lambda c: (
+            result_for(c, status="failed", stage="connect", reason="refused", hint="n0 cannot reach 127.0.0.1:1")
+            if {c["node"], c["peers"][0]["name"]} == {"n0", "n2"}
+            else result_for(c)
+        )
+    )
     sweep.refresh_from_db()
     return sweep
 
 
 def test_it_renders_a_matrix_with_a_legend(finished):
-    text = textmatrix.render(reports.sweep_json(finished))
+    text = textmatrix.render(serializers.sweep_json(finished))
     assert "verdict FAIL" in text
     assert "legend: . ok" in text
     assert "n0<->n2: failed at connect (refused)" in text

@@ -6,9 +6,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from channels_redis.core import RedisChannelLayer
 
-from cluster_health import consumers
 from cluster_health.asgi import application
+from cluster_health.web import consumers
+from tests import timing
 from tests.dashboard_rows import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,12 +39,18 @@ def test_it_forwards_a_burst_of_updates_as_one_frame():
         assert (await communicator.receive_json_from())["type"] == "hello"
         layer = get_channel_layer()
         for i in range(20):
-            await layer.group_send("sweep.7", {
-                "type": "sweep.update", "sweep": 7, "status": "running", "verdict": "unknown",
-                "progress": {"pairs_done": i + 1, "pairs_total": 20},
-                "pairs": [{"a": "n0", "b": f"n{i + 1}", "status": "ok", "busbw_gbps": 1.0}],
-            })
-        frame = await communicator.receive_json_from(timeout=3)
+            await layer.group_send(
+                "sweep.7",
+                {
+                    "type": "sweep.update",
+                    "sweep": 7,
+                    "status": "running",
+                    "verdict": "unknown",
+                    "progress": {"pairs_done": i + 1, "pairs_total": 20},
+                    "pairs": [{"a": "n0", "b": f"n{i + 1}", "status": "ok", "busbw_gbps": 1.0}],
+                },
+            )
+        frame = await communicator.receive_json_from(timeout=timing.FRAME_S)
         await communicator.disconnect()
         return frame
 
@@ -64,12 +72,20 @@ def test_it_keeps_an_idle_websocket_open_over_the_redis_layer():
         connected, _ = await communicator.connect()
         assert connected
         assert (await communicator.receive_json_from())["type"] == "hello"
-        # Longer than the layer's 5 s blocking read, which a 5 s socket timeout used to cut.
-        await asyncio.sleep(7)
-        await get_channel_layer().group_send("sweep.8", {
-            "type": "sweep.update", "sweep": 8, "status": "running", "verdict": "unknown", "progress": {},
-            "pairs": [{"a": "n0", "b": "n1", "status": "ok"}]})
-        frame = await communicator.receive_json_from(timeout=3)
+        # Idle longer than the layer's blocking read, which a socket timeout of the same length used to cut.
+        await asyncio.sleep(RedisChannelLayer.brpop_timeout + 2)
+        await get_channel_layer().group_send(
+            "sweep.8",
+            {
+                "type": "sweep.update",
+                "sweep": 8,
+                "status": "running",
+                "verdict": "unknown",
+                "progress": {},
+                "pairs": [{"a": "n0", "b": "n1", "status": "ok"}],
+            },
+        )
+        frame = await communicator.receive_json_from(timeout=timing.FRAME_S)
         await communicator.disconnect()
         return frame
 
@@ -81,8 +97,14 @@ def test_it_keeps_an_idle_websocket_open_over_the_redis_layer():
 class _ArrivesWhileSending(consumers.SweepUpdatesConsumer):
     """An update handled while the first frame is being sent, as happens under a steady stream."""
 
-    late = {"type": "sweep.update", "sweep": 9, "status": "running", "verdict": "unknown", "progress": {},
-            "pairs": [{"a": "n0", "b": "n2", "status": "ok"}]}
+    late = {
+        "type": "sweep.update",
+        "sweep": 9,
+        "status": "running",
+        "verdict": "unknown",
+        "progress": {},
+        "pairs": [{"a": "n0", "b": "n2", "status": "ok"}],
+    }
 
     async def send_json(self, content, close=False):
         await super().send_json(content, close)
@@ -102,10 +124,21 @@ def test_it_sends_what_arrived_while_a_frame_was_being_sent():
         connected, _ = await communicator.connect()
         assert connected
         await communicator.receive_json_from()  # hello
-        await get_channel_layer().group_send("sweep.9", {
-            "type": "sweep.update", "sweep": 9, "status": "running", "verdict": "unknown", "progress": {},
-            "pairs": [{"a": "n0", "b": "n1", "status": "ok"}]})
-        frames = [await communicator.receive_json_from(timeout=3), await communicator.receive_json_from(timeout=3)]
+        await get_channel_layer().group_send(
+            "sweep.9",
+            {
+                "type": "sweep.update",
+                "sweep": 9,
+                "status": "running",
+                "verdict": "unknown",
+                "progress": {},
+                "pairs": [{"a": "n0", "b": "n1", "status": "ok"}],
+            },
+        )
+        frames = [
+            await communicator.receive_json_from(timeout=timing.FRAME_S),
+            await communicator.receive_json_from(timeout=timing.FRAME_S),
+        ]
         await communicator.disconnect()
         return frames
 

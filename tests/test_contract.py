@@ -14,41 +14,49 @@ def refused(cmd) -> str:
 
 
 def test_it_accepts_a_pair_command_and_fills_defaults():
-    cmd = contract.validate_command({k: v for k, v in command(1).items() if k not in ("sizes", "timeouts", "deadline_s")})
+    cmd = contract.validate_command(
+        {k: v for k, v in command(1).items() if k not in ("sizes", "timeouts", "deadline_s")}
+    )
     assert cmd["sizes"] == list(contract.DEFAULT_SIZES)
     assert cmd["timeouts"] == contract.DEFAULT_TIMEOUTS
     assert cmd["deadline_s"] == contract.default_deadline(contract.DEFAULT_TIMEOUTS)
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"v": 2}, "command.v"),
-    ({"kind": "mesh"}, "kind"),
-    ({"probe_id": "seven"}, "probe_id"),
-    ({"rendezvous": "a b"}, "rendezvous"),
-    ({"node": "../etc"}, "node"),
-    ({"rank": 2}, "rank"),
-    ({"backend": "mpi"}, "backend"),
-    ({"master_address": "host name"}, "master_address"),
-    ({"master_port": 70000}, "master_port"),
-    ({"sizes": []}, "sizes"),
-    ({"sizes": [1024, "4K"]}, "sizes"),
-    ({"iterations": 0}, "iterations"),
-    ({"timeouts": {"store": -1}}, "store"),
-    ({"timeouts": {"handshake": 1}}, "timeouts.handshake"),
-    ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "env.LD_PRELOAD"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"v": 2}, "command.v"),
+        ({"kind": "mesh"}, "kind"),
+        ({"probe_id": "seven"}, "probe_id"),
+        ({"rendezvous": "a b"}, "rendezvous"),
+        ({"node": "../etc"}, "node"),
+        ({"rank": 2}, "rank"),
+        ({"backend": "mpi"}, "backend"),
+        ({"master_address": "host name"}, "master_address"),
+        ({"master_port": 70000}, "master_port"),
+        ({"sizes": []}, "sizes"),
+        ({"sizes": [1024, "4K"]}, "sizes"),
+        ({"iterations": 0}, "iterations"),
+        ({"timeouts": {"store": -1}}, "store"),
+        ({"timeouts": {"handshake": 1}}, "timeouts.handshake"),
+        ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "env.LD_PRELOAD"),
+    ],
+)
 def test_it_refuses_a_malformed_command_naming_the_field(change, field):
     assert field in refused({**command(1), **change})
 
 
-@pytest.mark.parametrize("change, words", [
-    ({"sizes": [contract.MAX_MESSAGE_BYTES * 2]}, "256 MiB"),
-    ({"sizes": [1024 * (k + 1) for k in range(contract.MAX_SIZES + 1)]}, "at most"),
-    ({"iterations": contract.MAX_ITERATIONS + 1}, "outside the allowed range"),
-    ({"deadline_s": contract.MAX_DEADLINE_S * 10}, "deadline_s"),
-    ({"timeouts": {"bandwidth": contract.MAX_BANDWIDTH_BUDGET_S + 1}}, "bandwidth"),
-    ({"world_size": contract.MAX_WORLD_SIZE + 1}, "world_size"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"sizes": [contract.MAX_MESSAGE_BYTES * 2]}, "256 MiB"),
+        ({"sizes": [1024 * (k + 1) for k in range(contract.MAX_SIZES + 1)]}, "at most"),
+        ({"iterations": contract.MAX_ITERATIONS + 1}, "outside the allowed range"),
+        ({"deadline_s": contract.MAX_DEADLINE_S * 10}, "deadline_s"),
+        ({"timeouts": {"bandwidth": contract.MAX_BANDWIDTH_BUDGET_S + 1}}, "bandwidth"),
+        ({"world_size": contract.MAX_WORLD_SIZE + 1}, "world_size"),
+    ],
+)
 def test_it_refuses_an_oversized_command(change, words):
     assert words in refused({**command(1), **change})
 

@@ -18,8 +18,12 @@ def test_it_lists_nodes_with_online_state_and_the_latest_verdict(client):
     client.force_login(make_user("viewer", operator=False))
     nodes = make_nodes(["node10", "node2", "node1"])
     make_nodes(["stale1"], online=False)
-    make_sweep(nodes, {("node1", "node2"): {"status": "timeout", "stage": "connect", "reason": "connect_timeout"}},
-               verdict="fail", findings=[("fail", "node2", "node2 cannot be reached from node1")])
+    make_sweep(
+        nodes,
+        {("node1", "node2"): {"status": "timeout", "stage": "connect", "reason": "connect_timeout"}},
+        verdict="fail",
+        findings=[("fail", "node2", "node2 cannot be reached from node1")],
+    )
     html = client.get("/").content.decode()
     # Natural order: node2 before node10.
     assert html.index('data-node="node1"') < html.index('data-node="node2"') < html.index('data-node="node10"')
@@ -48,14 +52,15 @@ def test_its_state_endpoint_returns_the_compact_matrix(client):
     assert state["progress"]["pairs_done"] == 3 and state["verdict"] == "pass"
 
 
-def test_its_node_table_endpoint_gives_online_state_and_last_heartbeat_in_natural_order(client):
+def test_its_node_table_endpoint_gives_online_state_and_last_heartbeat_offline_first_in_natural_order(client):
     assert client.get(reverse("nodes-state")).status_code == 302  # login required
     client.force_login(make_user("viewer", operator=False))
     make_nodes(["node10", "node2"])
     make_nodes(["stale1"], online=False)
     state = client.get(reverse("nodes-state")).json()
-    assert [n["name"] for n in state["nodes"]] == ["node2", "node10", "stale1"]
-    assert [n["online"] for n in state["nodes"]] == [True, True, False]
+    # An offline node of the fleet fails every sweep: it leads the table.
+    assert [n["name"] for n in state["nodes"]] == ["stale1", "node2", "node10"]
+    assert [n["online"] for n in state["nodes"]] == [False, True, True]
     assert state["online"] == 2
     assert all(n["last_heartbeat"] and "facts" not in n for n in state["nodes"])
-    assert state["now"] >= state["nodes"][0]["last_heartbeat"]
+    assert state["now"] >= state["nodes"][-1]["last_heartbeat"]

@@ -18,31 +18,51 @@ def viewer(client):
 
 @pytest.fixture
 def cluster():
-    nodes = make_nodes(["node1", "node2", "node10"], facts={
-        "node1": {"versions": {"torch": "2.13.0", "nccl": "2.21.5"}, "host": {"loopback": False}},
-        "node2": {"versions": {"torch": "2.13.0", "nccl": "2.21.5"}, "host": {"loopback": False}},
-        "node10": {"versions": {"torch": "2.13.0", "nccl": "2.18.1"}, "host": {"loopback": True}},
-    })
+    nodes = make_nodes(
+        ["node1", "node2", "node10"],
+        facts={
+            "node1": {"versions": {"torch": "2.13.0", "nccl": "2.21.5"}, "host": {"loopback": False}},
+            "node2": {"versions": {"torch": "2.13.0", "nccl": "2.21.5"}, "host": {"loopback": False}},
+            "node10": {"versions": {"torch": "2.13.0", "nccl": "2.18.1"}, "host": {"loopback": True}},
+        },
+    )
     before = make_sweep(nodes)
-    after = make_sweep(nodes, {("node2", "node10"): {"status": "failed", "stage": "init", "reason": "transport",
-                                                     "hint": "set GLOO_SOCKET_IFNAME=eth0", "busbw_gbps": None}},
-                       verdict="fail")
+    after = make_sweep(
+        nodes,
+        {
+            ("node2", "node10"): {
+                "status": "failed",
+                "stage": "init",
+                "reason": "transport",
+                "hint": "set GLOO_SOCKET_IFNAME=eth0",
+                "busbw_gbps": None,
+            }
+        },
+        verdict="fail",
+    )
     return nodes, before, after
 
 
 def test_it_renders_every_page_for_a_viewer(viewer, cluster):
     _nodes, before, after = cluster
-    for url in ["/", reverse("history"), reverse("sweep", args=[after.pk]), reverse("consistency"),
-                reverse("node", args=["node10"]), reverse("pair", args=["node2", "node10"]),
-                f"{reverse('compare')}?a={before.pk}&b={after.pk}", reverse("sweep-report", args=[after.pk])]:
+    for url in [
+        "/",
+        reverse("history"),
+        reverse("sweep", args=[after.pk]),
+        reverse("consistency"),
+        reverse("node", args=["node10"]),
+        reverse("pair", args=["node2", "node10"]),
+        f"{reverse('compare')}?a={before.pk}&b={after.pk}",
+        reverse("sweep-report", args=[after.pk]),
+    ]:
         response = viewer.get(url)
         assert response.status_code == 200, url
 
 
 def test_it_highlights_the_odd_node_in_the_consistency_table(viewer, cluster):
     html = viewer.get(reverse("consistency")).content.decode()
-    row = html[html.index('data-node="node10"'):]
-    row = row[:row.index("</tr>")]
+    row = html[html.index('data-node="node10"') :]
+    row = row[: row.index("</tr>")]
     assert 'class="mono odd"' in row and "2.18.1" in row
 
 
@@ -83,8 +103,41 @@ def test_a_post_without_the_csrf_token_fails():
 
 def test_an_operator_can_cancel_an_open_sweep(client):
     client.force_login(make_user("op", operator=True))
-    open_sweep = make_sweep(make_nodes(["a", "b"]), {("a", "b"): {"status": "running"}}, status="running",
-                            verdict="unknown")
+    open_sweep = make_sweep(
+        make_nodes(["a", "b"]), {("a", "b"): {"status": "running"}}, status="running", verdict="unknown"
+    )
     response = client.post(reverse("sweep-cancel", args=[open_sweep.pk]))
     assert response.status_code == 302
     assert Sweep.objects.get(pk=open_sweep.pk).status == "cancelled"
+
+
+def test_it_shows_why_a_finding_was_raised(client, django_user_model):
+    from cluster_health.models import Finding, Node, PairProbe, Sweep
+
+    user = django_user_model.objects.create_user("why", password="pw")
+    client.force_login(user)
+    n1, n2 = Node.objects.create(name="n1", address="10.0.0.1"), Node.objects.create(name="n2", address="10.0.0.2")
+    sweep = Sweep.objects.create(kind="connectivity", status="finished", nodes=["n1", "n2"])
+    probe = PairProbe.objects.create(
+        sweep=sweep,
+        round=0,
+        node_a=n1,
+        node_b=n2,
+        status="timeout",
+        stage="connect",
+        reason="connect_timeout",
+        hint="n2 could not reach n1",
+    )
+    f = Finding.objects.create(
+        sweep=sweep,
+        severity="fail",
+        code="inbound_blocked",
+        subject="n1",
+        text="n1 accepts no inbound connection from any peer",
+        pairs=["n1<->n2"],
+        detail={"evidence": ["n2 -> n1 (store on n1): timeout"], "next_step": "open it"},
+    )
+    page = client.get(f"/sweeps/{sweep.pk}/findings/{f.pk}/").content.decode()
+    assert "n1 accepts no inbound connection" in page and "n2 -&gt; n1 (store on n1): timeout" in page
+    assert "open it" in page and f"?probe={probe.pk}" in page
+    assert f"/sweeps/{sweep.pk}/findings/{f.pk}/" in client.get(f"/sweeps/{sweep.pk}/").content.decode()

@@ -2,12 +2,19 @@
 
 import pytest
 
-from cluster_health import discovery, planner
+from cluster_health.core import discovery, planner
 
 
 def row(a, ia, b, ib, ok):
-    return {"rank0_node": a, "rank0_interface": ia, "rank0_address": f"{a}-{ia}",
-            "rank1_node": b, "rank1_interface": ib, "rank1_address": f"{b}-{ib}", "ok": ok}
+    return {
+        "rank0_node": a,
+        "rank0_interface": ia,
+        "rank0_address": f"{a}-{ia}",
+        "rank1_node": b,
+        "rank1_interface": ib,
+        "rank1_address": f"{b}-{ib}",
+        "ok": ok,
+    }
 
 
 def two_nics(a, b):
@@ -42,9 +49,11 @@ def test_it_names_the_working_interface_and_warns_about_the_dead_one():
 
 def test_it_fails_a_node_that_no_single_interface_connects_to_every_peer():
     # h1's eth0 reaches h2 only, its eth1 reaches h3 only: no one setting works for a job on all three.
-    rows = [[row("h1", "eth0", "h2", "eth0", True), row("h1", "eth1", "h2", "eth0", False)],
-            [row("h1", "eth0", "h3", "eth0", False), row("h1", "eth1", "h3", "eth0", True)],
-            [row("h2", "eth0", "h3", "eth0", True)]]
+    rows = [
+        [row("h1", "eth0", "h2", "eth0", True), row("h1", "eth1", "h2", "eth0", False)],
+        [row("h1", "eth0", "h3", "eth0", False), row("h1", "eth1", "h3", "eth0", True)],
+        [row("h2", "eth0", "h3", "eth0", True)],
+    ]
     found = {f["subject"]: f for f in discovery.interface_findings(rows, everyone(["h1", "h2", "h3"]))}
     assert (found["h1"]["severity"], found["h1"]["code"]) == ("fail", "interface_none")
     assert "eth0 (h1-eth0) connects to h2;" in found["h1"]["text"]
@@ -84,9 +93,8 @@ def test_it_prefers_the_registered_address_among_interfaces_that_all_work(regist
 @pytest.mark.usefixtures("memory_channel_layer")
 def test_a_discover_sweep_sends_discover_probes_and_names_the_interface_per_node(driver):
     from agents import contract
-    from agents.probe import discover_budget_s
     from cluster_health.models import Finding, PairProbe, Sweep
-    from tests.sweep_driver import heartbeat, result_for
+    from devtools.sweep_driver import heartbeat, result_for
 
     names = ["n0", "n1", "n2"]
     for name in names:
@@ -105,7 +113,7 @@ def test_a_discover_sweep_sends_discover_probes_and_names_the_interface_per_node
     sweep = Sweep.objects.get(pk=sweep.pk)
     assert {c["kind"] for c in sent} == {"discover"} and len(sent) == 6
     timeouts = sent[0]["timeouts"]
-    assert sent[0]["deadline_s"] == contract.default_deadline(timeouts) - 4.0 + discover_budget_s(4.0)
+    assert sent[0]["deadline_s"] == contract.default_deadline(timeouts) - 4.0 + contract.discover_budget_s(4.0)
     assert PairProbe.objects.filter(sweep=sweep, status="ok").count() == 3
     dead = Finding.objects.filter(sweep=sweep, code="interface_dead").order_by("subject")
     assert [f.subject for f in dead] == names and all("GLOO_SOCKET_IFNAME=eth0" in f.text for f in dead)

@@ -12,8 +12,20 @@ import time
 
 import pytest
 
-from tests.fault_bed import (FAST, TimedSweep, cell, manage, others, record, record_cell, restart_agent,
-                             start_agents, wait_offline, wait_online)
+from tests.fault_bed import (
+    FAST,
+    TimedSweep,
+    cell,
+    connectivity,
+    manage,
+    others,
+    record,
+    record_cell,
+    restart_agent,
+    start_agents,
+    wait_offline,
+    wait_online,
+)
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -28,11 +40,6 @@ def bed(make_module_testbed, stack):
     return bed
 
 
-def connectivity(stack, injected_at, nodes=NAMES):
-    return TimedSweep(stack, "--kind", "connectivity", "--nodes", ",".join(nodes), "--wait", "--timeout", "150",
-                      *FAST, injected_at=injected_at)
-
-
 @pytest.mark.timeout(120)
 def test_it_names_a_firewall_and_one_way_loss(bed, stack):
     wait_online(NAMES)
@@ -40,21 +47,24 @@ def test_it_names_a_firewall_and_one_way_loss(bed, stack):
     bed.firewall_between("host1", "host2")
     bed.drop("host3", "host4")  # host3 -> host4 dropped, host4 -> host3 allowed
     try:
-        sweep = connectivity(stack, injected)
+        sweep = connectivity(stack, NAMES, injected)
         times = sweep.time_to_cells(("host1", "host2"), ("host3", "host4"))
         rc, report = sweep.report()
     finally:
         bed.heal("host1", "host2")
         bed.undrop("host3", "host4")
     assert rc == 2 and report["verdict"] == "fail", report
-    for link, fault in ((("host1", "host2"), "firewall (nft drop both ways)"),
-                        (("host3", "host4"), "one-way loss (host3 -> host4 dropped)")):
+    for link, fault in (
+        (("host1", "host2"), "firewall (nft drop both ways)"),
+        (("host3", "host4"), "one-way loss (host3 -> host4 dropped)"),
+    ):
         p = cell(report, *link)
         assert p["status"] == "timeout", p
         assert (p["stage"], p["reason"]) in (("connect", "connect_timeout"), ("store", "store_timeout")), p
         assert "firewall" in p["hint"], p
-        record_cell(fault, times[link], p, f"{p['status']} at {p['stage']} ({p['reason']}), hint: firewall; "
-                                         "other pairs ok")
+        record_cell(
+            fault, times[link], p, f"{p['status']} at {p['stage']} ({p['reason']}), hint: firewall; other pairs ok"
+        )
     assert {p["status"] for p in others(report, ("host1", "host2"), ("host3", "host4"))} == {"ok"}
 
 
@@ -65,7 +75,7 @@ def test_it_blames_a_host_whose_agent_is_stopped(bed, stack):
     bed.stop_agent("host4")
     try:
         wait_offline("host4")
-        sweep = connectivity(stack, injected)
+        sweep = connectivity(stack, NAMES, injected)
         times = sweep.time_to_cells(("host1", "host4"), ("host2", "host4"), ("host3", "host4"))
         rc, report = sweep.report()
     finally:
@@ -90,7 +100,7 @@ def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, sta
     bed.misresolve("host1", "host3", NOWHERE)
     bed.misresolve("host3", "host1", NOWHERE)
     try:
-        sweep = connectivity(stack, injected)
+        sweep = connectivity(stack, NAMES, injected)
         times = sweep.time_to_cells(("host1", "host3"))
         rc, report = sweep.report()
     finally:
@@ -103,8 +113,12 @@ def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, sta
     assert p["status"] in ("failed", "timeout") and p["reason"] in ("dns", "unreachable"), p
     assert NOWHERE in p["hint"], p
     assert {q["status"] for q in others(report, ("host1", "host3"))} == {"ok"}
-    record_cell("peer name resolves wrongly", times[("host1", "host3")], p,
-                f"{p['status']} at {p['stage']} ({p['reason']}), hint names {NOWHERE}")
+    record_cell(
+        "peer name resolves wrongly",
+        times[("host1", "host3")],
+        p,
+        f"{p['status']} at {p['stage']} ({p['reason']}), hint names {NOWHERE}",
+    )
 
 
 @pytest.mark.timeout(120)
@@ -114,8 +128,18 @@ def test_it_warns_that_a_loopback_hostname_would_hang_a_default_job(bed, stack):
     restart_agent(bed, stack, "host2")  # facts (what the hostname resolves to) are read at start
     try:
         wait_online(NAMES)
-        sweep = TimedSweep(stack, "--kind", "group", "--nodes", ",".join(NAMES), "--wait", "--timeout", "120",
-                           *FAST, injected_at=injected)
+        sweep = TimedSweep(
+            stack,
+            "--kind",
+            "group",
+            "--nodes",
+            ",".join(NAMES),
+            "--wait",
+            "--timeout",
+            "120",
+            *FAST,
+            injected_at=injected,
+        )
         rc, report = sweep.report()
         elapsed = sweep.elapsed()
     finally:
@@ -126,8 +150,14 @@ def test_it_warns_that_a_loopback_hostname_would_hang_a_default_job(bed, stack):
     assert warn and "127.0.1.1" in warn[0]["text"] and "GLOO_SOCKET_IFNAME" in warn[0]["text"], report["findings"]
     assert rc == 1 and report["verdict"] == "warn"
     group = report["groups"][0]
-    record("hostname -> 127.0.1.1", elapsed, "group all_reduce ok; warn finding on host2 naming GLOO_SOCKET_IFNAME",
-           status=group["status"], stage=group["stage"], reason=group["reason"])
+    record(
+        "hostname -> 127.0.1.1",
+        elapsed,
+        "group all_reduce ok; warn finding on host2 naming GLOO_SOCKET_IFNAME",
+        status=group["status"],
+        stage=group["stage"],
+        reason=group["reason"],
+    )
 
 
 @pytest.mark.timeout(120)
@@ -135,14 +165,35 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
     wait_online(NAMES)
     port = 29500
     injected = time.monotonic()
-    squatter = subprocess.Popen(bed.exec_args(bed.host("host1"), [
-        sys.executable, "-c", "import socket,time;s=socket.socket();s.bind(('0.0.0.0',%d));s.listen();"
-        "print('ready',flush=True);time.sleep(120)" % port]), stdout=subprocess.PIPE, text=True,
-        start_new_session=True)
+    squatter = subprocess.Popen(
+        bed.exec_args(
+            bed.host("host1"),
+            [
+                sys.executable,
+                "-c",
+                f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();"
+                "print('ready',flush=True);time.sleep(120)",
+            ],
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert squatter.stdout.readline().strip() == "ready"
-        run = manage(stack, "preflight", "--master", "host1", "--port", str(port), "--nodes", "host1,host2",
-                     "--json", "--timeout", "120")
+        run = manage(
+            stack,
+            "preflight",
+            "--master",
+            "host1",
+            "--port",
+            str(port),
+            "--nodes",
+            "host1,host2",
+            "--json",
+            "--timeout",
+            "120",
+        )
         elapsed = time.monotonic() - injected
     finally:
         squatter.kill()
@@ -153,15 +204,34 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
     taken = [f for f in report["findings"] if "port_in_use" in (f.get("code"), f["text"]) or "in use" in f["text"]]
     assert taken and str(port) in taken[0]["text"] and "MASTER_PORT" in taken[0]["text"], report["findings"]
     rehearsal = report["groups"][0] if report.get("groups") else {}
-    record("MASTER_PORT taken on the master", elapsed, f"launch rehearsal fail: {taken[0]['text'][:80]}",
-           status=rehearsal.get("status"), stage=rehearsal.get("stage"), reason=rehearsal.get("reason"))
+    record(
+        "MASTER_PORT taken on the master",
+        elapsed,
+        f"launch rehearsal fail: {taken[0]['text'][:80]}",
+        status=rehearsal.get("status"),
+        stage=rehearsal.get("stage"),
+        reason=rehearsal.get("reason"),
+    )
 
 
 @pytest.mark.timeout(150)
 def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
     wait_online(NAMES)
-    bw = ["--kind", "pairs", "--pairs", "host1:host2", "--wait", "--timeout", "120", "--sizes",
-          "1048576,4194304", "--iterations", "3", "--stage-timeout", "bandwidth=10"]
+    bw = [
+        "--kind",
+        "pairs",
+        "--pairs",
+        "host1:host2",
+        "--wait",
+        "--timeout",
+        "120",
+        "--sizes",
+        "1048576,4194304",
+        "--iterations",
+        "3",
+        "--stage-timeout",
+        "bandwidth=10",
+    ]
     rc, baseline = TimedSweep(stack, *bw, "--baseline", "none").report()
     assert rc == 0 and cell(baseline, "host1", "host2")["status"] == "ok", baseline
     rate_mbit = 200
@@ -177,13 +247,19 @@ def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
     p = cell(report, "host1", "host2")
     assert (p["status"], p["reason"]) == ("degraded", "below_baseline"), p
     busbw_mbit = p["busbw_gbps"] * 8000  # GB/s (10^9 bytes) -> Mbit/s
-    print(f"\nshaped {rate_mbit} Mbit/s: busbw {busbw_mbit:.1f} Mbit/s, iperf3 {iperf_mbit:.1f} Mbit/s, "
-          f"baseline {cell(baseline, 'host1', 'host2')['busbw_gbps'] * 8000:.0f} Mbit/s")
+    print(
+        f"\nshaped {rate_mbit} Mbit/s: busbw {busbw_mbit:.1f} Mbit/s, iperf3 {iperf_mbit:.1f} Mbit/s, "
+        f"baseline {cell(baseline, 'host1', 'host2')['busbw_gbps'] * 8000:.0f} Mbit/s"
+    )
     assert abs(busbw_mbit - rate_mbit) <= 0.1 * rate_mbit, (busbw_mbit, rate_mbit)
     assert abs(busbw_mbit - iperf_mbit) <= 0.1 * iperf_mbit, (busbw_mbit, iperf_mbit)
     assert "host1" in p["hint"] or any("host1" in f["subject"] for f in report["findings"]), (p, report["findings"])
-    record_cell(f"link shaped to {rate_mbit} Mbit/s (tc tbf)", took, p,
-                f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s")
+    record_cell(
+        f"link shaped to {rate_mbit} Mbit/s (tc tbf)",
+        took,
+        p,
+        f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s",
+    )
 
 
 @pytest.mark.timeout(240)
@@ -192,8 +268,18 @@ def test_discovery_names_the_working_interface_when_a_second_nic_is_on_a_dead_ne
     injected = time.monotonic()
     dead = {name: bed.add_dead_interface(name) for name in NAMES}
     try:
-        sweep = TimedSweep(stack, "--kind", "discover", "--nodes", ",".join(NAMES), "--wait", "--timeout", "200",
-                           *FAST, injected_at=injected)
+        sweep = TimedSweep(
+            stack,
+            "--kind",
+            "discover",
+            "--nodes",
+            ",".join(NAMES),
+            "--wait",
+            "--timeout",
+            "200",
+            *FAST,
+            injected_at=injected,
+        )
         rc, report = sweep.report()
         elapsed = sweep.elapsed()
     finally:
@@ -206,8 +292,10 @@ def test_discovery_names_the_working_interface_when_a_second_nic_is_on_a_dead_ne
         # eth1 <-> eth1 never connects; Gloo does connect eth0 <-> eth1 (the eth1 side dials out over eth0).
         assert f"working: {a}:eth0 <-> {b}:eth0," in p["hint"], p["hint"]
         assert f"failing: {a}:eth1 <-> {b}:eth1;" in p["hint"], p["hint"]
-        assert (f"set GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {a} and "
-                f"GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {b}") in p["hint"], p["hint"]
+        assert (
+            f"set GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {a} and "
+            f"GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {b}"
+        ) in p["hint"], p["hint"]
     by_node = {f["subject"]: f for f in report["findings"] if f["code"] == "interface_dead"}
     assert set(by_node) == set(NAMES), report["findings"]
     for name, f in by_node.items():
@@ -216,9 +304,14 @@ def test_discovery_names_the_working_interface_when_a_second_nic_is_on_a_dead_ne
         assert f"{name}: eth0 ({bed.host(name).address}) connects to all 3 peers" in f["text"], f
         assert f"eth1 ({dead[name]}) fails with {peers}" in f["text"], f
         assert f"Set GLOO_SOCKET_IFNAME=eth0 NCCL_SOCKET_IFNAME=eth0 on {name}" in f["text"], f
-    assert any(f["subject"] == "cluster" and "launch jobs with GLOO_SOCKET_IFNAME=eth0" in f["text"]
-               for f in report["findings"]), report["findings"]
+    assert any(
+        f["subject"] == "cluster" and "launch jobs with GLOO_SOCKET_IFNAME=eth0" in f["text"]
+        for f in report["findings"]
+    ), report["findings"]
     assert (rc, report["verdict"]) == (1, "warn"), report["findings"]
-    record_cell("second NIC on a dead network (every host)", elapsed, report["pairs"][0],
-                "6 pairs ok, hint: eth1 <-> eth1 fails, set GLOO_SOCKET_IFNAME=eth0; warn finding per host "
-                "naming eth1")
+    record_cell(
+        "second NIC on a dead network (every host)",
+        elapsed,
+        report["pairs"][0],
+        "6 pairs ok, hint: eth1 <-> eth1 fails, set GLOO_SOCKET_IFNAME=eth0; warn finding per host naming eth1",
+    )

@@ -2,9 +2,9 @@
 
 import pytest
 
-from cluster_health import merge
+from cluster_health.core import merge
 from cluster_health.models import PairProbe, RejectedMessage
-from tests.sweep_driver import heartbeat, result_for
+from devtools.sweep_driver import heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 

@@ -4,7 +4,8 @@ import pytest
 
 from cluster_health import ingest
 from cluster_health.models import PairProbe, RejectedMessage, Sweep
-from tests.sweep_driver import heartbeat, result_for
+from devtools.sweep_driver import result_for
+from tests.sweep_setup import connectivity_sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -15,10 +16,7 @@ def ingest_batch(driver, results):
 
 @pytest.fixture
 def four_nodes(driver):
-    for n in ("n0", "n1", "n2", "n3"):
-        heartbeat(n)
-    sweep = driver.sweep(kind="connectivity")
-    return sweep, sorted(driver.take(), key=lambda c: (c["probe_id"], c["rank"]))
+    return connectivity_sweep(driver)
 
 
 def test_it_applies_both_halves_of_every_pair_in_one_batch_and_advances_the_round(driver, four_nodes):
@@ -55,8 +53,14 @@ def test_it_rejects_bad_halves_of_a_batch_and_applies_the_rest(driver, four_node
     sweep, cmds = four_nodes
     malformed = result_for(cmds[0])
     malformed["status"] = "splendid"
-    batch = [malformed, result_for(cmds[0], node="intruder"), result_for(cmds[1], sweep_id=sweep.pk + 1),
-             result_for(cmds[0], rank=1), result_for(cmds[0]), result_for(cmds[1])]
+    batch = [
+        malformed,
+        result_for(cmds[0], node="intruder"),
+        result_for(cmds[1], sweep_id=sweep.pk + 1),
+        result_for(cmds[0], rank=1),
+        result_for(cmds[0]),
+        result_for(cmds[1]),
+    ]
     assert ingest_batch(driver, batch) == ["rejected"] * 4 + ["applied", "final"]
     assert RejectedMessage.objects.count() == 4
     assert PairProbe.objects.get(pk=cmds[0]["probe_id"]).status == "ok"
@@ -65,8 +69,15 @@ def test_it_rejects_bad_halves_of_a_batch_and_applies_the_rest(driver, four_node
 def test_it_finishes_a_sweep_fed_only_in_batches_with_the_same_verdict(driver, four_nodes):
     sweep, cmds = four_nodes
     while cmds:
-        ingest_batch(driver, [result_for(c) if c["node"] != "n3" else
-                              result_for(c, status="failed", stage="connect", reason="refused") for c in cmds])
+        ingest_batch(
+            driver,
+            [
+                result_for(c)
+                if c["node"] != "n3"
+                else result_for(c, status="failed", stage="connect", reason="refused")
+                for c in cmds
+            ],
+        )
         cmds = driver.take()
     sweep.refresh_from_db()
     assert sweep.status == "finished" and sweep.verdict == "fail"

@@ -2,7 +2,7 @@
 
 import math
 
-from cluster_health import matrix
+from cluster_health.core import matrix
 
 
 def pair(a, b, status, busbw=None, **kw):
@@ -21,10 +21,13 @@ def test_it_indexes_the_upper_triangle_densely():
 
 
 def test_it_encodes_status_busbw_and_details_per_pair():
-    payload = matrix.build_matrix(["n10", "n2", "n1"], [
-        pair("n2", "n1", "ok", 1.5, latency_us=120.0),
-        pair("n1", "n10", "timeout", stage="connect", reason="connect_timeout", hint="firewall?"),
-    ])
+    payload = matrix.build_matrix(
+        ["n10", "n2", "n1"],
+        [
+            pair("n2", "n1", "ok", 1.5, latency_us=120.0),
+            pair("n1", "n10", "timeout", stage="connect", reason="connect_timeout", hint="firewall?"),
+        ],
+    )
     assert payload["nodes"] == ["n1", "n2", "n10"]
     status = matrix.decode(payload["status"], "B")
     busbw = matrix.decode(payload["busbw_gbps"], "f")
@@ -47,16 +50,24 @@ def test_it_ignores_pairs_naming_unknown_nodes():
 
 
 def test_it_diffs_status_changes_and_busbw_ratio():
-    before = matrix.build_matrix(["a", "b", "c"], [
-        pair("a", "b", "ok", 10.0), pair("a", "c", "failed", reason="refused"), pair("b", "c", "ok", 10.0)])
-    after = matrix.build_matrix(["a", "b", "c", "d"], [
-        pair("a", "b", "ok", 5.0), pair("a", "c", "ok", 9.0), pair("b", "c", "timeout", reason="connect_timeout"),
-        pair("a", "d", "ok", 1.0)])
+    before = matrix.build_matrix(
+        ["a", "b", "c"],
+        [pair("a", "b", "ok", 10.0), pair("a", "c", "failed", reason="refused"), pair("b", "c", "ok", 10.0)],
+    )
+    after = matrix.build_matrix(
+        ["a", "b", "c", "d"],
+        [
+            pair("a", "b", "ok", 5.0),
+            pair("a", "c", "ok", 9.0),
+            pair("b", "c", "timeout", reason="connect_timeout"),
+            pair("a", "d", "ok", 1.0),
+        ],
+    )
     diff = matrix.build_diff(before, after)
     assert diff["nodes"] == ["a", "b", "c", "d"]
     change = matrix.decode(diff["change"], "B")
     ratio = matrix.decode(diff["busbw_ratio"], "f")
-    code = lambda i, j: matrix.DIFF_CODES[change[matrix.pair_index(i, j, 4)]]  # noqa: E731
+    code = lambda i, j: matrix.DIFF_CODES[change[matrix.pair_index(i, j, 4)]]
     assert [code(0, 1), code(0, 2), code(1, 2), code(0, 3)] == ["same", "fixed", "broke", "absent"]
     assert ratio[matrix.pair_index(0, 1, 4)] == 0.5
     assert diff["broke"] == [{"a": "b", "b": "c", "before": "ok", "after": "timeout"}]

@@ -4,9 +4,11 @@ import json
 
 import pytest
 
-from cluster_health import matrix, reports, sweeps
+from cluster_health import sweeps
+from cluster_health.core import matrix
 from cluster_health.models import PairProbe, Sweep, SweepMatrix
-from tests.sweep_driver import heartbeat, result_for
+from cluster_health.web import serializers
+from devtools.sweep_driver import heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -25,7 +27,7 @@ def test_it_stores_the_matrix_of_the_rows_when_a_sweep_finishes(driver):
     sweep.refresh_from_db()
     assert sweep.status == "finished"
     stored = json.loads(SweepMatrix.objects.get(sweep=sweep).payload)
-    assert stored == matrix.build_matrix(sweep.nodes, reports.pair_dicts(sweep))
+    assert stored == matrix.build_matrix(sweep.nodes, serializers.pair_dicts(sweep))
     counts = matrix.status_counts(stored)
     assert counts == {"ok": 6, "timeout": 4}
     k = matrix.pair_index(stored["nodes"].index("n0"), stored["nodes"].index("n3"), 5)
@@ -39,14 +41,14 @@ def test_it_builds_an_open_sweep_from_its_rows_and_stores_a_cancelled_one_on_fir
     first = driver.take()
     driver.ingest(result_for(first[0]))
     driver.ingest(result_for(first[1]))
-    open_payload = json.loads(reports.matrix_text(sweep))
+    open_payload = json.loads(serializers.matrix_text(sweep))
     assert matrix.status_counts(open_payload)["ok"] == 1
     assert not SweepMatrix.objects.filter(sweep=sweep).exists()
     driver.run(sweeps.cancel, sweep.pk)
     sweep.refresh_from_db()
-    closed = json.loads(reports.matrix_text(sweep))
+    closed = json.loads(serializers.matrix_text(sweep))
     assert SweepMatrix.objects.filter(sweep=sweep).exists()
-    assert closed == matrix.build_matrix(sweep.nodes, reports.pair_dicts(sweep))
+    assert closed == matrix.build_matrix(sweep.nodes, serializers.pair_dicts(sweep))
     assert matrix.status_counts(closed) == {"ok": 1, "skipped": 2}
 
 

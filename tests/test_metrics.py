@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.sweep_driver import Driver, heartbeat, result_for
+from devtools.sweep_driver import Driver, heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 

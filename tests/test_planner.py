@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cluster_health import planner
+from cluster_health.core import planner
 
 
 def names(n):
@@ -60,8 +60,7 @@ def test_it_puts_every_node_in_a_pair_in_a_quick_sweep():
 
 def test_it_packs_explicit_pairs_into_disjoint_rounds():
     nodes = names(4)
-    p = planner.plan("pairs", nodes, [("n0000", "n0001"), ("n0001", "n0000"), ("n0002", "n0001"),
-                                      ("n0002", "n0003")])
+    p = planner.plan("pairs", nodes, [("n0000", "n0001"), ("n0001", "n0000"), ("n0002", "n0001"), ("n0002", "n0003")])
     pairs = [pair for r in p.rounds for pair in r]
     assert sorted(pairs) == [("n0000", "n0001"), ("n0001", "n0002"), ("n0002", "n0003")]
     assert_disjoint_rounds(p.rounds)

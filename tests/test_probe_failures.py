@@ -1,13 +1,12 @@
 """Each way a rendezvous fails ends in a bounded result that names the stage, the reason and the address."""
 
-import socket
 import time
 
 import pytest
 
 from agents.runner import run_probe
-from tests.agent_fixtures import command, pair
-from tests.services import free_port
+from devtools.services import free_port
+from tests.agent_fixtures import command, held_port, pair
 
 
 @pytest.mark.timeout(30)
@@ -44,10 +43,7 @@ def test_the_master_reports_a_peer_that_never_joins_its_store(redis_url):
 
 @pytest.mark.timeout(60)
 def test_it_reports_a_taken_port_on_both_ranks(redis_url):
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        port = holder.getsockname()[1]
+    with held_port() as port:
         r0, r1 = pair(redis_url, master_port=port)
     for result in (r0, r1):
         assert (result["status"], result["reason"]) == ("failed", "port_in_use"), result

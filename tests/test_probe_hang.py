@@ -53,7 +53,9 @@ def test_a_peer_killed_mid_collective_fails_the_survivor_quickly(redis_url):
     assert pids.get("sent")
     assert time.monotonic() - began < 15.0
     assert survivor["stage"] == "bandwidth"
-    assert (survivor["status"], survivor["reason"]) in {("failed", "transport"), ("timeout", "collective_timeout")}, survivor["detail"]
+    assert (survivor["status"], survivor["reason"]) in {("failed", "transport"), ("timeout", "collective_timeout")}, (
+        survivor["detail"]
+    )
     assert "n0" in survivor["hint"]
     assert (killed["status"], killed["reason"]) == ("failed", "probe_crashed")
     assert "SIGKILL" in killed["hint"]

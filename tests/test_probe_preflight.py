@@ -2,8 +2,8 @@
 
 import pytest
 
+from devtools.services import free_port
 from tests.agent_fixtures import pair
-from tests.services import free_port
 
 
 @pytest.mark.timeout(60)

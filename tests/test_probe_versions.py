@@ -8,15 +8,23 @@ from tests.agent_fixtures import command
 
 
 def probe_for(rank, tmp_path):
-    spec = {"command": contract.validate_command(command(rank)), "rendezvous": {"kind": "manual"},
-            "events_path": str(tmp_path / "stages.jsonl"), "result_path": str(tmp_path / "result.json"),
-            "spawned_at": time.time()}
+    spec = {
+        "command": contract.validate_command(command(rank)),
+        "rendezvous": {"kind": "manual"},
+        "events_path": str(tmp_path / "stages.jsonl"),
+        "result_path": str(tmp_path / "result.json"),
+        "spawned_at": time.time(),
+    }
     return Probe(spec, StageLog(spec["events_path"]))
 
 
 def posted(node, torch="2.13.0+cpu", cuda=None, nccl=None):
-    return {"node": node, "versions": {"torch": torch, "cuda": cuda, "nccl": nccl, "python": "3.11.7"},
-            "init_problem": None, "candidates": []}
+    return {
+        "node": node,
+        "versions": {"torch": torch, "cuda": cuda, "nccl": nccl, "python": "3.11.7"},
+        "init_problem": None,
+        "candidates": [],
+    }
 
 
 def test_matching_versions_are_recorded_without_a_flag(tmp_path):

@@ -5,9 +5,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from cluster_health import dispatch, reaper
 from cluster_health.models import Finding, Node, PairProbe, Sweep
-from tests.sweep_driver import heartbeat, result_for
+from cluster_health.sweeps import backlog, dispatch, reaper
+from devtools.sweep_driver import heartbeat, result_for
+from tests.sweep_setup import connectivity_sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -29,10 +30,7 @@ def test_it_times_out_a_probe_past_its_deadline_keeping_the_half_that_arrived(dr
 
 
 def test_it_marks_pairs_of_a_silent_node_offline_and_blames_the_node(driver):
-    for n in ("n0", "n1", "n2", "n3"):
-        heartbeat(n)
-    sweep = driver.sweep(kind="connectivity")
-    cmds = driver.take()
+    sweep, cmds = connectivity_sweep(driver)
     # n3 answers round 1, then its agent stops.
     for c in cmds:
         driver.ingest(result_for(c))
@@ -82,27 +80,117 @@ def test_it_closes_a_round_immediately_when_a_node_is_already_offline(driver):
     assert reaper.reap()["offline"] == 0
 
 
+def n1_silent_after_n0_answered(driver):
+    """A connectivity sweep of n0 and n1 in which n0 answered and n1 has been silent for five minutes."""
+    sweep, cmds = connectivity_sweep(driver, ("n0", "n1"))
+    for c in cmds:
+        if c["node"] == "n0":
+            driver.ingest(result_for(c))
+    Node.objects.filter(name="n1").update(last_heartbeat=timezone.now() - timedelta(minutes=5))
+    return sweep
+
+
+def assert_offline_only_once_read(driver, sweep, waiting, discard):
+    """While ``waiting()`` (n1's message unread) the reaper keeps the probe running; after ``discard()``, offline."""
+    try:
+        assert waiting()
+        driver.reap()
+        assert PairProbe.objects.get(sweep=sweep).status == "running"
+    finally:
+        discard()
+    driver.reap()
+    probe = PairProbe.objects.get(sweep=sweep)
+    assert (probe.status, probe.reason) == ("offline", "agent_offline")
+
+
 def test_it_does_not_read_waiting_heartbeats_as_silence(driver, settings):
     import redis
 
     from agents import contract
 
-    for n in ("n0", "n1"):
-        heartbeat(n)
-    sweep = driver.sweep(kind="connectivity")
-    for c in driver.take():
-        if c["node"] == "n0":
-            driver.ingest(result_for(c))
-    Node.objects.filter(name="n1").update(last_heartbeat=timezone.now() - timedelta(minutes=5))
+    sweep = n1_silent_after_n0_answered(driver)
     inbox = redis.Redis.from_url(settings.REDIS_URL)
     # The server worker was down: the agents' messages wait in its queue, unread.
     inbox.lpush(contract.SERVER_QUEUE, b"{}")
+    assert_offline_only_once_read(
+        driver, sweep, lambda: backlog.server_backlog().messages == 1, lambda: inbox.delete(contract.SERVER_QUEUE)
+    )
+
+
+def reserved_heartbeat(node: str) -> bytes:
+    """A heartbeat as Celery's Redis transport keeps a message a worker fetched and has not acked."""
+    import base64
+    import json
+
+    from agents import contract
+
+    body = base64.b64encode(json.dumps([[], {"heartbeat": {"node": node}}, {}]).encode()).decode()
+    raw = {
+        "body": body,
+        "content-type": "application/json",
+        "content-encoding": "utf-8",
+        "headers": {"task": contract.TASK_HEARTBEAT, "id": f"hb-{node}"},
+        "properties": {"body_encoding": "base64"},
+    }
+    return json.dumps([raw, "server", contract.SERVER_QUEUE]).encode()
+
+
+def test_it_does_not_judge_a_node_whose_heartbeat_a_worker_holds_unacked(driver, settings):
+    import time
+
+    import redis
+
+    sweep = n1_silent_after_n0_answered(driver)
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    # A worker back from an outage prefetched n1's heartbeat: the queue's list is empty, and
+    # the message sits in the transport's unacked hash until the worker applies it.
+    tag = "test-reaper-reserved-n1"
+    broker.hset("unacked", tag, reserved_heartbeat("n1"))
+    broker.zadd("unacked_index", {tag: time.time()})
+    assert_offline_only_once_read(
+        driver,
+        sweep,
+        lambda: backlog.server_backlog().nodes >= {"n1"},
+        lambda: (broker.hdel("unacked", tag), broker.zrem("unacked_index", tag)),
+    )
+
+
+def test_it_keeps_a_probe_open_past_its_deadline_while_its_result_waits(driver, settings):
+    import redis
+
+    from agents import contract
+
+    heartbeat("n0"), heartbeat("n1")
+    sweep = driver.sweep(kind="pairs", pairs=[["n0", "n1"]])
+    a, b = sorted(driver.take(), key=lambda c: c["rank"])
+    driver.ingest(result_for(a))
+    later = timezone.now() + timedelta(seconds=dispatch.server_deadline_s(a["deadline_s"]) + 1)
+    Node.objects.update(last_heartbeat=later)
+    # b's half was sent before the deadline and waits for a worker that is down.
+    waiting = json_message(contract.TASK_RESULT, {"result": result_for(b)})
+    inbox = redis.Redis.from_url(settings.REDIS_URL)
+    inbox.lpush(contract.SERVER_QUEUE, waiting)
     try:
-        assert reaper.server_backlog() == 1
-        driver.reap()
-        assert PairProbe.objects.get(sweep=sweep).status == "running"
+        assert driver.reap(later)["timeout"] == 0
     finally:
-        inbox.delete(contract.SERVER_QUEUE)
-    driver.reap()
+        inbox.lrem(contract.SERVER_QUEUE, 0, waiting)
+    driver.ingest(result_for(b))
     probe = PairProbe.objects.get(sweep=sweep)
-    assert (probe.status, probe.reason) == ("offline", "agent_offline")
+    assert probe.status == "ok"
+
+
+def json_message(task: str, kwargs: dict) -> bytes:
+    """A task message as Celery's Redis transport queues it."""
+    import base64
+    import json
+
+    body = base64.b64encode(json.dumps([[], kwargs, {}]).encode()).decode()
+    return json.dumps(
+        {
+            "body": body,
+            "content-type": "application/json",
+            "content-encoding": "utf-8",
+            "headers": {"task": task, "id": f"test-{task}"},
+            "properties": {"body_encoding": "base64"},
+        }
+    ).encode()

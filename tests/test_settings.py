@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.services import ROOT, python_env
+from devtools.services import ROOT, python_env
 
 GOOD_KEY = "k3y-" + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP"
 PRODUCTION = {
@@ -14,34 +14,44 @@ PRODUCTION = {
     "ALLOWED_HOSTS": "health.example.org",
     "REDIS_URL": "redis://127.0.0.1:1/0",
     "DJANGO_SETTINGS_MODULE": "cluster_health.settings",
+    "CLUSTER_HEALTH_METRICS_TOKEN": "metrics-" + "t" * 24,
 }
 
 
 def run_django(code: str, env: dict) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")}
+    base = {
+        k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    }
     base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
     base.update(env)
     return subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); " + code],
-        cwd=ROOT, env=base, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def manage(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")}
+    base = {
+        k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    }
     base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
     base.update(env)
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=base,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize("missing", ["SECRET_KEY", "ALLOWED_HOSTS", "REDIS_URL"])
+@pytest.mark.parametrize("missing", ["SECRET_KEY", "ALLOWED_HOSTS", "REDIS_URL", "CLUSTER_HEALTH_METRICS_TOKEN"])
 def test_it_refuses_to_start_in_production_without(missing):
     env = {k: v for k, v in PRODUCTION.items() if k != missing}
     out = run_django("print('started')", env)
     assert out.returncode != 0
     assert "started" not in out.stdout
-    assert f"{missing}: required when CLUSTER_HEALTH_PRODUCTION=1" in out.stderr
+    assert f"{missing}: required" in out.stderr and "when CLUSTER_HEALTH_PRODUCTION=1" in out.stderr
 
 
 def test_it_refuses_a_placeholder_secret_key_in_production():
@@ -78,7 +88,7 @@ def test_it_reads_secrets_from_files(tmp_path):
     key_file.write_text(GOOD_KEY + "\n")
     env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
     env["SECRET_KEY_FILE"] = str(key_file)
-    out = run_django("from django.conf import settings; print(settings.SECRET_KEY == %r)" % GOOD_KEY, env)
+    out = run_django(f"from django.conf import settings; print(settings.SECRET_KEY == {GOOD_KEY!r})", env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
 
@@ -99,3 +109,9 @@ def test_it_is_json_only_for_celery():
     assert app.conf.accept_content == ["json"]
     assert app.conf.task_serializer == "json"
     assert app.conf.result_backend is None
+
+
+def test_it_refuses_unsigned_agents_in_production():
+    out = run_django("print('started')", {**PRODUCTION, "CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS": "1"})
+    assert out.returncode != 0
+    assert "CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS: refused" in out.stderr

@@ -19,8 +19,18 @@ from cluster_health.models import Node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-FAST = ["--sizes", "4096,65536", "--iterations", "3", "--stage-timeout", "connect=3",
-        "--stage-timeout", "init=10", "--stage-timeout", "bandwidth=3"]
+FAST = [
+    "--sizes",
+    "4096,65536",
+    "--iterations",
+    "3",
+    "--stage-timeout",
+    "connect=3",
+    "--stage-timeout",
+    "init=10",
+    "--stage-timeout",
+    "bandwidth=3",
+]
 
 
 def wait_online(names, timeout=60):
@@ -34,8 +44,9 @@ def wait_online(names, timeout=60):
 
 
 def manage(stack, *args, timeout=240):
-    return subprocess.run([sys.executable, "manage.py", *args], env=stack.env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], env=stack.env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def agents(stack, names):
@@ -85,9 +96,24 @@ def test_it_blames_an_agent_stopped_mid_sweep(stack):
     # and its first round cannot close; it is killed once another pair has passed: mid-sweep, whatever
     # the speed of the probes.
     os.killpg(stack.sup.procs["agent-e3"].pid, signal.SIGSTOP)
-    proc = subprocess.Popen([sys.executable, "manage.py", "sweep", "--kind", "connectivity", "--nodes",
-                             ",".join(names), "--wait", "--json", *FAST],
-                            env=stack.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "manage.py",
+            "sweep",
+            "--kind",
+            "connectivity",
+            "--nodes",
+            ",".join(names),
+            "--wait",
+            "--json",
+            *FAST,
+        ],
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     from cluster_health.models import PairProbe
 
     deadline = time.monotonic() + 60
@@ -116,11 +142,13 @@ def test_it_catches_a_taken_master_port_in_the_launch_rehearsal(stack):
     squatter.listen(1)
     port = squatter.getsockname()[1]
     try:
-        run = manage(stack, "preflight", "--master", "e0", "--port", str(port), "--nodes", "e0,e1", "--json",
-                     "--timeout", "120")
+        run = manage(
+            stack, "preflight", "--master", "e0", "--port", str(port), "--nodes", "e0,e1", "--json", "--timeout", "120"
+        )
     finally:
         squatter.close()
     assert run.returncode == 2, run.stdout + run.stderr
     report = json.loads(run.stdout)
-    assert any("port_in_use" in (f["code"], f["text"]) or "port_in_use" in f["text"]
-               for f in report["findings"]), report["findings"]
+    assert any("port_in_use" in (f["code"], f["text"]) or "port_in_use" in f["text"] for f in report["findings"]), (
+        report["findings"]
+    )

@@ -4,7 +4,7 @@ import pytest
 
 from cluster_health import sweeps
 from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep
-from tests.sweep_driver import heartbeat, result_for
+from devtools.sweep_driver import heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -87,8 +87,7 @@ def test_it_blames_the_node_whose_every_pair_failed(driver):
 
     def answer(c):
         if "n2" in (c["node"], *(p["name"] for p in c["peers"])):
-            return result_for(c, status="failed", stage="connect", reason="refused",
-                              hint="connection refused")
+            return result_for(c, status="failed", stage="connect", reason="refused", hint="connection refused")
         return result_for(c)
 
     driver.answer_all(answer)

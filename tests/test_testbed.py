@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cluster_health import testbed as tb_module
+from devtools import testbed as tb_module
 
 pytestmark = pytest.mark.netns
 
@@ -22,8 +22,12 @@ CONNECT = (
 
 
 def listen(bed, name):
-    proc = subprocess.Popen(bed.exec_args(bed.host(name), [sys.executable, "-c", LISTEN]),
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        bed.exec_args(bed.host(name), [sys.executable, "-c", LISTEN]),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout.readline().strip() == "ready"
     return proc
 

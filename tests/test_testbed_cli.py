@@ -11,17 +11,19 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from cluster_health import testbed as tb_module
-from cluster_health.devstack import ROOT, free_port, python_env
+from devtools import testbed as tb_module
+from devtools.devstack import ROOT, free_port, python_env
+from tests import timing
 from tests.conftest import _testbed_or_skip
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
 
-TB = [sys.executable, "-m", "cluster_health.testbed"]
+TB = [sys.executable, "-m", "devtools.testbed"]
 
 
 @pytest.fixture
@@ -54,15 +56,15 @@ def leftovers(env) -> dict:
     }
 
 
-def assert_nothing_left(env, timeout=15):
+def assert_nothing_left(env, timeout=timing.NOTHING_LEFT_S):
     deadline = time.monotonic() + timeout
     while (left := leftovers(env)) != {"namespaces": [], "etc": [], "processes": [], "state": False}:
         if time.monotonic() > deadline:
             raise AssertionError(f"left behind: {left}")
-        time.sleep(0.3)
+        time.sleep(timing.POLL_S)
 
 
-def cli(env, *args, timeout=90) -> str:
+def cli(env, *args, timeout=timing.BED_COMMAND_S) -> str:
     out = subprocess.run([*TB, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, f"{args}: exit {out.returncode}: {out.stdout} {out.stderr}"
     return out.stdout
@@ -73,36 +75,59 @@ def status(env) -> dict[str, list[str]]:
 
 
 def bring_up(env):
-    proc = subprocess.Popen([str(ROOT / "scripts" / "testbed"), "--hosts", "2", "--port", str(free_port())],
-                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(ROOT / "scripts" / "testbed"), "--hosts", "2", "--port", str(free_port())],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen = []
     for line in proc.stdout:
         seen.append(line)
         if "test bed up" in line:
             return proc
-    proc.wait(timeout=30)
+    proc.wait(timeout=timing.BED_COMMAND_S)
     raise AssertionError(f"scripts/testbed exited {proc.returncode}:\n{''.join(seen)[-4000:]}")
 
 
-def wait_online(env, names, timeout=60):
-    nodes_env = dict(env, DJANGO_SETTINGS_MODULE="cluster_health.settings",
-                     CLUSTER_HEALTH_VAR_DIR=env["CLUSTER_HEALTH_TESTBED_DIR"])
+@contextmanager
+def bed_up(env):
+    """A bed brought up by scripts/testbed; when the block ends it is killed if still running, then cleaned up."""
+    proc = bring_up(env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run([*TB, "cleanup"], env=env, cwd=ROOT, capture_output=True, timeout=timing.BED_CLEANUP_S)
+
+
+def wait_online(env, names, timeout=timing.AGENTS_ONLINE_S):
+    nodes_env = dict(
+        env, DJANGO_SETTINGS_MODULE="cluster_health.settings", CLUSTER_HEALTH_VAR_DIR=env["CLUSTER_HEALTH_TESTBED_DIR"]
+    )
     deadline = time.monotonic() + timeout
     while True:
-        out = subprocess.run([sys.executable, "manage.py", "nodes", "--json"], env=nodes_env, cwd=ROOT,
-                             capture_output=True, text=True, timeout=60)
-        online = ({n["name"] for n in json.loads(out.stdout)["nodes"] if n["online"]} if out.returncode == 0
-                  else set())
+        out = subprocess.run(
+            [sys.executable, "manage.py", "nodes", "--json"],
+            env=nodes_env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timing.COMMAND_S,
+        )
+        online = {n["name"] for n in json.loads(out.stdout)["nodes"] if n["online"]} if out.returncode == 0 else set()
         if set(names) <= online:
             return
         assert time.monotonic() < deadline, f"agents not online: {out.stdout[-1000:]} {out.stderr[-1000:]}"
-        time.sleep(1)
+        time.sleep(timing.SLOW_POLL_S)
 
 
 @pytest.mark.timeout(240)
 def test_it_brings_a_bed_up_injects_and_clears_faults_and_leaves_nothing_on_ctrl_c(tb_env):
-    proc = bring_up(tb_env)
-    try:
+    with bed_up(tb_env) as proc:
         wait_online(tb_env, ["host1", "host2"])
         assert status(tb_env) == {"host1": [], "host2": []}
         assert "host1" in cli(tb_env, "status") and "no fault" in cli(tb_env, "status")
@@ -110,10 +135,16 @@ def test_it_brings_a_bed_up_injects_and_clears_faults_and_leaves_nothing_on_ctrl
         cli(tb_env, "fault", "firewall", "host1", "host2")
         cli(tb_env, "fault", "dead-nic", "host2")
         cli(tb_env, "fault", "stop-agent", "host1")
-        assert status(tb_env) == {"host1": ["drop from host2", "agent stopped"],
-                                  "host2": ["drop from host1", "dead-nic eth1"]}
-        ping = subprocess.run(["ip", "netns", "exec", "chtb-demo-h1", "ping", "-c1", "-W1", "198.18.0.11"],
-                              capture_output=True, text=True, timeout=10)
+        assert status(tb_env) == {
+            "host1": ["drop from host2", "agent stopped"],
+            "host2": ["drop from host1", "dead-nic eth1"],
+        }
+        ping = subprocess.run(
+            ["ip", "netns", "exec", "chtb-demo-h1", "ping", "-c1", "-W1", "198.18.0.11"],
+            capture_output=True,
+            text=True,
+            timeout=timing.PROCESS_EXIT_S,
+        )
         assert ping.returncode != 0, "the firewall lets host1 reach host2"
 
         cli(tb_env, "clear", "firewall", "host1", "host2")
@@ -123,30 +154,21 @@ def test_it_brings_a_bed_up_injects_and_clears_faults_and_leaves_nothing_on_ctrl
         wait_online(tb_env, ["host1"])  # the restarted agent heartbeats
 
         proc.send_signal(signal.SIGINT)  # Ctrl-C
-        out, _ = proc.communicate(timeout=90)
+        out, _ = proc.communicate(timeout=timing.BED_COMMAND_S)
         assert proc.returncode == 0 and "test bed torn down" in out, out[-3000:]
         assert_nothing_left(tb_env)
         assert "removed: nothing" in cli(tb_env, "cleanup")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        subprocess.run([*TB, "cleanup"], env=tb_env, cwd=ROOT, capture_output=True, timeout=120)
 
 
 @pytest.mark.timeout(240)
 def test_cleanup_removes_what_a_killed_bed_left(tb_env):
-    proc = bring_up(tb_env)
-    try:
+    with bed_up(tb_env) as proc:
         cli(tb_env, "fault", "shape", "host1", "100")
         assert status(tb_env)["host1"] == ["shaped to 100Mbit"]
         proc.kill()  # SIGKILL: no teardown of its own
-        proc.wait(timeout=10)
+        proc.wait(timeout=timing.PROCESS_EXIT_S)
         left = leftovers(tb_env)
         assert left["namespaces"] and left["processes"] and left["state"], left
         out = cli(tb_env, "cleanup")
         assert "chtb-demo-h1" in out and "redis pid" in out, out
         assert_nothing_left(tb_env)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        subprocess.run([*TB, "cleanup"], env=tb_env, cwd=ROOT, capture_output=True, timeout=120)

@@ -1,15 +1,23 @@
 """Verdicts and culprits (pure)."""
 
-from cluster_health import preflight, verdicts
+from cluster_health.core import preflight, verdicts
 
 
 def pairs_with(bad, nodes=("n0", "n1", "n2", "n3"), status="failed"):
     out = []
     for i, a in enumerate(nodes):
-        for b in nodes[i + 1:]:
+        for b in nodes[i + 1 :]:
             broken = any(x in (a, b) for x in bad) if isinstance(bad, set) else {a, b} == set(bad)
-            out.append({"a": a, "b": b, "status": status if broken else "ok", "stage": "connect",
-                        "reason": "refused" if broken else None, "hint": None})
+            out.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "status": status if broken else "ok",
+                    "stage": "connect",
+                    "reason": "refused" if broken else None,
+                    "hint": None,
+                }
+            )
     return out
 
 
@@ -39,25 +47,11 @@ def test_it_blames_an_offline_node_even_if_some_of_its_pairs_passed():
     assert [(f["code"], f["subject"]) for f in found] == [("node_offline", "n3")]
 
 
-def test_it_flags_the_odd_node_out():
-    facts = {f"n{i}": {"versions": {"torch": "2.4.0", "nccl": "2.20"}, "env": {"NCCL_IB_DISABLE": "1"}}
-             for i in range(4)}
-    facts["n2"] = {"versions": {"torch": "2.4.0", "nccl": "2.18"}, "env": {}}
-    found = verdicts.consistency_findings(facts)
-    assert [(f["code"], f["subject"]) for f in found] == [("version_mismatch", "n2"),
-                                                         ("launch_env_mismatch", "n2")]
-    assert "2.18 on n2" in found[0]["text"]
-
-
-def test_it_warns_about_a_hostname_on_loopback_only_when_peers_use_another_address():
-    facts = {"n0": {"host": {"hostname": "n0", "resolves_to": ["127.0.1.1"]}}}
-    assert verdicts.consistency_findings(facts, {"n0": "10.0.0.5"})[0]["code"] == "hostname_loopback"
-    assert verdicts.consistency_findings(facts, {"n0": "127.0.0.1"}) == []
-
-
 def test_it_finds_an_interface_variable_naming_a_missing_nic():
-    facts = {"n0": {"interfaces": [{"name": "lo"}, {"name": "eth0"}]},
-             "n1": {"interfaces": [{"name": "lo"}, {"name": "ens5"}]}}
+    facts = {
+        "n0": {"interfaces": [{"name": "lo"}, {"name": "eth0"}]},
+        "n1": {"interfaces": [{"name": "lo"}, {"name": "ens5"}]},
+    }
     found = preflight.setting_findings({"master": "n0", "env": {"GLOO_SOCKET_IFNAME": "eth"}}, facts)
     assert [(f["code"], f["subject"]) for f in found] == [("interface_missing", "n1")]
     assert preflight.ifname_matches("^lo", ["lo", "ens5"])
@@ -65,8 +59,10 @@ def test_it_finds_an_interface_variable_naming_a_missing_nic():
 
 
 def test_it_names_the_ranks_that_would_hang():
-    halves = {"0": {"node": "m", "status": "failed", "stage": "store", "reason": "port_in_use", "hint": "taken"},
-              "1": {"node": "w", "status": "timeout", "stage": "store", "reason": "store_timeout"}}
+    halves = {
+        "0": {"node": "m", "status": "failed", "stage": "store", "reason": "port_in_use", "hint": "taken"},
+        "1": {"node": "w", "status": "timeout", "stage": "store", "reason": "store_timeout"},
+    }
     found = preflight.rank_findings(["m", "w", "x"], halves, "timeout", "probe_crashed", None)
     assert [f["subject"] for f in found] == ["m", "w", "x"]
     assert "the master (m) would hang at store (port_in_use)" in found[0]["text"]

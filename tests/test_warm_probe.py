@@ -8,6 +8,7 @@ import pytest
 
 from agents import runner
 from agents.warmhost import WarmHost
+from tests import timing
 from tests.agent_fixtures import pair
 
 
@@ -22,10 +23,10 @@ def warm(monkeypatch):
     runner.shutdown_warm_host()
     monkeypatch.setattr(runner, "_warm_failed_at", float("-inf"))
     runner.prewarm()
-    end = time.monotonic() + 60
+    end = time.monotonic() + timing.TORCH_PROCESS_START_S
     while runner.warm_host() is None:
-        assert time.monotonic() < end, "the warm probe process did not start within 60s"
-        time.sleep(0.1)
+        assert time.monotonic() < end, f"the warm probe process did not start within {timing.TORCH_PROCESS_START_S}s"
+        time.sleep(timing.POLL_S)
     yield runner.warm_host()
     runner.shutdown_warm_host()
 
@@ -34,6 +35,7 @@ def parents_on_start(record):
     def on_event(rank, event):
         if event.get("event") == "started":
             record[rank] = parent_of(event["pid"])
+
     return on_event
 
 
@@ -50,8 +52,8 @@ def test_it_forks_probes_from_the_warm_process_and_they_pass(warm, redis_url):
 @pytest.mark.timeout(90)
 def test_a_forked_probe_is_still_stopped_at_its_deadline(warm, redis_url):
     # Rank 1 waits for a master that never comes; only the deadline ends it.
-    from tests.agent_fixtures import command
     from agents.runner import run_probe
+    from tests.agent_fixtures import command
 
     began = time.monotonic()
     result = run_probe(command(1, timeouts={"store": 60.0}, deadline_s=3.0), redis_url)
@@ -63,8 +65,8 @@ def test_a_forked_probe_is_still_stopped_at_its_deadline(warm, redis_url):
 
 @pytest.mark.timeout(90)
 def test_a_dead_warm_process_fails_the_running_probe_and_the_next_one_starts(warm, redis_url):
-    from tests.agent_fixtures import command
     from agents.runner import run_probe
+    from tests.agent_fixtures import command
 
     host_pid = warm.proc.pid
 
@@ -80,7 +82,7 @@ def test_a_dead_warm_process_fails_the_running_probe_and_the_next_one_starts(war
     end = time.monotonic() + 60
     while runner.warm_host() is None:
         assert time.monotonic() < end, "no new warm probe process within 60s"
-        time.sleep(0.1)
+        time.sleep(timing.POLL_S)
     assert runner.warm_host().proc.pid != host_pid
     for r in pair(redis_url, last_stage="collective"):
         assert r["status"] == "ok", r["hint"]
@@ -102,7 +104,7 @@ def test_an_idle_warm_process_exits_by_itself():
     host = WarmHost(idle_s=0.5)
     host.start()
     try:
-        host.proc.wait(timeout=30)
+        host.proc.wait(timeout=timing.PROCESS_EXIT_S)
         assert host.proc.returncode == 0
         assert not host.alive()
     finally:

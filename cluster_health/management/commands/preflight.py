@@ -11,8 +11,9 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from agents import contract
-from cluster_health import reports, sweeps, textmatrix
-from cluster_health.management.commands.sweep import wait_for
+from cluster_health.core import textmatrix
+from cluster_health.sweeps.waiting import request_or_error, wait_or_cancel
+from cluster_health.web import serializers
 
 
 class Command(BaseCommand):
@@ -21,10 +22,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--master", required=True, help="the node the job uses as MASTER_ADDR (rank 0)")
         parser.add_argument("--port", type=int, required=True, help="the job's MASTER_PORT")
-        parser.add_argument("--nodes", help="comma-separated nodes of the job (default: every online node)")
+        parser.add_argument(
+            "--nodes", help="comma-separated nodes of the job (default: every active node; an offline one fails it)"
+        )
         parser.add_argument("--backend", default="gloo", choices=contract.BACKENDS)
-        parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                            help="launch variable the job sets, e.g. GLOO_SOCKET_IFNAME=eth0 (repeatable)")
+        parser.add_argument(
+            "--env",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="launch variable the job sets, e.g. GLOO_SOCKET_IFNAME=eth0 (repeatable)",
+        )
         parser.add_argument("--timeout", type=float, default=300.0)
         parser.add_argument("--json", action="store_true")
 
@@ -35,18 +43,17 @@ class Command(BaseCommand):
                 raise CommandError(f"--env: {item!r} is not NAME=VALUE")
             k, v = item.split("=", 1)
             env[k] = v
-        request = {"kind": "preflight", "backend": opts["backend"], "master": opts["master"],
-                   "master_port": opts["port"], "env": env}
+        request = {
+            "kind": "preflight",
+            "backend": opts["backend"],
+            "master": opts["master"],
+            "master_port": opts["port"],
+            "env": env,
+        }
         if opts["nodes"]:
             request["nodes"] = [n.strip() for n in opts["nodes"].split(",") if n.strip()]
-        try:
-            sweep = sweeps.request_sweep(source="command", **request)
-        except sweeps.SweepRequestError as exc:
-            raise CommandError(str(exc)) from None
-        ended = wait_for(sweep, opts["timeout"])
-        if not ended:
-            sweeps.cancel(sweep.pk)
-            sweep.refresh_from_db()
-        report = reports.sweep_json(sweep)
+        sweep = request_or_error(**request)
+        wait_or_cancel(sweep, opts["timeout"])
+        report = serializers.sweep_json(sweep)
         self.stdout.write(json.dumps(report) if opts["json"] else textmatrix.render(report))
         sys.exit(contract.VERDICT_EXIT_CODES[sweep.verdict] if sweep.status == "finished" else 3)

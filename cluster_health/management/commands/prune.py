@@ -17,11 +17,22 @@ from cluster_health.models import GroupProbe, PairProbe, RejectedMessage
 
 
 def prune(days: int, now=None) -> dict:
-    cutoff = (now or timezone.now()) - timedelta(days=days)
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=days)
     pairs = PairProbe.objects.filter(sweep__created__lt=cutoff, pruned=False).update(
-        half_a=None, half_b=None, sizes=None, pruned=True)
+        half_a=None, half_b=None, sizes=None, pruned=True
+    )
     groups = GroupProbe.objects.filter(sweep__created__lt=cutoff).exclude(halves={}).update(halves={})
-    rejected, _ = RejectedMessage.objects.filter(received__lt=cutoff).delete()
+    # Rejected messages are whatever reached Redis: kept shorter, and never more than a bounded number.
+    reject_cutoff = now - timedelta(days=min(days, settings.REJECTED_RETENTION_DAYS))
+    rejected, _ = RejectedMessage.objects.filter(received__lt=reject_cutoff).delete()
+    newest = (
+        RejectedMessage.objects.order_by("-received")
+        .values_list("received", flat=True)[settings.MAX_REJECTED_MESSAGES : settings.MAX_REJECTED_MESSAGES + 1]
+        .first()
+    )
+    if newest is not None:
+        rejected += RejectedMessage.objects.filter(received__lte=newest).delete()[0]
     return {"pairs": pairs, "groups": groups, "rejected": rejected}
 
 
@@ -33,5 +44,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         counts = prune(max(1, opts["days"]))
-        self.stdout.write(f"pruned raw detail of {counts['pairs']} pair probes and {counts['groups']} group "
-                          f"probes; deleted {counts['rejected']} rejected messages")
+        self.stdout.write(
+            f"pruned raw detail of {counts['pairs']} pair probes and {counts['groups']} group "
+            f"probes; deleted {counts['rejected']} rejected messages"
+        )

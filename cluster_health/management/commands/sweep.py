@@ -8,58 +8,48 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 from django.core.management.base import BaseCommand, CommandError
 
 from agents import contract
-from cluster_health import reaper, reports, sweeps, textmatrix
-from cluster_health.models import Sweep
-
-
-def progress_line(sweep: Sweep) -> str:
-    p = sweep.progress()
-    return (f"sweep {sweep.pk}: {sweep.status}, round {p['round']} of {p['rounds']}, "
-            f"pairs {p['pairs_done']}/{p['pairs_total']} done, {p['failures']} failures so far")
-
-
-def wait_for(sweep: Sweep, timeout: float, on_progress=None, poll_s: float = 0.5) -> bool:
-    """Poll the sweep row until it is closed; run the reaper inline so a missing beat cannot stall it."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        sweep.refresh_from_db()
-        if not sweep.is_open:
-            return True
-        if on_progress:
-            line = progress_line(sweep)
-            if line != last:
-                on_progress(line)
-                last = line
-        reaper.reap()
-        time.sleep(poll_s)
-    sweep.refresh_from_db()
-    return not sweep.is_open
+from cluster_health.core import textmatrix
+from cluster_health.sweeps.waiting import request_or_error, wait_or_cancel
+from cluster_health.web import serializers
 
 
 class Command(BaseCommand):
     help = "Request a sweep of the cluster; with --wait print the matrix or JSON and exit 0/1/2/3."
 
     def add_arguments(self, parser):
-        parser.add_argument("--kind", default="full", choices=("full", "connectivity", "quick", "pairs", "group", "discover"),
-                            help="discover: try every interface combination of every pair and name the "
-                                 "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node")
-        parser.add_argument("--nodes", help="comma-separated node names (default: every online node)")
+        parser.add_argument(
+            "--kind",
+            default="full",
+            choices=[k for k in contract.SWEEP_KINDS if k != "preflight"],
+            help="discover: try every interface combination of every pair and name the "
+            "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node",
+        )
+        parser.add_argument(
+            "--nodes", help="comma-separated node names (default: every active node; an offline one fails it)"
+        )
         parser.add_argument("--pairs", help="for --kind pairs: a:b,c:d")
         parser.add_argument("--backend", default="gloo", choices=contract.BACKENDS)
         parser.add_argument("--sizes", help="message sizes in bytes, comma-separated")
         parser.add_argument("--iterations", type=int)
-        parser.add_argument("--stage-timeout", action="append", default=[], metavar="STAGE=S",
-                            help="per-stage timeout, e.g. connect=2 (repeatable)")
+        parser.add_argument(
+            "--stage-timeout",
+            action="append",
+            default=[],
+            metavar="STAGE=S",
+            help="per-stage timeout, e.g. connect=2 (repeatable)",
+        )
         parser.add_argument("--baseline", help="none, rolling (default), sweep:<id> or baseline:<id>")
         parser.add_argument("--wait", action="store_true", help="block until the sweep ends")
-        parser.add_argument("--timeout", type=float, default=3600.0,
-                            help="with --wait: give up after S seconds, cancel the sweep, exit 3")
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=3600.0,
+            help="with --wait: give up after S seconds, cancel the sweep, exit 3",
+        )
         parser.add_argument("--json", action="store_true", help="print only the sweep JSON")
 
     def handle(self, *args, **opts):
@@ -82,24 +72,18 @@ class Command(BaseCommand):
                 raise CommandError("--stage-timeout: expected STAGE=SECONDS") from None
         if opts["baseline"]:
             request["baseline"] = opts["baseline"]
-        try:
-            sweep = sweeps.request_sweep(source="command", **request)
-        except sweeps.SweepRequestError as exc:
-            raise CommandError(str(exc)) from None
+        sweep = request_or_error(**request)
         if not opts["wait"]:
             if opts["json"]:
-                self.stdout.write(json.dumps(reports.sweep_json(sweep, with_pairs=False)))
+                self.stdout.write(json.dumps(serializers.sweep_json(sweep, with_pairs=False)))
             else:
                 self.stdout.write(f"sweep {sweep.pk} requested")
             return
         show = None
         if not opts["json"] and sys.stderr.isatty():
-            show = lambda line: self.stderr.write(line)  # noqa: E731
-        ended = wait_for(sweep, opts["timeout"], show)
-        if not ended:
-            sweeps.cancel(sweep.pk)
-            sweep.refresh_from_db()
-        report = reports.sweep_json(sweep)
+            show = lambda line: self.stderr.write(line)
+        ended = wait_or_cancel(sweep, opts["timeout"], show)
+        report = serializers.sweep_json(sweep)
         if opts["json"]:
             self.stdout.write(json.dumps(report))
         else:

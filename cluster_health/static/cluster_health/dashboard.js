@@ -19,6 +19,14 @@
     list.innerHTML = findings.map((f) => `<li class="sev-${CH.esc(f.severity)}"><span class="sev">${CH.esc(f.severity)}</span> <b class="subject">${CH.esc(f.subject)}</b> ${CH.esc(f.text)}</li>`).join("");
   }
 
+  function renderTrending(trending) {
+    const section = document.querySelector("[data-trending-section]");
+    if (!section || !trending) return;
+    section.hidden = !trending.length;
+    const gbps = (v) => Number(v).toFixed(3);
+    section.querySelector("[data-trending]").innerHTML = trending.map((t) => `<li class="sev-warn"><b class="subject">${CH.esc(t.link)}</b> busbw ${gbps(t.from_busbw_gbps)} → ${gbps(t.to_busbw_gbps)} GB/s over ${CH.esc(t.sweeps)} sweeps</li>`).join("");
+  }
+
   function renderMeta(meta) {
     const set = (sel, fn) => document.querySelectorAll(sel).forEach(fn);
     if (meta.status) set("[data-sweep-status]", (el) => { el.textContent = meta.status; el.dataset.value = meta.status; });
@@ -42,6 +50,7 @@
         lastStatus = state.status;
         renderMeta(state);
         renderFindings(state.findings);
+        renderTrending(state.trending_down);
         document.querySelectorAll("[data-sweep-link]").forEach((a) => { a.href = a.href.replace(/\/sweeps\/\d+\//, `/sweeps/${state.sweep}/`); a.textContent = `#${state.sweep}`; });
       },
       onFrame: (frame) => {

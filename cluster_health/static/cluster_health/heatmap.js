@@ -1,6 +1,6 @@
 /* Heatmaps of a sweep: reachability, throughput (busbw), latency; and the diff of two sweeps.
  *
- * Data arrive as the compact payload of cluster_health/matrix.py: node names in
+ * Data arrive as the compact payload of cluster_health/core/matrix.py: node names in
  * natural order and base64 typed arrays over the upper triangle (i < j). One
  * plotly heatmap per view (a canvas image, no per-cell DOM), hover through one
  * tooltip element, live updates applied in place and redrawn at most once per
@@ -128,9 +128,11 @@ class MatrixPlot {
       { type: "line", x0: b - 0.5, x1: b - 0.5, y0: -0.5, y1: n - 0.5, line: { color: "#333", width: 1 } },
       { type: "line", y0: b - 0.5, y1: b - 0.5, x0: -0.5, x1: n - 0.5, line: { color: "#333", width: 1 } },
     ]).flat();
-    const side = Math.max(320, Math.min(560, this.el.clientWidth || 560));
+    // The colour bar of a continuous map takes 80 px beside the square: both fit the div, so the page never scrolls sideways.
+    const bar = this.opts.kind === "discrete" ? 0 : 80;
+    const side = Math.max(200, Math.min(560, (this.el.clientWidth || 560 + bar) - bar));
     return {
-      datarevision: this.revision, width: side + (this.opts.kind === "discrete" ? 0 : 80), height: side,
+      datarevision: this.revision, width: side + bar, height: side,
       margin: { l: labels ? 90 : 20, r: 10, t: 10, b: labels ? 90 : 20 }, shapes,
       xaxis: Object.assign({ constrain: "domain", scaleanchor: "y", showgrid: false, zeroline: false, tickangle: -60, fixedrange: n <= 64 }, ticks),
       yaxis: Object.assign({ autorange: "reversed", showgrid: false, zeroline: false, fixedrange: n <= 64 }, ticks),
@@ -190,6 +192,7 @@ class SweepMatrix {
   load(m) {
     this.nodes = m.nodes;
     this.codes = m.status_codes;
+    this.open = new Set(m.open_statuses); // statuses a final result never goes back to
     this.index = new Map(m.nodes.map((n, i) => [n, i]));
     this.status = CH.decode(m.status, Uint8Array);
     this.busbw = CH.decode(m.busbw_gbps, Float32Array);
@@ -263,8 +266,7 @@ class SweepMatrix {
       const code = this.codes.indexOf(p.status);
       if (code < 0) continue;
       const current = this.codes[this.status[k]];
-      const open = (s) => s === "untested" || s === "pending" || s === "running";
-      if (open(p.status) && !open(current)) continue; // a late "running" never undoes a result
+      if (this.open.has(p.status) && !this.open.has(current)) continue; // a late "running" never undoes a result
       this.status[k] = code;
       this.busbw[k] = p.busbw_gbps == null ? NaN : p.busbw_gbps;
       this.latency[k] = p.latency_us == null ? NaN : p.latency_us;
@@ -386,9 +388,16 @@ CH.drawDiff = function (root, diff, pairUrl) {
   const order = nodes.map((_, i) => i);
   const a = new MatrixPlot(root.querySelector(".plot-change"), { kind: "discrete", codes: diff.diff_codes, colors: CH.DIFF_COLORS, hover, click });
   a.setData(nodes, change, order);
-  const b = new MatrixPlot(root.querySelector(".plot-ratio"), { kind: "continuous", colorscale: "RdBu", reversescale: true, zmin: 0, zmax: 2, zmid: 1, unit: "after/before", hover, click });
-  b.setData(nodes, ratio, order);
   const legend = root.querySelector(".legend");
   if (legend) legend.innerHTML = diff.diff_codes.map((c) => `<span class="swatch-item"><i class="swatch" style="background:${CH.DIFF_COLORS[c]}"></i>${c}</span>`).join("");
+  const ratioEl = root.querySelector(".plot-ratio");
+  // A ratio needs busbw on both sides; a sweep that measured none (connectivity, quick, group) leaves nothing to plot.
+  if (!ratio.some((v) => Number.isFinite(v))) {
+    ratioEl.innerHTML = '<p class="muted nothing-to-compare">Nothing to compare: no pair has a busbw measurement in both sweeps (connectivity, quick and group sweeps measure no bandwidth).</p>';
+    ratioEl.classList.add("plot-empty");
+    return a.draw();
+  }
+  const b = new MatrixPlot(ratioEl, { kind: "continuous", colorscale: "RdBu", reversescale: true, zmin: 0, zmax: 2, zmid: 1, unit: "after/before", hover, click });
+  b.setData(nodes, ratio, order);
   return Promise.all([a.draw(), b.draw()]);
 };

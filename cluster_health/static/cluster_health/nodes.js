@@ -13,37 +13,39 @@
     return String(s == null ? "" : s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
   }
 
-  CH.ago = function (seconds) {
-    const s = Math.max(0, seconds);
-    if (s < 90) return `${Math.round(s)} s ago`;
-    if (s < 90 * 60) return `${Math.round(s / 60)} min ago`;
-    if (s < 48 * 3600) return `${Math.round(s / 3600)} h ago`;
-    return `${Math.round(s / 86400)} days ago`;
-  };
-
-  function rowHtml(n, now, nodeUrl) {
-    const state = n.online ? `online${n.busy ? ", probing" : ""}` : "offline";
-    // Ages are taken against the server's clock, so a browser's wrong clock shows no wrong age.
-    const beat = n.last_heartbeat
-      ? `<time datetime="${esc(n.last_heartbeat)}" title="${esc(n.last_heartbeat)}">${CH.ago((now - Date.parse(n.last_heartbeat)) / 1000)}</time>`
-      : "never";
-    return `<tr data-node="${esc(n.name)}" class="${n.online ? "online" : "offline"}">` +
+  // Ages and states come worded by the server, against its clock, so a browser's wrong clock shows no wrong age.
+  function rowHtml(n, nodeUrl) {
+    const beat = n.last_heartbeat ? `<time datetime="${esc(n.last_heartbeat)}" title="${esc(n.last_heartbeat)}">${esc(n.heard)}</time>` : "never";
+    return `<tr data-node="${esc(n.name)}" class="${n.online ? "online" : "offline"}${n.stale ? " stale" : ""}">` +
       `<td><a href="${esc(nodeUrl.replace("/NODE/", `/${encodeURIComponent(n.name)}/`))}">${esc(n.name)}</a></td>` +
       `<td class="mono">${esc(n.address)}</td>` +
-      `<td><span class="dot ${n.online ? "dot-online" : "dot-offline"}"></span>${state}</td>` +
+      `<td><span class="dot ${n.online ? "dot-online" : "dot-offline"}"></span>${esc(n.state)}</td>` +
       `<td>${beat}</td><td class="mono small">${esc(n.agent_version)}</td></tr>`;
+  }
+
+  function retiredHtml(n, nodeUrl) {
+    return `<tr data-retired-node="${esc(n.name)}" class="retired">` +
+      `<td><a href="${esc(nodeUrl.replace("/NODE/", `/${encodeURIComponent(n.name)}/`))}">${esc(n.name)}</a></td>` +
+      `<td class="mono">${esc(n.address)}</td><td><time datetime="${esc(n.retired_at)}">${esc((n.retired_at || "").slice(0, 19))}</time></td>` +
+      `<td>${esc(n.heard)}</td></tr>`;
   }
 
   CH.followNodes = function (cfg) {
     const table = document.getElementById("nodes-table");
+    const retired = document.getElementById("retired-nodes");
     const set = (sel, fn) => document.querySelectorAll(sel).forEach(fn);
 
     function render(state) {
-      const now = Date.parse(state.now);
-      table.tBodies[0].innerHTML = state.nodes.map((n) => rowHtml(n, now, cfg.nodeUrl)).join("");
+      const gone = state.retired || [];
+      table.tBodies[0].innerHTML = state.nodes.map((n) => rowHtml(n, cfg.nodeUrl)).join("");
       table.hidden = !state.nodes.length;
-      set("[data-no-nodes]", (el) => { el.hidden = state.nodes.length > 0; });
+      if (retired) {
+        retired.querySelector("tbody").innerHTML = gone.map((n) => retiredHtml(n, cfg.nodeUrl)).join("");
+        retired.hidden = !gone.length;
+      }
+      set("[data-no-nodes]", (el) => { el.hidden = state.nodes.length + gone.length > 0; });
       set("[data-online-count]", (el) => { el.textContent = `${state.online} of ${state.nodes.length} online`; });
+      set("[data-retired-count]", (el) => { el.textContent = `${gone.length} retired (left out of sweeps)`; });
       CH.nodesPolledAt = Date.now();
     }
 

@@ -18,7 +18,8 @@
   }
   if (trend.length) {
     Plotly.newPlot("trend-plot", [{
-      x: trend.map((p) => p.t), y: trend.map((p) => (p.busbw_gbps == null ? 0 : p.busbw_gbps)), mode: "lines+markers",
+      // A probe that measured no bandwidth (a connectivity sweep, or one that stopped earlier) is a gap, not 0 GB/s.
+      x: trend.map((p) => p.t), y: trend.map((p) => p.busbw_gbps), mode: "lines+markers", connectgaps: false,
       marker: { size: 10, color: trend.map((p) => CH.STATUS_COLORS[p.status] || "#999"), line: { color: "#333", width: 1 } },
       text: trend.map((p) => `sweep #${p.sweep}: ${p.status}`), hovertemplate: "%{text}<br>%{y:.3f} GB/s<extra></extra>",
     }], { yaxis: { title: { text: "busbw GB/s" }, rangemode: "tozero" }, margin: { t: 10, r: 10 }, height: 300 }, cfg);

@@ -1,0 +1,134 @@
+"""The `gpu` check's messages: one command per node, no peer, and its per-GPU result.
+
+Plain data only, like agents.contract (whose statuses and reason codes it
+uses): the server imports it to build commands and validate results, the
+agent to run them. Also the PCIe table both sides compare copy rates with.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import contract
+from agents.contract import ContractError, _choice, _num, _obj, _text
+
+KIND = "gpu"
+STAGES = ("init", "memory", "matmul", "copy")
+MAX_GPUS = 64
+
+DEFAULT_TIMEOUTS = {"init": 60.0, "memory": 30.0, "matmul": 30.0, "copy": 30.0}  # per GPU for the last three
+DEFAULT_MEMORY_FRACTION = 0.8  # of the free memory: leaves room for the CUDA context and other tenants
+DEFAULT_MATMUL_N = 8192  # square bf16/fp16 matmuls of this size keep an H100 busy for milliseconds each
+DEFAULT_MATMUL_ITERATIONS = 20
+DEFAULT_COPY_BYTES = 256 * 2**20
+DEFAULT_COPY_ITERATIONS = 10
+# A pinned copy below this share of what the PCIe link carries is reported `degraded`.
+COPY_MIN_FRACTION = 0.6
+
+# Usable bytes per second per lane and direction, after line encoding (8b/10b to Gen2,
+# 128b/130b Gen3-5, FLIT Gen6), in GB/s.
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+def pcie_gbps(gen: Any, width: Any) -> float | None:
+    """What a PCIe link of this generation and width carries one way, in GB/s (None if unknown)."""
+    if not isinstance(gen, int) or not isinstance(width, int) or gen not in PCIE_LANE_GBPS or width <= 0:
+        return None
+    return round(PCIE_LANE_GBPS[gen] * width, 3)
+
+
+def default_deadline(timeouts: dict[str, float], gpus: int = 8) -> float:
+    """Whole-check deadline: init once, the per-GPU stages once per GPU, plus process start."""
+    per_gpu = timeouts["memory"] + timeouts["matmul"] + timeouts["copy"]
+    return round(min(contract.MAX_DEADLINE_S, timeouts["init"] + gpus * per_gpu + 15.0), 1)
+
+
+def _addressed(msg: Any, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Check a message's version and kind; return it with the validated fields that address it (probe, node)."""
+    msg = _obj(msg, what)
+    _choice(msg, "kind", (KIND,))
+    out: dict[str, Any] = {"v": contract.VERSION, "kind": KIND}
+    out["probe_id"] = _num(msg, "probe_id", 0, 2**62, integer=True)
+    out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
+    out["node"] = contract.check_node_name(msg.get("node"))
+    return msg, out
+
+
+def validate_command(msg: Any) -> dict[str, Any]:
+    """Validate a gpu check command for one node."""
+    msg, out = _addressed(msg, "command")
+    timeouts = dict(DEFAULT_TIMEOUTS)
+    given = msg.get("timeouts") or {}
+    if not isinstance(given, dict):
+        raise ContractError("timeouts: expected an object of stage -> seconds")
+    for stage in given:
+        if stage not in DEFAULT_TIMEOUTS:
+            raise ContractError(f"timeouts.{stage}: unknown stage (stages: {', '.join(STAGES)})")
+        timeouts[stage] = float(_num(given, stage, 0.1, contract.MAX_STAGE_TIMEOUT_S))
+    out["timeouts"] = timeouts
+    out["memory_fraction"] = float(_num(msg, "memory_fraction", 0.05, 0.95, default=DEFAULT_MEMORY_FRACTION))
+    out["matmul_n"] = _num(msg, "matmul_n", 128, 16384, integer=True, default=DEFAULT_MATMUL_N)
+    out["matmul_iterations"] = _num(
+        msg, "matmul_iterations", 1, contract.MAX_ITERATIONS, integer=True, default=DEFAULT_MATMUL_ITERATIONS
+    )
+    out["copy_bytes"] = _num(msg, "copy_bytes", 2**20, 2**30, integer=True, default=DEFAULT_COPY_BYTES)
+    out["copy_iterations"] = _num(
+        msg, "copy_iterations", 1, contract.MAX_ITERATIONS, integer=True, default=DEFAULT_COPY_ITERATIONS
+    )
+    out["deadline_s"] = float(_num(msg, "deadline_s", 1.0, contract.MAX_DEADLINE_S, default=default_deadline(timeouts)))
+    out["expires_at"] = _num(msg, "expires_at", 0, 1e11, optional=True)
+    return out
+
+
+def _device(entry: Any, i: int) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise ContractError(f"devices[{i}]: expected an object")
+    where = f"devices[{i}]"
+    try:
+        out = {
+            "index": _num(entry, "index", 0, MAX_GPUS - 1, integer=True),
+            "name": _text(entry, "name", 128),
+            "uuid": _text(entry, "uuid", 128),
+            "status": _choice(entry, "status", contract.STATUSES),
+            "stage": _choice(entry, "stage", STAGES),
+            "reason": _choice(entry, "reason", contract.REASONS, optional=True),
+            "hint": _text(entry, "hint"),
+            "memory_touched_gib": _num(entry, "memory_touched_gib", 0, 1e5, optional=True),
+            "memory_free_gib": _num(entry, "memory_free_gib", 0, 1e5, optional=True),
+            "bf16_tflops": _num(entry, "bf16_tflops", 0, 1e6, optional=True),
+            "fp16_tflops": _num(entry, "fp16_tflops", 0, 1e6, optional=True),
+            "h2d_gbps": _num(entry, "h2d_gbps", 0, 1e5, optional=True),
+            "d2h_gbps": _num(entry, "d2h_gbps", 0, 1e5, optional=True),
+            "pcie_gbps": _num(entry, "pcie_gbps", 0, 1e5, optional=True),
+        }
+    except ContractError as e:
+        raise ContractError(f"{where}.{e}") from None
+    pcie = entry.get("pcie") or {}
+    out["pcie"] = (
+        {k: pcie.get(k) if isinstance(pcie.get(k), int) else None for k in ("gen", "width", "max_gen", "max_width")}
+        if isinstance(pcie, dict)
+        else {}
+    )
+    return out
+
+
+def validate_result(msg: Any) -> dict[str, Any]:
+    """Validate one node's gpu check result (node-level status, then one entry per GPU)."""
+    msg, out = _addressed(msg, "result")
+    out["status"] = _choice(msg, "status", contract.STATUSES)
+    out["stage"] = _choice(msg, "stage", STAGES)
+    out["reason"] = _choice(msg, "reason", contract.REASONS, optional=True)
+    if out["status"] in ("failed", "timeout", "skipped") and out["reason"] is None:
+        raise ContractError(f"reason: required when status is {out['status']}")
+    out["hint"] = _text(msg, "hint")
+    out["detail"] = _text(msg, "detail")
+    out["stderr_tail"] = _text(msg, "stderr_tail", contract.MAX_STDERR_TAIL)
+    devices = msg.get("devices") or []
+    if not isinstance(devices, list) or len(devices) > MAX_GPUS:
+        raise ContractError(f"devices: expected a list of at most {MAX_GPUS} GPUs")
+    out["devices"] = [_device(d, i) for i, d in enumerate(devices)]
+    for field in ("versions", "stage_times", "timings", "extra"):
+        out[field] = contract.validate_details(msg, field)
+    out["duration_s"] = _num(msg, "duration_s", 0, 1e5, optional=True)
+    out["finished_at"] = _num(msg, "finished_at", 0, 1e11, optional=True)
+    return out

@@ -1,0 +1,158 @@
+"""False alarms: nightly full sweeps of a healthy namespace bed, four hosts, every core kept busy.
+
+    flock /tmp/netns.lock .venv/bin/python benchmarks/false_alarms.py [--sweeps 20] [--database postgres://...]
+
+Method. Four hosts of the namespace test bed with the whole system
+(``benchmarks/bed.py``: scratch database, private Redis over its unix socket,
+server worker, beat, one agent per host), every setting at the product's default
+and no fault injected. Once the agents are online, one busy-loop process per core
+(``bash -c 'while :; do :; done'``, as ``scripts/soak --load`` runs them, each under
+``timeout`` so that none outlives the benchmark) loads the machine until the end.
+Then ``sweeps`` full sweeps run one after another, each requested as the nightly
+schedule requests it (``sweeps.request_sweep(source="schedule", kind="full")``), so
+the rolling baseline and each link's history (flapping, drift) build up over the
+run as they do in production. Every alarm on this bed is a false one:
+
+- ``false_alarm_sweeps``: sweeps whose verdict is not ``pass`` (or that did not finish);
+- ``false_pairs``: pair rows whose status is not ``ok``, over all the sweeps;
+- ``findings_by_code``: findings of severity warn or fail, counted by code.
+
+``alarms`` lists the first of them (sweep, what, text); ``seconds`` is the time of
+the sweeps from the first request to the last sweep closed, and ``sweep_s`` the
+median and worst server-side durations. Target: none in 20 sweeps.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bed import main_for, median, pair_rows, shielded, system_bed  # noqa: E402
+
+HOSTS = 4
+SWEEP_TIMEOUT_S = 600.0  # a full sweep of four loaded hosts still open after this is a hang
+MAX_ALARMS = 30  # alarms listed in the figures, the first ones
+BURN = "while :; do :; done"
+
+
+def run(sweeps: int = 20, database: str | None = None, limit_s: float | None = None) -> dict:
+    """Counts of false alarms over ``sweeps`` full sweeps; see the module docstring for the method."""
+    limit_s = limit_s or 600.0 + 240.0 * sweeps
+    with (
+        system_bed(HOSTS, limit_s, database=database) as system,
+        cpu_load(len(os.sched_getaffinity(0)), limit_s) as cores,
+    ):
+        started = time.monotonic()
+        records = [one_sweep(system) for _ in range(sweeps)]
+        seconds = time.monotonic() - started
+    return summarize(records, seconds, cores)
+
+
+@contextmanager
+def cpu_load(cores: int, limit_s: float):
+    """One busy loop per core for the block, each bounded by ``limit_s`` should this process die first."""
+    burners: list[subprocess.Popen] = []
+    try:
+        for _ in range(cores):
+            burners.append(
+                subprocess.Popen(
+                    ["timeout", str(int(limit_s)), "bash", "-c", BURN], stdin=subprocess.DEVNULL, start_new_session=True
+                )
+            )
+        yield cores
+    finally:
+        with shielded():
+            for proc in burners:
+                proc.terminate()
+            for proc in burners:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def one_sweep(system) -> dict:
+    """A full sweep as the nightly schedule requests it, run to its end, with what it alarmed on."""
+    from cluster_health import sweeps
+    from cluster_health.models import Finding
+
+    sweep = system.wait_closed(sweeps.request_sweep(source="schedule", kind="full"), timeout=SWEEP_TIMEOUT_S)
+    rows = pair_rows(sweep)
+    bad = [
+        f"{r.node_a.name}<->{r.node_b.name}: {r.status}"
+        + (f" at {r.stage} ({r.reason})" if r.reason else "")
+        + (f" {r.hint}" if r.hint else "")
+        for r in rows
+        if r.status != "ok"
+    ]
+    findings = [
+        (f.code, f"[{f.severity}] {f.subject}: {f.text}")
+        for f in Finding.objects.filter(sweep=sweep, severity__in=("warn", "fail"))
+    ]
+    return {
+        "sweep": sweep.pk,
+        "status": sweep.status,
+        "verdict": sweep.verdict,
+        "sweep_s": sweep.duration_s(),
+        "pairs": len(rows),
+        "bad_pairs": bad,
+        "findings": findings,
+    }
+
+
+def summarize(records: list[dict], seconds: float, cores: int) -> dict:
+    """The figures: counts of false alarms over the sweeps, and the first alarms themselves."""
+    by_code: dict[str, int] = {}
+    alarms: list[str] = []
+    for r in records:
+        if r["status"] != "finished" or r["verdict"] != "pass":
+            alarms.append(f"sweep {r['sweep']}: {r['status']}, verdict {r['verdict']}")
+        alarms += [f"sweep {r['sweep']}: pair {text}" for text in r["bad_pairs"]]
+        for code, text in r["findings"]:
+            by_code[code] = by_code.get(code, 0) + 1
+            alarms.append(f"sweep {r['sweep']}: {text}"[:300])
+    durations = [r["sweep_s"] for r in records if r["sweep_s"] is not None]
+    false_sweeps = sum(r["status"] != "finished" or r["verdict"] != "pass" for r in records)
+    false_pairs = sum(len(r["bad_pairs"]) for r in records)
+    return {
+        "hosts": HOSTS,
+        "load_processes": cores,
+        "sweeps": len(records),
+        "pairs": sum(r["pairs"] for r in records),
+        "false_alarm_sweeps": false_sweeps,
+        "false_pairs": false_pairs,
+        "findings_by_code": dict(sorted(by_code.items())),
+        "verdicts": [r["verdict"] for r in records],
+        "seconds": round(seconds, 1),
+        "sweep_s_median": median(durations),
+        "sweep_s_max": max(durations) if durations else None,
+        "alarms": alarms[:MAX_ALARMS],
+        "none": false_sweeps == 0 and false_pairs == 0 and not by_code,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(
+        main_for(
+            run,
+            __doc__,
+            {
+                "--sweeps": {"type": int, "default": 20, "help": "full sweeps, one after another (default 20)"},
+                "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"},
+                "--limit-s": {
+                    "type": float,
+                    "default": None,
+                    "dest": "limit_s",
+                    "help": "wall-clock limit of the whole run (default 600 + 240 per sweep)",
+                },
+            },
+        )
+    )

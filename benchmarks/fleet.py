@@ -1,0 +1,528 @@
+"""Fleet simulator: N agents on their real queues against the real server stack, one sweep end to end.
+
+The server side is what a deployment runs, started with the command lines of
+``devtools/devstack.py``: a private redis-server, daphne, K Celery server workers
+(``-Q server``) and celery beat, on the given database. This one process plays N
+agents: it takes the probe commands off the N queues ``agent.<node>`` as they are
+stored by Celery's Redis transport, answers each with a synthetic half of the
+message contract after ``--probe-s`` seconds, one ``server.result`` message per
+half sent with Celery as the agents send it, and sends every node's heartbeat
+every ``--heartbeat-s``. Then it requests one sweep and reads the rows it wrote.
+
+A round's wall time is from the first probe of the round started by the server to
+the first probe of the next (the last round: to its last probe closed); the
+overhead per round is that minus the simulated probe time, so it holds dispatch,
+both halves' messages, ingest and the advance. The simulator's own time (decoding
+commands, sending halves) is measured beside it (``simulator_s_per_round``): on a
+real fleet that work is spread over N machines.
+
+    .venv/bin/python benchmarks/fleet.py --nodes 256 \
+        --database postgres://postgres@127.0.0.1:5432/fleet --json [--workers 2] [--probe-s 0]
+
+``--database`` is used as given (migrated first); without it, a scratch SQLite file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import heapq
+import json
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agents import contract  # noqa: E402
+from devtools import devstack  # noqa: E402
+from devtools.services import RedisServer, wait_until  # noqa: E402
+
+TARGET_OVERHEAD_S = {256: 0.25, 1024: 0.5}  # control-plane overhead per round
+TARGET_SWEEP_S_1024 = 600.0  # a full 1,024-node sweep with 0-s probes
+HEARTBEAT_S = 5.0  # as the agents' default
+POLL_S = 0.25  # how often the sweep's row is read while it runs
+SENDS_PER_TURN = 256  # halves sent before the simulator looks at its queues again
+READY_TIMEOUT_S = 120.0
+WORKER_CONN_MAX_AGE_S = 300
+
+
+def node_names(n: int) -> list[str]:
+    return [f"f{i:04d}" for i in range(n)]
+
+
+def decode_command(raw: bytes | str) -> dict | None:
+    """The probe command in a task message as Celery's Redis transport stores it, or None."""
+    message = json.loads(raw)
+    if (message.get("headers") or {}).get("task") != contract.TASK_PROBE:
+        return None
+    body = message["body"]
+    if (message.get("properties") or {}).get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    return json.loads(body)[1]["command"]
+
+
+class Fleet:
+    """N simulated agents in one thread: commands in from their queues, halves and heartbeats out."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        names: list[str],
+        probe_s: float,
+        heartbeat_s: float,
+        dead: set[str],
+        failing: set[frozenset],
+    ):
+        import redis
+
+        from cluster_health.celery import app
+
+        self.app, self.names, self.probe_s, self.heartbeat_s = app, names, probe_s, heartbeat_s
+        self.dead, self.failing = dead, failing
+        self.queues = [contract.agent_queue(n) for n in names]
+        self.redis = redis.Redis.from_url(redis_url)
+        self.due: list[tuple[float, int, dict]] = []  # (when, seq, command) answers waiting for their time
+        self.seq = 0
+        self.silenced = False  # dead nodes stop once the sweep starts
+        self.stopping = threading.Event()
+        self.busy_s = 0.0  # the simulator's own work: decoding commands, sending halves and heartbeats
+        self.commands = self.halves = 0
+        self.thread = threading.Thread(target=self.loop, name="fleet", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=30)
+
+    def loop(self) -> None:
+        next_heartbeat = 0.0
+        with self.app.producer_or_acquire() as producer:
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                with producer.batch(max_size=SENDS_PER_TURN):
+                    if now >= next_heartbeat:
+                        self.send_heartbeats(producer)
+                        next_heartbeat = now + self.heartbeat_s
+                    self.send_due(producer)
+                wait = min(next_heartbeat, self.due[0][0] if self.due else next_heartbeat) - time.monotonic()
+                self.take_commands(max(0.0, min(wait, 0.2)) if not self.due or wait > 0 else 0.0)
+
+    def take_commands(self, block_s: float) -> None:
+        """Every command waiting on any node's queue; blocks up to ``block_s`` for the first one."""
+        raw = []
+        if block_s > 0:
+            got = self.redis.brpop(self.queues, timeout=block_s)
+            if got is None:
+                return
+            raw.append(got[1])
+        t0 = time.perf_counter()
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in self.queues:
+            pipe.rpop(queue, 64)
+        for items in pipe.execute():
+            raw.extend(items or [])
+        for message in raw:
+            command = decode_command(message)
+            if command is None or (self.silenced and command["node"] in self.dead):
+                continue
+            self.commands += 1
+            self.seq += 1
+            heapq.heappush(self.due, (time.monotonic() + self.probe_s, self.seq, command))
+        self.busy_s += time.perf_counter() - t0
+
+    def send_due(self, producer) -> None:
+        from devtools.sweep_driver import result_for
+
+        t0 = time.perf_counter()
+        sent = 0
+        while self.due and self.due[0][0] <= time.monotonic() and sent < SENDS_PER_TURN:
+            command = heapq.heappop(self.due)[2]
+            peers = {p["name"] for p in command.get("peers", [])}
+            if any(frozenset((command["node"], peer)) in self.failing for peer in peers):
+                half = result_for(
+                    command,
+                    status="failed",
+                    stage="connect",
+                    reason="connect_timeout",
+                    hint="injected: the link drops every packet",
+                )
+            else:
+                half = result_for(command)
+            # One server.result message per half, as agents/worker.py sends it; the simulator only
+            # pipelines its pushes, work that a real fleet spreads over its machines.
+            self.app.send_task(
+                contract.TASK_RESULT,
+                kwargs={"result": half},
+                queue=contract.SERVER_QUEUE,
+                producer=producer,
+                declare=[],
+                kwargsrepr="{result}",
+            )
+            sent += 1
+        self.halves += sent
+        if sent:
+            self.busy_s += time.perf_counter() - t0
+
+    def send_heartbeats(self, producer) -> None:
+        t0 = time.perf_counter()
+        for i, name in enumerate(self.names):
+            if self.silenced and name in self.dead:
+                continue
+            beat = {
+                "v": contract.VERSION,
+                "node": name,
+                "address": f"10.{i // 250}.{i % 250 + 1}.1",
+                "facts": {},
+                "agent_version": "fleet-sim",
+                "sent_at": time.time(),
+                "busy": False,
+            }
+            self.app.send_task(
+                contract.TASK_HEARTBEAT,
+                kwargs={"heartbeat": beat},
+                queue=contract.SERVER_QUEUE,
+                expires=max(10.0, 3 * self.heartbeat_s),
+                producer=producer,
+                declare=[],
+                kwargsrepr="{heartbeat}",
+            )
+        self.busy_s += time.perf_counter() - t0
+
+
+class ServerStack:
+    """The real server side on this machine: redis-server, daphne, K server workers, beat."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        workers: int,
+        database_url: str,
+        redis_server: RedisServer,
+        heartbeat_s: float = HEARTBEAT_S,
+    ):
+        self.workdir, self.workers, self.heartbeat_s = workdir, workers, heartbeat_s
+        self.redis = redis_server
+        self.database_url = database_url
+        self.sup: devstack.Supervisor | None = None
+
+    def start(self) -> None:
+        env = devstack.python_env(
+            DJANGO_SETTINGS_MODULE="cluster_health.settings",
+            DATABASE_URL=self.database_url,
+            REDIS_URL=self.redis.url,
+            CLUSTER_HEALTH_BROKER_URL=self.redis.url,
+            CLUSTER_HEALTH_VAR_DIR=str(self.workdir / "var"),
+            # Four heartbeats missed make a node offline, as with the defaults (5 s, 20 s).
+            CLUSTER_HEALTH_ONLINE_AFTER_S=str(max(20.0, 4 * self.heartbeat_s)),
+        )
+        self.sup = devstack.Supervisor(self.workdir / "logs", env)
+        # Server workers keep their database connection between tasks: a
+        # connection per half costs more than applying it.
+        worker_env = {**env, "DB_CONN_MAX_AGE": str(WORKER_CONN_MAX_AGE_S)}
+        port = devstack.free_port()
+        web = self.sup.start("web", devstack.web_args("127.0.0.1", port))
+        for k in range(self.workers):
+            self.sup.start(f"worker{k}", devstack.server_worker_args(f"server{k}@fleet"), env=worker_env)
+        self.sup.start("beat", devstack.beat_args(self.workdir))
+        devstack.wait_for_port("127.0.0.1", port, 60, web)
+        for k in range(self.workers):
+            wait_until(
+                lambda k=k: "ready" in self.sup.log(f"worker{k}"), READY_TIMEOUT_S, message=f"server worker {k} ready"
+            )
+
+    def stop(self) -> None:
+        if self.sup is not None:
+            self.sup.stop_all()
+
+
+def database_bytes() -> int | None:
+    from django.conf import settings
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_database_size(current_database())")
+            return cursor.fetchone()[0]
+    name = settings.DATABASES["default"]["NAME"]
+    return sum(p.stat().st_size for p in Path(name).parent.glob(Path(name).name + "*"))
+
+
+def round_overheads(sweep, probe_s: float) -> list[float]:
+    """Per pair round: wall time from its first probe started to the next round's, minus the probe time."""
+    from django.db.models import Max, Min
+
+    from cluster_health.models import PairProbe
+
+    rows = {
+        r["round"]: r
+        for r in PairProbe.objects.filter(sweep=sweep, started__isnull=False)
+        .values("round")
+        .annotate(first=Min("started"), last=Max("finished"))
+    }
+    out = []
+    for k in sorted(rows):
+        end = rows[k + 1]["first"] if k + 1 in rows else rows[k]["last"]
+        if end is not None:
+            out.append((end - rows[k]["first"]).total_seconds() - probe_s)
+    return out
+
+
+@dataclass
+class SweepRun:
+    """One sweep as measured: its row, its wall time, and Redis's, the database's and the simulator's baselines."""
+
+    sweep: Any
+    wall_s: float
+    redis_before: int
+    redis_peak: int
+    db_before: int | None
+    busy_before: float
+
+
+def _run_sweep(broker, fleet: Fleet, names: list[str], kind: str, timeout_s: float) -> SweepRun:
+    """Request one sweep with the fleet silenced and follow it until it closes or times out, sampling Redis's memory."""
+    from cluster_health import sweeps
+    from cluster_health.models import Sweep
+
+    redis_before, db_before = broker.info("memory")["used_memory"], database_bytes()
+    broker.config_resetstat()
+    fleet.silenced = True
+    busy_before = fleet.busy_s
+    t0 = time.monotonic()
+    sweep = sweeps.request_sweep(source="command", kind=kind, nodes=names)
+    peak = redis_before
+    while True:
+        sweep.refresh_from_db()
+        peak = max(peak, broker.info("memory")["used_memory"])
+        if sweep.status not in Sweep.OPEN_STATUSES or time.monotonic() - t0 > timeout_s:
+            break
+        time.sleep(POLL_S)
+    wall_s = time.monotonic() - t0
+    return SweepRun(sweep, wall_s, redis_before, peak, db_before, busy_before)
+
+
+def _sweep_figures(
+    outcome: SweepRun,
+    fleet: Fleet,
+    nodes: int,
+    workers: int,
+    kind: str,
+    probe_s: float,
+    timeout_s: float,
+    dead: set[str],
+    failing: set[frozenset],
+) -> dict:
+    """A closed or timed-out sweep's figures: its rows, round overheads, Redis's and the database's growth."""
+    from django.utils import timezone
+
+    from cluster_health.models import PairProbe, Sweep
+
+    sweep, wall_s, busy_before = outcome.sweep, outcome.wall_s, outcome.busy_before
+    peak, redis_before, db_before = outcome.redis_peak, outcome.redis_before, outcome.db_before
+    overheads = round_overheads(sweep, probe_s)
+    pairs = PairProbe.objects.filter(sweep=sweep)
+    rounds = sweep.params.get("pair_rounds") or sweep.total_rounds
+    db_after = database_bytes()
+    figures = {
+        "nodes": nodes,
+        "workers": workers,
+        "kind": kind,
+        "probe_s": probe_s,
+        "database": _vendor(),
+        "status": sweep.status,
+        "verdict": sweep.verdict,
+        "rounds": rounds,
+        "pairs": pairs.count(),
+        "pairs_ok": pairs.filter(status="ok").count(),
+        "sweep_s": round((sweep.finished - sweep.started).total_seconds(), 2)
+        if sweep.finished and sweep.started
+        else None,
+        "request_to_end_s": round(wall_s, 2),
+        "overhead_per_round_s": round(statistics.median(overheads), 3) if overheads else None,
+        "overhead_per_round_p95_s": round(sorted(overheads)[int(0.95 * (len(overheads) - 1))], 3)
+        if overheads
+        else None,
+        "halves_per_s": round(2 * pairs.count() / (sweep.finished - sweep.started).total_seconds())
+        if sweep.finished and sweep.started
+        else None,
+        "simulator_s_per_round": round((fleet.busy_s - busy_before) / max(1, rounds), 3),
+        "redis_peak_mib": round((peak - redis_before) / 2**20, 1),
+        "db_growth_mib": round((db_after - db_before) / 2**20, 1)
+        if db_before is not None and db_after is not None
+        else None,
+        "target_overhead_per_round_s": TARGET_OVERHEAD_S.get(nodes),
+    }
+    if dead or failing:
+        figures["pairs_not_ok"] = {
+            f"{p.node_a.name}-{p.node_b.name}": f"{p.status}/{p.reason}"
+            for p in pairs.exclude(status="ok").select_related("node_a", "node_b")[:20]
+        }
+    if sweep.status in Sweep.OPEN_STATUSES:
+        figures["error"] = f"sweep still {sweep.status} after {timeout_s:.0f} s (round {sweep.current_round})"
+    figures["measured"] = timezone.now().isoformat(timespec="seconds")
+    return figures
+
+
+def measure(
+    nodes: int,
+    workers: int,
+    probe_s: float,
+    kind: str,
+    heartbeat_s: float,
+    timeout_s: float,
+    dead: set[str],
+    failing: set[frozenset],
+    database_url: str,
+    workdir: Path,
+    redis_server: RedisServer,
+) -> dict:
+    """Start the stack, bring N simulated agents online, run one sweep, read its rows; Django is set up."""
+    import redis
+
+    from cluster_health.models import Node
+
+    stack = ServerStack(workdir, workers, database_url, redis_server, heartbeat_s)
+    fleet = None
+    try:
+        stack.start()
+        names = node_names(nodes)
+        fleet = Fleet(stack.redis.url, names, probe_s, heartbeat_s, dead, failing)
+        fleet.start()
+        wait_until(
+            lambda: Node.objects.filter(Node.online_q(), name__in=names).count() == nodes,
+            READY_TIMEOUT_S,
+            interval=0.5,
+            message=f"{nodes} simulated agents online",
+        )
+        broker = redis.Redis.from_url(stack.redis.url)
+        outcome = _run_sweep(broker, fleet, names, kind, timeout_s)
+        return _sweep_figures(outcome, fleet, nodes, workers, kind, probe_s, timeout_s, dead, failing)
+    finally:
+        if fleet is not None:
+            fleet.stop()
+        stack.stop()
+
+
+def _vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+def setup_django(database_url: str, workdir: Path) -> None:
+    os.environ.update(
+        DATABASE_URL=database_url,
+        CLUSTER_HEALTH_VAR_DIR=str(workdir / "var"),
+        DJANGO_SETTINGS_MODULE="cluster_health.settings",
+    )
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def run(database: str | None = None, nodes: int = 256, workers: tuple = (1, 2), probe_s: float = 0.0) -> dict:
+    """Runner entry point: one sweep per worker count, each on its own scratch database on ``database``."""
+    import subprocess
+
+    out: dict = {}
+    for k in workers:
+        argv = [
+            sys.executable,
+            str(Path(__file__)),
+            "--nodes",
+            str(nodes),
+            "--workers",
+            str(k),
+            "--probe-s",
+            str(probe_s),
+            "--json",
+            "--scratch",
+        ]
+        if database:
+            argv += ["--database", database]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        out[f"workers_{k}"] = json.loads(lines[-1]) if lines else {"error": (proc.stderr or proc.stdout)[-1500:]}
+    return out
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=256)
+    parser.add_argument("--database", default=None, help="database URL the server stack uses (default: scratch SQLite)")
+    parser.add_argument(
+        "--scratch",
+        action="store_true",
+        help="--database names a PostgreSQL server: use a scratch database on it, dropped after",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="server workers (celery -Q server), 2 processes each")
+    parser.add_argument("--probe-s", type=float, default=0.0, help="simulated seconds per probe")
+    parser.add_argument("--kind", default="connectivity", choices=contract.SWEEP_KINDS)
+    parser.add_argument("--heartbeat-s", type=float, default=HEARTBEAT_S)
+    parser.add_argument("--timeout", type=float, default=1800.0, help="give up on the sweep after this many seconds")
+    parser.add_argument("--dead-node", action="append", default=[], help="a node that goes silent at the sweep")
+    parser.add_argument("--failing-link", action="append", default=[], help="A,B: a pair whose probes fail")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    parser.add_argument("--logs", default=None, help="copy the server processes' logs into this folder")
+    opts = parser.parse_args(argv)
+    if not 2 <= opts.nodes <= contract.MAX_WORLD_SIZE:
+        parser.error(f"--nodes: 2..{contract.MAX_WORLD_SIZE}")
+    failing = {frozenset(link.split(",")) for link in opts.failing_link}
+    # A SIGTERM (timeout, a CI runner) must stop the stack this process started, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    with tempfile.TemporaryDirectory(prefix="ch-fleet-") as tmp:
+        workdir = Path(tmp)
+        # The private redis-server first: Django (this process's sends included) reads its URL at setup.
+        redis_server = RedisServer(workdir / "redis")
+        redis_server.workdir.mkdir(parents=True)
+        redis_server.start()
+        os.environ.update(REDIS_URL=redis_server.url, CLUSTER_HEALTH_BROKER_URL=redis_server.url)
+        args = (
+            opts.nodes,
+            opts.workers,
+            opts.probe_s,
+            opts.kind,
+            opts.heartbeat_s,
+            opts.timeout,
+            set(opts.dead_node),
+            failing,
+        )
+        try:
+            if opts.scratch and opts.database:
+                from benchmarks.scratch import scratch_database
+
+                with scratch_database(opts.database) as url:
+                    figures = measure(*args, url, workdir, redis_server)
+            else:
+                url = opts.database or f"sqlite:///{workdir}/fleet.sqlite3"
+                setup_django(url, workdir)
+                figures = measure(*args, url, workdir, redis_server)
+        finally:
+            redis_server.stop()
+            if opts.logs:
+                shutil.copytree(workdir / "logs", opts.logs, dirs_exist_ok=True)
+    print(json.dumps(figures) if opts.json else json.dumps(figures, indent=2), flush=True)
+    return 0 if "error" not in figures and figures["pairs_ok"] == figures["pairs"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

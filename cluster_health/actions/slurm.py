@@ -1,0 +1,194 @@
+"""Slurm: drain the nodes a sweep blames, resume the ones cluster-health drained once they pass.
+
+Only ``scontrol`` is run, always as an argv list (no shell), with the cluster's own
+Slurm configuration (``SLURM_CONF`` in the worker's environment). A node is resumed
+only if cluster-health recorded draining it and its current reason still starts with
+our prefix: a node someone else drained, or re-drained, is never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.utils import timezone
+
+from cluster_health.actions.models import SlurmDrain
+from cluster_health.models import PairProbe, Sweep
+
+log = logging.getLogger(__name__)
+REASON_PREFIX = "cluster-health sweep #"
+MAX_REASON = 200  # characters: Slurm keeps the reason in its state files and prints it in sinfo
+OK_STATUSES = ("ok", "degraded")
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+class SlurmError(Exception):
+    """scontrol failed or is missing; the task retries."""
+
+
+class NodeMapError(ValueError):
+    """CLUSTER_HEALTH_SLURM_NODE_MAP cannot be parsed."""
+
+
+def parse_node_map(rule: str):
+    """A function from cluster-health node names to Slurm node names, from the configured rule.
+
+    ``""``: the same name. ``s/REGEX/REPLACEMENT/``: a regex substitution (the first
+    match). ``a=b,c=d``: an explicit list; names not listed keep their own.
+    """
+    rule = rule.strip()
+    if not rule:
+        return lambda name: name
+    if rule.startswith("s") and len(rule) > 2 and not rule[1].isalnum():
+        sep = rule[1]
+        parts = rule[2:].split(sep)
+        if len(parts) != 3 or parts[2] != "":
+            raise NodeMapError(f"CLUSTER_HEALTH_SLURM_NODE_MAP: expected s{sep}REGEX{sep}REPLACEMENT{sep}")
+        try:
+            pattern = re.compile(parts[0])
+        except re.error as exc:
+            raise NodeMapError(f"CLUSTER_HEALTH_SLURM_NODE_MAP: bad regex: {exc}") from None
+        return lambda name: pattern.sub(parts[1], name, count=1)
+    table = {}
+    for item in rule.split(","):
+        a, sep, b = item.partition("=")
+        if not sep or not a.strip() or not b.strip():
+            raise NodeMapError(f"CLUSTER_HEALTH_SLURM_NODE_MAP: {item!r} is not name=slurm_name")
+        table[a.strip()] = b.strip()
+    return lambda name: table.get(name, name)
+
+
+def slurm_name(name: str, rule: str | None = None) -> str:
+    """The Slurm name of a node, checked to be a plain host name (it goes into an scontrol argument)."""
+    mapped = parse_node_map(settings.SLURM_NODE_MAP if rule is None else rule)(name)
+    if not _SLURM_NAME.match(mapped):
+        raise NodeMapError(f"{name} maps to {mapped!r}, which is not a valid Slurm node name")
+    return mapped
+
+
+@dataclass
+class NodeState:
+    state: str  # scontrol's State, for example IDLE+DRAIN
+    reason: str  # without the " [user@time]" Slurm appends
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.state.split("+") or self.state.startswith("DRAIN")
+
+    @property
+    def ours(self) -> bool:
+        return self.reason.startswith(REASON_PREFIX)
+
+
+def _scontrol(*args: str) -> str:
+    argv = [settings.SLURM_SCONTROL, *args]
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=settings.SLURM_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SlurmError(f"scontrol {args[0]}: {exc}") from None
+    if run.returncode != 0:
+        raise SlurmError(f"scontrol {' '.join(args[:2])}: exit {run.returncode}: {run.stderr.strip()[:300]}")
+    return run.stdout
+
+
+def node_state(slurm_node: str) -> NodeState:
+    """The node's state and reason as slurmctld has them now."""
+    out = _scontrol("show", "node", "--oneliner", slurm_node)
+    state = re.search(r"\bState=(\S+)", out)
+    reason = re.search(r"\bReason=(.*?)(?: \[[^\]]*@[^\]]*\])?\s*$", out.strip())
+    return NodeState(state.group(1) if state else "", reason.group(1).strip() if reason else "")
+
+
+def _resume(slurm_node: str) -> None:
+    try:
+        _scontrol("update", f"NodeName={slurm_node}", "State=RESUME")
+    except SlurmError:
+        # slurmctld clears the drain of a node whose slurmd never registered (state UNKNOWN)
+        # and still answers "Invalid node state specified": the state read back decides.
+        if node_state(slurm_node).drained:
+            raise
+
+
+def drain_reason(sweep: Sweep, text: str) -> str:
+    """Reason= for a drain: our prefix, the sweep, then the finding (quotes and newlines dropped)."""
+    clean = re.sub(r"[\"'\n\r\t]+", " ", text).strip()
+    return f"{REASON_PREFIX}{sweep.pk}: {clean}"[:MAX_REASON]
+
+
+def blamed_nodes(sweep: Sweep) -> dict[str, str]:
+    """Nodes that a fail finding of this sweep names as its subject -> the finding's text."""
+    names = set(sweep.nodes)
+    out: dict[str, str] = {}
+    for subject, text in sweep.findings.filter(severity="fail").order_by("pk").values_list("subject", "text"):
+        if subject in names and subject not in out:
+            out[subject] = text
+    return out
+
+
+def passing_nodes(sweep: Sweep) -> set[str]:
+    """Nodes this sweep passed: every measured pair ok or degraded (gpu sweeps: no finding names them)."""
+    if sweep.kind == "gpu":
+        named = set(sweep.findings.filter(severity__in=("warn", "fail")).values_list("subject", flat=True))
+        return set(sweep.nodes) - named
+    seen: dict[str, bool] = {}
+    for a, b, status in (
+        PairProbe.objects.filter(sweep=sweep)
+        .exclude(status="skipped")
+        .values_list("node_a__name", "node_b__name", "status")
+    ):
+        for n in (a, b):
+            seen[n] = seen.get(n, True) and status in OK_STATUSES
+    blamed = set(blamed_nodes(sweep))
+    return {n for n, ok in seen.items() if ok and n not in blamed}
+
+
+def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
+    """Drain blamed nodes and resume recovered ones as the mode says; return what was done (or would be)."""
+    mode = mode or settings.SLURM_ACTIONS
+    if mode == "off":
+        return []
+    done: list[str] = []
+    for node, text in blamed_nodes(sweep).items():
+        target = slurm_name(node)
+        if SlurmDrain.objects.filter(slurm_node=target, status="drained").exists():
+            continue  # drained by an earlier sweep; stays drained until it passes
+        reason = drain_reason(sweep, text)
+        current = node_state(target)
+        if current.drained and not current.ours:
+            log.info("slurm: %s is already drained by someone else (%s); leaving it", target, current.reason)
+            done.append(f"left {target}: drained by someone else")
+            continue
+        if mode == "report":
+            log.warning("slurm (report only): would drain %s: %s", target, reason)
+            done.append(f"would drain {target}")
+            continue
+        _scontrol("update", f"NodeName={target}", "State=DRAIN", f"Reason={reason}")
+        SlurmDrain.objects.create(node=node, slurm_node=target, sweep=sweep, reason=reason)
+        log.warning("slurm: drained %s: %s", target, reason)
+        done.append(f"drained {target}")
+    for drain in SlurmDrain.objects.filter(status="drained", node__in=passing_nodes(sweep)).select_related("sweep"):
+        if drain.sweep_id and drain.sweep_id > sweep.pk:
+            continue  # drained by a newer sweep than this one
+        if drain.sweep and (drain.sweep.kind == "gpu") != (sweep.kind == "gpu"):
+            continue  # a GPU problem is cleared by a GPU check, a network one by a network sweep
+        current = node_state(drain.slurm_node)
+        if not (current.drained and current.ours):
+            # Resumed by hand, or re-drained by someone with their own reason: theirs now.
+            SlurmDrain.objects.filter(pk=drain.pk, status="drained").update(status="released", ended=timezone.now())
+            done.append(f"released {drain.slurm_node}: changed outside cluster-health")
+            continue
+        if mode == "report":
+            log.warning("slurm (report only): would resume %s", drain.slurm_node)
+            done.append(f"would resume {drain.slurm_node}")
+            continue
+        _resume(drain.slurm_node)
+        SlurmDrain.objects.filter(pk=drain.pk, status="drained").update(
+            status="resumed", resumed_by=sweep, ended=timezone.now()
+        )
+        log.warning("slurm: resumed %s (sweep #%s passed it)", drain.slurm_node, sweep.pk)
+        done.append(f"resumed {drain.slurm_node}")
+    return done

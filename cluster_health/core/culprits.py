@@ -1,0 +1,442 @@
+"""Culprits inferred over the whole matrix: the node, the group pair or the link behind failures. Pure.
+
+A scatter of failing cells is often one cause seen from several pairs: a node that
+accepts no inbound connection fails exactly the pairs where a peer had to connect
+to it; an uplink between two racks fails exactly the pairs that cross it; a slow
+NIC slows every link of its node. Each rule names its culprit, the numbers behind
+it, and the pairs that support it; the pairs it explains are not reported again
+as single links.
+
+Pairs are dicts with ``a`` (rank 0, which hosts the store), ``b``, ``status``,
+``stage``, ``reason``, ``busbw_gbps`` and ``evidence`` (cluster_health.core.evidence).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from statistics import median
+from typing import Any
+
+from agents import contract
+from cluster_health.core import evidence as pair_evidence
+
+BAD = contract.BAD_STATUSES
+PASSED = contract.PASSED_STATUSES
+CONNECT_STAGES = ("connect", "store")  # where a pair stops when its store connection failed
+MIN_SUPPORT = 2  # pairs a node or group culprit needs behind it
+# The default grouping: the name up to its last separator (rack1-n3 -> rack1), else without its trailing digits.
+DEFAULT_GROUP_PATTERN = r"^(?:(.+)[-_.][^-_.]+|(.*?)\d+)$"
+# A link is slow next to its peers under this share of their median busbw; a node when all its links are.
+OUTLIER_LINK_RATIO = 0.33
+OUTLIER_NODE_RATIO = 0.5
+MIN_PEER_LINKS = 2  # links to compare with before anything is called slow
+# ... and only when it is also this many robust standard deviations below them: on a loaded
+# host the links scatter widely, and a ratio alone would call the scatter's low end slow.
+OUTLIER_Z = 3.5
+OUTLIER_NODE_Z = 2.0  # a node's links must all be slow as well, which scatter seldom does
+MAD_TO_SIGMA = 1.4826
+# Below this message size an all_reduce's time is latency and scheduling, not the link's speed
+# (nccl-tests' busbw curves flatten only past the MiB range): links are compared above it only.
+OUTLIER_MIN_BYTES = 1 << 20
+MAX_LISTED = 12  # pairs named in a finding's text (all of them are in its ``pairs``)
+
+
+def pair_name(p: dict[str, Any]) -> str:
+    return f"{p['a']}<->{p['b']}"
+
+
+def group_of(name: str, pattern: str | None = None) -> str:
+    """The group (rack, leaf, rail) a node belongs to, from its name."""
+    m = re.match(pattern or DEFAULT_GROUP_PATTERN, name)
+    if not m:
+        return name
+    found = [g for g in m.groups() if g]
+    return found[0] if found else name
+
+
+def _finding(
+    severity: str, code: str, subject: str, text: str, pairs: list[dict[str, Any]], chain: list[str], next_step: str
+) -> dict[str, Any]:
+    return {
+        "severity": severity,
+        "code": code,
+        "subject": subject,
+        "text": text,
+        "pairs": [pair_name(p) for p in pairs],
+        "detail": {"evidence": chain, "next_step": next_step},
+    }
+
+
+def _listed(pairs: list[dict[str, Any]]) -> str:
+    names = [pair_name(p) for p in pairs[:MAX_LISTED]]
+    more = f" and {len(pairs) - MAX_LISTED} more" if len(pairs) > MAX_LISTED else ""
+    return ", ".join(names) + more
+
+
+def _store_connection(p: dict[str, Any]) -> dict[str, Any] | None:
+    """The store connection of a pair (b -> a), from its evidence or, without any, from where it stopped."""
+    for c in (p.get("evidence") or {}).get("connections") or []:
+        if c.get("step") == "store":
+            return dict(c)
+    if (
+        p["status"] in BAD
+        and p.get("stage") in CONNECT_STAGES
+        and p.get("reason") in ("connect_timeout", "refused", "store_timeout")
+    ):
+        return {"from": p["b"], "to": p["a"], "step": "store", "ok": False}
+    if p["status"] in PASSED or p.get("stage") in ("init", "collective", "bandwidth"):
+        return {"from": p["b"], "to": p["a"], "step": "store", "ok": True}
+    return None
+
+
+def _peers_connect_elsewhere(node: str, peers: set[str], pairs: list[dict[str, Any]]) -> bool:
+    """Whether every peer that could not connect in to the node passed a pair without it."""
+    return all(
+        any(q["status"] in PASSED for q in pairs if peer in (q["a"], q["b"]) and node not in (q["a"], q["b"]))
+        for peer in peers
+    )
+
+
+def _inbound_blocked_finding(
+    node: str,
+    failed_in: list[dict[str, Any]],
+    inbound: list[tuple[dict[str, Any], dict[str, Any]]],
+    outbound: list[tuple[dict[str, Any], dict[str, Any]]],
+) -> dict[str, Any]:
+    """Fail finding for a node whose inbound store connections all failed while its outbound ones worked."""
+    later = [p for p, _ in outbound if p["status"] in BAD]
+    support = failed_in + later
+    out_names = ", ".join(sorted({c["to"] for _, c in outbound}))
+    text = (
+        f"{node} accepts no inbound connection from any peer ({len(failed_in)} of {len(inbound)} peers could not "
+        f"connect to its store: {_listed(failed_in)}) while it connects out fine (to {out_names}): open its "
+        "firewall for the store port and Gloo's ephemeral range"
+    )
+    if later:
+        text += (
+            f"; {len(later)} pair(s) where it connected out then failed when the peer dialled back ({_listed(later)})"
+        )
+    chain = [
+        f"{p['b']} -> {p['a']} (store on {p['a']}): {p['status']} at {p.get('stage')} ({p.get('reason')})"
+        for p in failed_in
+    ] + [f"{c['from']} -> {c['to']} (store): connected" for _, c in outbound]
+    return _finding(
+        "fail",
+        "inbound_blocked",
+        node,
+        text,
+        support,
+        chain,
+        f"on {node}, allow new inbound TCP connections (nft/iptables input chain) for the store "
+        "port and the ephemeral range Gloo and NCCL listen on",
+    )
+
+
+def inbound_blocked(
+    nodes: Iterable[str], pairs: list[dict[str, Any]], explained: frozenset[str] | set[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """Nodes no peer could connect to, while they connected out fine: a firewall on inbound connections.
+
+    Rank 0 hosts the store, so a peer connects in; as rank 1 the node connects out. Gloo
+    and NCCL then listen on both sides and either may dial, so a later failure of a pair
+    where the node connected out is consistent with it, and never counts against it.
+    """
+    out = []
+    for node in nodes:
+        mine = [p for p in pairs if node in (p["a"], p["b"])]
+        conns = [(p, _store_connection(p)) for p in mine]
+        inbound = [(p, c) for p, c in conns if c and c["to"] == node]
+        outbound = [(p, c) for p, c in conns if c and c["from"] == node]
+        failed_in = [p for p, c in inbound if c["ok"] is False]
+        if failed_in and all(pair_name(p) in explained for p in failed_in):
+            continue  # a failing segment explains them better
+        if len(failed_in) < MIN_SUPPORT or len(failed_in) != len(inbound):
+            continue
+        if not outbound or not all(c["ok"] for _, c in outbound):
+            continue
+        # The peers that could not connect in must connect elsewhere, or the fault is theirs.
+        peers = {p["a"] if p["b"] == node else p["b"] for p in failed_in}
+        if not _peers_connect_elsewhere(node, peers, pairs) and len(nodes_of(pairs)) > 2:
+            continue
+        out.append(_inbound_blocked_finding(node, failed_in, inbound, outbound))
+    return out
+
+
+def nodes_of(pairs: list[dict[str, Any]]) -> set[str]:
+    return {n for p in pairs for n in (p["a"], p["b"])}
+
+
+def segments(pairs: list[dict[str, Any]], pattern: str | None = None) -> list[dict[str, Any]]:
+    """Group pairs whose every crossing pair fails while each group works inside: an uplink, a spine, a rail."""
+    groups = {n: group_of(n, pattern) for n in nodes_of(pairs)}
+    if len(set(groups.values())) < 2:
+        return []
+    inside: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    across: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for p in pairs:
+        ga, gb = groups[p["a"]], groups[p["b"]]
+        if ga == gb:
+            inside[ga].append(p)
+        else:
+            across[tuple(sorted((ga, gb)))].append(p)  # type: ignore[index]
+    out = []
+    for (g, h), cross in sorted(across.items()):
+        bad = [p for p in cross if p["status"] in BAD]
+        if len(bad) < MIN_SUPPORT or len(bad) != len(cross):
+            continue
+        within = inside.get(g, []) + inside.get(h, [])
+        if not within or any(p["status"] in BAD for p in within):
+            continue  # a group broken inside is a node or group problem, not the path between them
+        reasons = sorted({p.get("reason") or p["status"] for p in bad})
+        text = (
+            f"every pair between {g} and {h} fails ({len(bad)} of {len(cross)}: {', '.join(reasons)}) while "
+            f"each group works inside ({len(within)} pairs ok): check the uplink, spine port or cabling "
+            f"between {g} and {h}"
+        )
+        chain = [f"{pair_name(p)}: {p['status']} at {p.get('stage')} ({p.get('reason')})" for p in bad]
+        chain += [f"{pair_name(p)} (inside {groups[p['a']]}): {p['status']}" for p in within]
+        out.append(
+            _finding(
+                "fail",
+                "segment",
+                f"{g}<->{h}",
+                text,
+                bad,
+                chain,
+                f"test the links between {g} and {h} at the switch: uplink and spine ports, "
+                "their error counters and cabling",
+            )
+        )
+    return out
+
+
+def common_node(pairs: list[dict[str, Any]], explained: set[str]) -> list[dict[str, Any]]:
+    """A node that is the common factor of the remaining failures (at least two, all of which touch it)."""
+    # An offline agent is blamed by the per-node rule from its heartbeats.
+    bad = [p for p in pairs if p["status"] in BAD and p["status"] != "offline" and pair_name(p) not in explained]
+    if len(bad) < MIN_SUPPORT:
+        return []
+    shared = set.intersection(*({p["a"], p["b"]} for p in bad))
+    if len(shared) != 1:
+        return []
+    node = shared.pop()
+    mine = [p for p in pairs if node in (p["a"], p["b"])]
+    if len(bad) == len(mine):
+        return []  # every pair of the node failed: the per-node rule already blames it
+    reasons = sorted({p.get("reason") or p["status"] for p in bad})
+    text = (
+        f"{node} is the common factor of every failing pair ({len(bad)} of its {len(mine)} pairs fail: "
+        f"{', '.join(reasons)}; {_listed(bad)}): look at {node} first"
+    )
+    chain = [f"{pair_name(p)}: {p['status']} at {p.get('stage')} ({p.get('reason')})" for p in bad]
+    return [
+        _finding(
+            "fail",
+            "node_common_factor",
+            node,
+            text,
+            bad,
+            chain,
+            f"check {node}'s firewall, interface and agent logs; its passing pairs show what still works",
+        )
+    ]
+
+
+def lossy_nodes(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Nodes that retransmitted a share of their segments with every peer: a bad cable, optic or port."""
+    per_node: dict[str, list[tuple[dict[str, Any], float, int]]] = defaultdict(list)
+    for p in pairs:
+        ev = p.get("evidence") or {}
+        for role in ("a", "b"):
+            side = ev.get(role)
+            if side:
+                pct, sent = pair_evidence.retrans(side)
+                per_node[p[role]].append((p, pct, sent))
+    out = []
+    for node, seen in sorted(per_node.items()):
+        counted = [(p, pct, sent) for p, pct, sent in seen if sent >= pair_evidence.LOSSY_MIN_SEGMENTS]
+        if len(counted) < MIN_SUPPORT:
+            continue
+        if not all(pct >= pair_evidence.LOSSY_RETRANS_PCT for _, pct, _ in counted):
+            continue
+        total_sent = sum(sent for _, _, sent in counted)
+        pct = sum(p * s for _, p, s in counted) / total_sent
+        support = [p for p, _, _ in counted]
+        text = (
+            f"{node} retransmitted {pct:.1f} % of segments with every peer ({len(counted)} probes, "
+            f"{total_sent} segments): check its cable or optic"
+        )
+        chain = [f"{pair_name(p)}: {node} retransmitted {x:.1f} % of {s} segments" for p, x, s in counted]
+        out.append(
+            _finding(
+                "warn",
+                "lossy",
+                node,
+                text,
+                support,
+                chain,
+                f"read {node}'s NIC error counters (ethtool -S), reseat or replace its cable or optic",
+            )
+        )
+    return out
+
+
+def _largest_common_size(pairs: list[dict[str, Any]]) -> int | None:
+    counts: dict[int, int] = defaultdict(int)
+    for p in pairs:
+        for row in p.get("sizes") or []:
+            if isinstance(row, dict) and row.get("bytes"):
+                counts[row["bytes"]] += 1
+    return max(counts, key=lambda s: (counts[s], s)) if counts else None
+
+
+def _bw_at(p: dict[str, Any], size: int | None) -> float | None:
+    """busbw at the common size, or at the pair's own largest when it never got there (a slow one)."""
+    rows = [r for r in p.get("sizes") or [] if isinstance(r, dict)]
+    at = next((r["busbw_gbps"] for r in rows if r.get("bytes") == size), None)
+    return at if at is not None else p.get("busbw_gbps")
+
+
+def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: list[float]) -> dict[str, Any] | None:
+    """Warn finding for a node all of whose links are slow next to the links without it, else None."""
+    if len(mine) < MIN_PEER_LINKS or len(without) < MIN_PEER_LINKS:
+        return None
+    ref = median(without)
+    mine_bw = [bw for _, bw in mine]
+    # Every link under half the others' median, and apart from them: either each is slower than
+    # every link without the node (what a slow NIC does, and all a 4-node sweep's 3 reference links
+    # can show), or the median sits far below their robust spread (larger fleets, noisier links).
+    apart = max(mine_bw) < min(without) or _far_below(median(mine_bw), without, OUTLIER_NODE_Z)
+    if not (all(bw < OUTLIER_NODE_RATIO * ref for bw in mine_bw) and apart):
+        return None
+    mid = median(bw for _, bw in mine)
+    text = (
+        f"every link of {node} is slow next to its peers: median busbw {mid:.3g} GB/s, "
+        f"{mid / ref:.2f} x the {ref:.3g} GB/s of the links without it ({len(mine)} links): "
+        f"check {node}'s NIC speed, cable and any rate limit"
+    )
+    chain = [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in mine] + [
+        f"links without {node}: median {ref:.3g} GB/s over {len(without)}"
+    ]
+    return _finding(
+        "warn",
+        "slow_node",
+        node,
+        text,
+        [p for p, _ in mine],
+        chain,
+        f"compare {node}'s link speed (ethtool), its qdisc (tc) and NIC counters with a peer's",
+    )
+
+
+def _slow_links(rest: list[tuple[dict[str, Any], float]]) -> list[dict[str, Any]]:
+    """Warn findings for single links far below the sweep's median, among links no node or segment explains."""
+    out: list[dict[str, Any]] = []
+    if len(rest) <= MIN_PEER_LINKS:
+        return out
+    ref = median(bw for _, bw in rest)
+    for p, bw in rest:
+        others = [x for q, x in rest if q is not p]
+        if bw < OUTLIER_LINK_RATIO * ref and _far_below(bw, others):
+            out.append(
+                _finding(
+                    "warn",
+                    "slow_link",
+                    pair_name(p),
+                    f"{pair_name(p)} runs at {bw:.3g} GB/s, {bw / ref:.2f} x the sweep's median {ref:.3g} GB/s",
+                    [p],
+                    [f"{pair_name(p)}: {bw:.3g} GB/s"],
+                    f"check the cabling and ports between {p['a']} and {p['b']}",
+                )
+            )
+    return out
+
+
+def outliers(pairs: list[dict[str, Any]], pattern: str | None = None) -> list[dict[str, Any]]:
+    """Links slow next to their peers in the same sweep, and the node when all its links are the slow ones.
+
+    No history is needed: a first sweep of a new cluster compares each link with the others
+    of the same size. A node is compared with the links that do not touch it, so one slow
+    node cannot drag the reference down with it.
+    """
+    size = _largest_common_size(pairs)
+    if size is None or size < OUTLIER_MIN_BYTES:
+        return []
+    measured = [(p, bw) for p in pairs if p["status"] in PASSED and (bw := _bw_at(p, size)) is not None and bw > 0]
+    out: list[dict[str, Any]] = []
+    slow_nodes: set[str] = set()
+    for node in sorted(nodes_of([p for p, _ in measured])):
+        mine = [(p, bw) for p, bw in measured if node in (p["a"], p["b"])]
+        without = [bw for p, bw in measured if node not in (p["a"], p["b"])]
+        found = _slow_node(node, mine, without)
+        if found is not None:
+            slow_nodes.add(node)
+            out.append(found)
+    rest = [(p, bw) for p, bw in measured if not ({p["a"], p["b"]} & slow_nodes)]
+    slow_segments, in_segments = _slow_segments(rest, pattern)
+    out += slow_segments
+    return out + _slow_links([(p, bw) for p, bw in rest if pair_name(p) not in in_segments])
+
+
+def _far_below(value: float, reference: list[float], z: float = OUTLIER_Z) -> bool:
+    """Whether value lies more than z robust standard deviations below the reference values."""
+    mid = median(reference)
+    spread = MAD_TO_SIGMA * median(abs(x - mid) for x in reference)
+    return spread == 0 or (mid - value) / spread > z
+
+
+def _slow_segments(
+    measured: list[tuple[dict[str, Any], float]], pattern: str | None
+) -> tuple[list[dict[str, Any]], set[str]]:
+    """Group pairs whose crossing links are all slow next to the links inside both groups."""
+    groups = {n: group_of(n, pattern) for n in nodes_of([p for p, _ in measured])}
+    inside: dict[str, list[float]] = defaultdict(list)
+    across: dict[tuple[str, str], list[tuple[dict[str, Any], float]]] = defaultdict(list)
+    for p, bw in measured:
+        g, h = groups[p["a"]], groups[p["b"]]
+        if g == h:
+            inside[g].append(bw)
+        else:
+            across[tuple(sorted((g, h)))].append((p, bw))  # type: ignore[index]
+    out, named = [], set()
+    for (g, h), links in sorted(across.items()):
+        within = inside.get(g, []) + inside.get(h, [])
+        if len(links) < MIN_PEER_LINKS or not within:
+            continue
+        ref = median(within)
+        if not all(bw < OUTLIER_NODE_RATIO * ref for _, bw in links) or not _far_below(
+            median(bw for _, bw in links), within
+        ):
+            continue
+        mid = median(bw for _, bw in links)
+        named |= {pair_name(p) for p, _ in links}
+        out.append(
+            _finding(
+                "warn",
+                "segment",
+                f"{g}<->{h}",
+                f"every link between {g} and {h} is slow ({len(links)} links, median {mid:.3g} GB/s, {mid / ref:.2f} x "
+                f"the {ref:.3g} GB/s inside the groups): check the uplink between {g} and {h}",
+                [p for p, _ in links],
+                [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in links] + [f"inside {g} and {h}: median {ref:.3g} GB/s"],
+                f"test the uplink between {g} and {h}: port speed, errors, cabling",
+            )
+        )
+    return out, named
+
+
+def infer(nodes: Iterable[str], pairs: list[dict[str, Any]], pattern: str | None = None) -> list[dict[str, Any]]:
+    """Every matrix-wide finding: inbound-blocked nodes, failing segments, a common node, lossy nodes, outliers."""
+    nodes = list(nodes)
+    found = segments(pairs, pattern)
+    found += inbound_blocked(nodes, pairs, {name for f in found for name in f["pairs"]})
+    explained = {name for f in found for name in f["pairs"]}
+    found += common_node(pairs, explained)
+    return found + lossy_nodes(pairs) + outliers(pairs, pattern)
+
+
+def explained_pairs(found: list[dict[str, Any]]) -> set[str]:
+    """The failing pairs a fail finding of this module explains (not to be reported again as single links)."""
+    return {name for f in found if f["severity"] == "fail" for name in f["pairs"]}

@@ -1,0 +1,75 @@
+"""Who sent a message: the signature check every agent message passes before it is applied.
+
+A heartbeat or result is applied only when its envelope verifies against the
+node's current key (cluster_health.models.AgentKey, read uncached so a revoke
+takes effect at once) and it is within the signature window. Anything else is
+kept as a RejectedMessage with the reason.
+
+Replays: a heartbeat whose nonce was already used (a Redis key that lives as
+long as the window, shared by every server worker, set once the heartbeat is
+applied) is a duplicate and changes nothing. It is not recorded as rejected:
+Redis redelivers a message whose worker died before its ack, and that copy is
+indistinguishable from a replay. Results need no nonce: applying a half is
+idempotent, so a replayed (or redelivered) result is a duplicate as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import redis
+from django.conf import settings
+
+from agents import contract, signing
+from cluster_health.ingest.outcomes import DUPLICATE
+from cluster_health.ingest.rejects import reject
+from cluster_health.models import AgentKey
+
+log = logging.getLogger(__name__)
+NONCE_KEY_PREFIX = "cluster-health:nonce:"
+_clients: dict[str, redis.Redis] = {}
+
+
+def _redis() -> redis.Redis:
+    url = settings.REDIS_URL
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(contract.redis_client_url(url), socket_connect_timeout=5, socket_timeout=5)
+    return _clients[url]
+
+
+def _nonce_key(auth: dict) -> str:
+    return f"{NONCE_KEY_PREFIX}{auth['node']}:{auth['nonce']}"
+
+
+def remember_nonce(auth) -> None:
+    """Mark a signed message's nonce as used for the window (after it was applied)."""
+    if isinstance(auth, dict) and "nonce" in auth and "node" in auth:
+        ttl = max(1, math.ceil(2 * settings.SIGNATURE_WINDOW_S))  # the window reaches both sides of "now"
+        _redis().set(_nonce_key(auth), b"1", nx=True, ex=ttl)
+
+
+def authenticate(task: str, purpose: str, payload, auth, once: bool = False) -> str | None:
+    """None when the message may be applied; otherwise the REJECTED outcome, recorded with its reason.
+
+    ``once``: a nonce already used gives DUPLICATE, unrecorded (the caller remembers it after applying).
+    """
+    if auth is None and settings.ALLOW_UNSIGNED_AGENTS:
+        return None  # development only (refused in production mode); a signed message is still checked
+    try:
+        envelope = signing.verify(
+            payload, auth, purpose, AgentKey.secret_for, now=time.time(), window_s=settings.SIGNATURE_WINDOW_S
+        )
+        if once and _redis().exists(_nonce_key(envelope)):
+            log.info(
+                "%s from %s: nonce %s already used (a replay or a redelivery); ignored",
+                task,
+                envelope["node"],
+                envelope["nonce"],
+            )
+            return DUPLICATE
+    except signing.SignatureError as exc:
+        node = str(auth["node"]) if isinstance(auth, dict) and isinstance(auth.get("node"), str) else ""
+        return reject(task, payload, f"signature: {exc}", node=node)
+    return None

@@ -1,0 +1,199 @@
+"""The ingest buffer: halves that ``server.result`` tasks took off the queue, applied in batches.
+
+One transaction per half caps ingest at about 150 halves/s, and agents send one half
+per message. So the task appends its half to a Redis list, and drains the buffer only
+if no other process of its worker is draining (the worker's drainer slot): one
+process per worker applies halves, BATCH per ``ingest_results`` call (one
+transaction), while the worker's other processes keep taking messages off the queue,
+so under load each batch holds what arrived during the last one. At low load the task
+that appended is the one that drains, so a half reaches the database (and the
+browsers) at once.
+
+Nothing is lost or applied twice when a worker dies mid-batch: a batch is moved to
+the shard's processing list before it is applied and removed only after the commit,
+so the next drainer (the next half's task, or the reaper's ``drain_all`` once the dead
+drainer's lock expires) applies it again, and applying a half twice changes nothing
+(every write is conditional). Halves are sharded by probe, so both halves of a pair
+meet in one batch, and the drainers of several workers drain different shards at
+the same time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import uuid
+
+import redis
+from django.conf import settings
+
+from cluster_health.ingest import results
+
+log = logging.getLogger(__name__)
+
+# Drainers that may run at once, one per shard; both halves of a probe share a shard.
+SHARDS = 8
+BATCH = results.BATCH
+KEY_PREFIX = "cluster_health:ingest"
+BUFFERED = "buffered"  # the outcome of a half appended for the drainer
+
+
+def pending_key(shard: int) -> str:
+    return f"{KEY_PREFIX}:{shard}:pending"
+
+
+def processing_key(shard: int) -> str:
+    return f"{KEY_PREFIX}:{shard}:processing"
+
+
+def lock_key(shard: int) -> str:
+    return f"{KEY_PREFIX}:{shard}:lock"
+
+
+def slot_key(drainer: str) -> str:
+    return f"{KEY_PREFIX}:drainer:{drainer}"
+
+
+def buffer_keys() -> list[str]:
+    """Every list a half may wait in, for the backlog's view of what is not applied yet."""
+    return [key for shard in range(SHARDS) for key in (pending_key(shard), processing_key(shard))]
+
+
+def shard_of(payload) -> int:
+    probe_id = payload.get("probe_id") if isinstance(payload, dict) else None
+    return probe_id % SHARDS if isinstance(probe_id, int) and not isinstance(probe_id, bool) else 0
+
+
+# The next batch: a dead drainer's batch first (it may or may not have been committed, and
+# applying it again is harmless), else up to ARGV[1] halves moved from pending to processing.
+# KEYS: pending, processing, lock; ARGV: batch size, the drainer's lock token.
+TAKE_SCRIPT = """
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then return false end
+local left = redis.call('LRANGE', KEYS[2], 0, -1)
+if #left > 0 then return left end
+local batch = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #batch == 0 then return batch end
+redis.call('LTRIM', KEYS[1], #batch, -1)
+for i = 1, #batch, 500 do
+  redis.call('RPUSH', KEYS[2], unpack(batch, i, math.min(i + 499, #batch)))
+end
+return batch
+"""
+
+# After the commit: the batch is done, and the shard's lock and the worker's slot are held for
+# another one. A drainer that lost its lock (it outlived the lock's lifetime) leaves the batch
+# for the lock's new owner. KEYS: processing, lock, slot; ARGV: the drainer's token, lifetime in ms.
+DONE_SCRIPT = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+return 1
+"""
+
+RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=30)
+
+
+def _lock_ms() -> int:
+    return int(settings.INGEST_DRAIN_LOCK_S * 1000)
+
+
+def this_process() -> str:
+    """The drainer slot's name outside a Celery worker: one slot per process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def buffer_result(payload, worker: str | None = None) -> str:
+    """Append one half for the drainer, and drain if ``worker`` (its Celery hostname) has no drainer running.
+
+    Raises when Redis cannot be reached, so that the task's message stays unacked and
+    is delivered again: the half is only acknowledged once it is in the buffer.
+    """
+    shard = shard_of(payload)
+    client = _client()
+    try:
+        client.rpush(pending_key(shard), json.dumps(payload))
+        try:
+            Drainer(client, worker or this_process()).run(first=shard)
+        except Exception:  # the half is safe in the buffer: the next drainer or the reaper applies it
+            log.exception("draining the ingest buffer failed; left for the next drainer")
+    finally:
+        client.close()
+    return BUFFERED
+
+
+def drain_all(worker: str | None = None) -> int:
+    """Drain every shard nobody is draining (a dead drainer's batch, a half left behind); returns halves applied."""
+    client = _client()
+    try:
+        return Drainer(client, worker or this_process()).run(first=0)
+    except redis.RedisError:
+        log.warning("ingest buffer unreachable; drained next time", exc_info=True)
+        return 0
+    finally:
+        client.close()
+
+
+class Drainer:
+    """One process's turn at draining: it holds its worker's drainer slot, and one shard's lock at a time."""
+
+    def __init__(self, client: redis.Redis, worker: str):
+        self.client, self.slot, self.token = client, slot_key(worker), uuid.uuid4().hex
+
+    def run(self, first: int) -> int:
+        """Drain shards, ``first`` first, until a pass finds nothing; nothing if the worker's slot is taken."""
+        applied = 0
+        while self.client.set(self.slot, self.token, nx=True, px=_lock_ms()):
+            try:
+                while got := sum(self._drain_shard(s) for s in [first, *(s for s in range(SHARDS) if s != first)]):
+                    applied += got
+            finally:
+                self.client.eval(RELEASE_SCRIPT, 1, self.slot, self.token)
+            # A half appended while the slot was held, after its shard was last looked at, was
+            # left by its task for this drainer: look once more now that the slot is free.
+            if not self._unclaimed():
+                return applied
+        return applied
+
+    def _unclaimed(self) -> bool:
+        """Whether some shard has halves waiting and no drainer."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in range(SHARDS):
+            pipe.exists(pending_key(shard), processing_key(shard))
+            pipe.exists(lock_key(shard))
+        found = pipe.execute()
+        return any(waiting and not locked for waiting, locked in zip(found[::2], found[1::2]))
+
+    def _drain_shard(self, shard: int) -> int:
+        keys = (pending_key(shard), processing_key(shard), lock_key(shard))
+        if not self.client.exists(keys[0], keys[1]):
+            return 0
+        if not self.client.set(keys[2], self.token, nx=True, px=_lock_ms()):
+            return 0  # another worker's drainer has it, and looks again after letting go
+        applied = 0
+        try:
+            while batch := self.client.eval(TAKE_SCRIPT, 3, *keys, BATCH, self.token):
+                payloads = []
+                for raw in batch:
+                    try:
+                        payloads.append(json.loads(raw))
+                    except ValueError:  # only this module writes the lists: never block a shard on it
+                        log.error("unreadable half in the ingest buffer dropped: %r", raw[:200])
+                results.ingest_results(payloads)
+                applied += len(payloads)
+                log.info("ingested %d halves (shard %d)", len(payloads), shard)
+                if not self.client.eval(DONE_SCRIPT, 3, keys[1], keys[2], self.slot, self.token, _lock_ms()):
+                    log.warning("ingest shard %d: lock lost mid-batch; its new owner applies the batch again", shard)
+                    break
+        finally:
+            self.client.eval(RELEASE_SCRIPT, 1, keys[2], self.token)
+        return applied

@@ -1,0 +1,43 @@
+"""Messages that cannot be applied: kept with the reason (bounded), logged, never raised into a worker."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from cluster_health.ingest.outcomes import REJECTED
+from cluster_health.models import RejectedMessage
+
+log = logging.getLogger(__name__)
+MAX_ERROR_TEXT = 4000  # characters of the reason kept (the column is a TextField)
+MAX_STORED_JSON = 16 * 1024  # a payload larger than this is kept as a truncated repr
+MAX_RAW_REPR = 8000  # characters of a payload's repr that are kept
+
+
+def _storable(payload):
+    """The payload as stored JSON, or a truncated repr when it is large, not JSON (NaN, odd types) or holds NUL.
+
+    PostgreSQL refuses NUL in text and jsonb, so a NUL in a stderr tail would make the
+    reject itself fail; repr() writes it as an escape instead.
+    """
+    try:
+        text = json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return {"raw": repr(payload)[:MAX_RAW_REPR]}
+    if len(text) > MAX_STORED_JSON or "\\u0000" in text:
+        return {"truncated": text[:MAX_RAW_REPR], "bytes": len(text)}
+    return payload if isinstance(payload, (dict, list)) else {"raw": payload}
+
+
+def _clean(text: str, limit: int) -> str:
+    return text.replace("\x00", "\\x00")[:limit]
+
+
+def reject(task: str, payload, error: str, node: str = "") -> str:
+    """Keep a message that cannot be applied, with the reason, and log it."""
+    if not node and isinstance(payload, dict) and isinstance(payload.get("node"), str):
+        node = payload["node"]
+    node, error = _clean(node, 100), _clean(error, MAX_ERROR_TEXT)
+    RejectedMessage.objects.create(task=task[:40], node=node, error=error, payload=_storable(payload))
+    log.warning("rejected %s from %r: %s", task, node, error[:300])
+    return REJECTED

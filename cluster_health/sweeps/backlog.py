@@ -1,0 +1,176 @@
+"""What the server was sent and has not applied yet: queued, held by a worker, or in the ingest buffer.
+
+Silence is judged against this, not only against the rows: a node whose heartbeat
+or result is still waiting for a server worker (one back from an outage, a broker
+backlog) is not silent, and a probe whose result is waiting is not overdue.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import redis
+from django.conf import settings
+
+from agents import contract
+from cluster_health.ingest import buffer
+
+# A message a worker reserved longer ago than this is not about to be applied: its worker
+# died, and the broker hands it back only after the visibility timeout (an hour). Generous,
+# because prefetched messages wait behind the longest task (planning a large sweep).
+RESERVED_ORPHAN_S = 120.0
+# Waiting messages are read (to see whose they are) up to this many; a longer queue is an
+# outage's backlog, and nothing is judged until the server has worked through it.
+PEEK_MAX = 64
+
+
+@dataclass
+class Backlog:
+    """What was sent to the server and not yet applied: queued, or fetched by a worker and not acked."""
+
+    messages: int = 0
+    complete: bool = True  # every waiting message was read; otherwise whose they are is unknown
+    nodes: set[str] = field(default_factory=set)  # nodes with a heartbeat or result waiting
+    probes: set[tuple[str, int]] = field(default_factory=set)  # ("pair" | "group", id) with a result waiting
+    sweeps: set[int] = field(default_factory=set)  # sweeps with a start task waiting
+
+    def add(self, raw) -> None:
+        """Count one message as the Redis transport stores it, unless it applies nothing (a reaper run)."""
+        try:
+            message = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
+            headers = message.get("headers") or {}
+            own = _current_task_id()
+            if headers.get("task") == contract.TASK_REAP or (own is not None and headers.get("id") == own):
+                return
+            body = message.get("body") or ""
+            if (message.get("properties") or {}).get("body_encoding") == "base64":
+                body = base64.b64decode(body)
+            kwargs = json.loads(body)[1]
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            self.messages += 1
+            self.complete = False  # unreadable: could be anyone's
+            return
+        self.messages += 1
+        task = headers.get("task")
+        if task == contract.TASK_HEARTBEAT:
+            node = (kwargs.get("heartbeat") or {}).get("node")
+            if isinstance(node, str):
+                self.nodes.add(node)
+        elif task == contract.TASK_RESULT:
+            for result in kwargs.get("results") or [kwargs.get("result") or {}]:
+                self.nodes.add(result.get("node"))
+                kind = "pair" if result.get("kind", "pair") in ("pair", "discover") else "group"
+                self.probes.add((kind, result.get("probe_id")))
+        elif task == contract.TASK_START_SWEEP:
+            self.sweeps.add(kwargs.get("sweep_id"))
+
+    def add_buffered(self, entry: str) -> None:
+        """Count one half waiting in the ingest buffer, given as "node<TAB>kind<TAB>probe id"."""
+        self.messages += 1
+        node, _, rest = entry.partition("\t")
+        kind, _, probe_id = rest.partition("\t")
+        if not probe_id.isdigit():
+            self.complete = False  # unreadable: could be anyone's
+            return
+        self.nodes.add(node)
+        self.probes.add(("pair" if kind in ("pair", "discover", "nil") else "group", int(probe_id)))
+
+
+# Halves in the ingest buffer are read up to this many (a round at 1,024 nodes is 1,024 halves);
+# only the node, kind and probe of each leave Redis.
+BUFFER_PEEK_MAX = 20000
+
+# The queue's length and head, the server messages workers reserved recently, and the halves in
+# the ingest buffer, read atomically. KEYS: queue, unacked index, unacked hash, then the buffer's
+# lists; ARGV: how many queued messages to read, oldest score, how many buffered halves to read.
+SNAPSHOT_SCRIPT = """
+local head = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+local reserved = {}
+for i, tag in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')) do
+  reserved[i] = redis.call('HGET', KEYS[3], tag)
+end
+local buffered, total = {}, 0
+for k = 4, #KEYS do
+  total = total + redis.call('LLEN', KEYS[k])
+  if total <= tonumber(ARGV[3]) then
+    for _, raw in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
+      local ok, half = pcall(cjson.decode, raw)
+      if ok and type(half) == 'table' then
+        buffered[#buffered + 1] = tostring(half['node']) .. '\t' .. tostring(half['kind'])
+          .. '\t' .. tostring(half['probe_id'])
+      else
+        buffered[#buffered + 1] = ''
+      end
+    end
+  end
+end
+return {redis.call('LLEN', KEYS[1]), head, reserved, buffered, total}
+"""
+
+
+def _current_task_id() -> str | None:
+    from celery import current_task
+
+    return getattr(getattr(current_task, "request", None), "id", None)
+
+
+def server_backlog() -> Backlog | None:
+    """Messages sent to the server and not yet applied, or None when the broker cannot be asked.
+
+    Reads both the queue's list and what workers have fetched but not acked: Celery's
+    Redis transport moves a prefetched (or, with acks_late, running) message into the
+    ``unacked`` hash, where LLEN does not see it, so a worker just back from an outage
+    holds the very heartbeats and results that LLEN calls drained. One script reads both,
+    so a message moving from one to the other is seen once.
+    """
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
+    keys = [
+        contract.SERVER_QUEUE,
+        options.get("unacked_index_key", "unacked_index"),
+        options.get("unacked_key", "unacked"),
+        *buffer.buffer_keys(),
+    ]
+    try:
+        queued, head, reserved, buffered, in_buffer = client.eval(
+            SNAPSHOT_SCRIPT, len(keys), *keys, PEEK_MAX, time.time() - RESERVED_ORPHAN_S, BUFFER_PEEK_MAX
+        )
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+    backlog = Backlog()
+    for raw in head:
+        backlog.add(raw)
+    if queued > len(head):
+        backlog.messages += queued - len(head)
+        backlog.complete = False
+    for entry in reserved:
+        try:
+            raw, _exchange, routing_key = json.loads(entry)
+        except (TypeError, ValueError):
+            continue  # acked meanwhile
+        if routing_key == contract.SERVER_QUEUE:  # agents' commands share the hash
+            backlog.add(raw)
+    for entry in buffered:
+        backlog.add_buffered(entry.decode(errors="replace"))
+    if in_buffer > len(buffered):
+        backlog.messages += in_buffer - len(buffered)
+        backlog.complete = False
+    return backlog
+
+
+def unheard_is_not_silent(names: Iterable[str]) -> set[str]:
+    """Of these nodes, those that must not be judged offline now: a message from them waits on the server.
+
+    All of them when the backlog cannot be read in full. For the round dispatch and the
+    verdict, which judge a node's heartbeat as the reaper does.
+    """
+    backlog = server_backlog()
+    if backlog is None or not backlog.complete:
+        return set(names)
+    return backlog.nodes & set(names)

@@ -1,0 +1,65 @@
+"""Baselines: the busbw a pair is expected to reach, from one sweep or the rolling median of good nightly sweeps."""
+
+from __future__ import annotations
+
+from cluster_health.core.baselines import median_and_mad
+from cluster_health.models import Baseline, BaselinePair, PairProbe, Sweep, pair_key
+
+ROLLING_BASELINE_SWEEPS = 5  # good nightly full sweeps the rolling median is taken over
+INSERT_BATCH = 5000  # baseline rows per INSERT
+READ_CHUNK = 10000  # pair rows read per round trip
+
+
+def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
+    base = Baseline.objects.create(
+        name=name or f"sweep {sweep.pk}", source="sweep", from_sweep=sweep, sweeps_used=[sweep.pk]
+    )
+    rows = PairProbe.objects.filter(sweep=sweep, status__in=("ok", "degraded"), busbw_gbps__isnull=False)
+    BaselinePair.objects.bulk_create(
+        [
+            BaselinePair(baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=bw)
+            for k, bw in {
+                pair_key(a, b): bw for a, b, bw in rows.values_list("node_a__name", "node_b__name", "busbw_gbps")
+            }.items()
+        ],
+        batch_size=INSERT_BATCH,
+    )
+    return base
+
+
+def rolling_baseline(last: int = ROLLING_BASELINE_SWEEPS) -> Baseline | None:
+    """Median busbw per pair over the last good nightly full sweeps, with its spread (MAD); None if there is none yet."""
+    good = list(
+        Sweep.objects.filter(kind="full", source="schedule", status="finished", verdict__in=("pass", "warn"))
+        .order_by("-finished")
+        .values_list("pk", flat=True)[:last]
+    )
+    if not good:
+        return None
+    samples: dict[tuple[str, str], list[float]] = {}
+    rows = PairProbe.objects.filter(sweep_id__in=good, status="ok", busbw_gbps__isnull=False).values_list(
+        "node_a__name", "node_b__name", "busbw_gbps"
+    )
+    for a, b, bw in rows.iterator(chunk_size=READ_CHUNK):
+        samples.setdefault(pair_key(a, b), []).append(bw)
+    base = Baseline.objects.create(
+        name=f"rolling median of {len(good)} nightly sweeps", source="rolling", sweeps_used=good
+    )
+    rows = []
+    for k, v in samples.items():
+        mid, mad = median_and_mad(v)
+        rows.append(BaselinePair(baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=mid, mad_gbps=mad, samples=len(v)))
+    BaselinePair.objects.bulk_create(rows, batch_size=INSERT_BATCH)
+    return base
+
+
+def resolve_baseline(spec: str | None) -> Baseline | None:
+    if spec is None or spec == "rolling":
+        return rolling_baseline()
+    if spec == "none":
+        return None
+    what, pk = spec.split(":", 1)
+    if what == "baseline":
+        return Baseline.objects.filter(pk=int(pk)).first()
+    source = Sweep.objects.filter(pk=int(pk)).first()
+    return baseline_from_sweep(source) if source else None

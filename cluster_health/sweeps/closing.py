@@ -1,0 +1,163 @@
+"""Closing probes: the one place that judges a pair against its baseline, writes its final fields once
+and announces it to browsers.
+
+Ingest (both halves in) and the reaper (a deadline or a silent node) both close
+through here, so a pair's final row has one shape whichever way it closed. Every
+write is conditional on the probe still being open: a pair closes once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.utils import timezone
+
+from agents import contract
+from cluster_health import bulk
+from cluster_health.core import baselines, evidence
+from cluster_health.core.merge import PairResult
+from cluster_health.models import OPEN_PAIR_STATUSES, BaselinePair, GroupProbe, PairProbe, Sweep, pair_key
+from cluster_health.web import broadcast, serializers
+
+OPEN_WHERE = "t.status IN (%s, %s)"  # the SQL twin of OPEN_PAIR_STATUSES, for conditional writes
+
+
+class ProbeRow(NamedTuple):
+    """What closing needs to know about a pair probe, read in one query for a batch."""
+
+    pk: int
+    sweep_id: int
+    round: int
+    a: str
+    b: str
+    status: str
+    baseline_id: int | None
+    started: datetime | None
+
+
+PROBE_ROW_FIELDS = (
+    "id",
+    "sweep_id",
+    "round",
+    "node_a__name",
+    "node_b__name",
+    "status",
+    "sweep__baseline_id",
+    "started",
+)
+
+
+def probe_rows(pks) -> dict[int, ProbeRow]:
+    return {row[0]: ProbeRow(*row) for row in PairProbe.objects.filter(pk__in=pks).values_list(*PROBE_ROW_FIELDS)}
+
+
+class Expected(NamedTuple):
+    """A link's baseline: its busbw (a median where several sweeps were used), their spread and count."""
+
+    busbw_gbps: float
+    mad_gbps: float | None
+    samples: int
+
+
+def _expected_busbw(rows: dict[int, ProbeRow], results: dict[int, PairResult]) -> dict[int, Expected]:
+    """Baseline of the pairs about to close ok, in one query per baseline."""
+    wanted: dict[int, dict[tuple[str, str], int]] = {}
+    for pk, result in results.items():
+        row = rows[pk]
+        if row.baseline_id and result["status"] == "ok" and result["busbw_gbps"] is not None:
+            wanted.setdefault(row.baseline_id, {})[pair_key(row.a, row.b)] = pk
+    out = {}
+    for baseline_id, keys in wanted.items():
+        firsts = {k[0] for k in keys}
+        for na, nb, bw, mad, n in BaselinePair.objects.filter(baseline_id=baseline_id, node_a__in=firsts).values_list(
+            "node_a", "node_b", "busbw_gbps", "mad_gbps", "samples"
+        ):
+            if (na, nb) in keys:
+                out[keys[(na, nb)]] = Expected(bw, mad, n)
+    return out
+
+
+def judge_against_baseline(result: PairResult, expected: Expected | float | None) -> PairResult:
+    """The result, ``degraded``/``below_baseline`` when its busbw is under its baseline by more than its noise,
+    else ``degraded``/``lossy`` when it passed while retransmitting a share of its segments."""
+    if isinstance(expected, (int, float)):
+        expected = Expected(float(expected), None, 1)
+    busbw, ratio = result["busbw_gbps"], settings.DEGRADED_RATIO
+    if result["status"] != "ok" or busbw is None or not expected or not expected.busbw_gbps:
+        return evidence.lossy(result, result.get("evidence")) or result  # type: ignore[return-value]
+    if busbw >= baselines.threshold(expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio):
+        return evidence.lossy(result, result.get("evidence")) or result  # type: ignore[return-value]
+    return {
+        **result,
+        "status": "degraded",
+        "reason": "below_baseline",
+        "hint": baselines.slow_text(busbw, expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio),
+    }
+
+
+def final_fields(rows: dict[int, ProbeRow], results: dict[int, PairResult], now: datetime) -> dict[int, dict[str, Any]]:
+    """The final model fields (all but ``finished``) of each pair, judged against its baseline."""
+    expected = _expected_busbw(rows, results)
+    out = {}
+    for pk, result in results.items():
+        judged = judge_against_baseline(result, expected.get(pk))
+        started = rows[pk].started
+        duration = judged["duration_s"]
+        if duration is None and started:
+            duration = (now - started).total_seconds()
+        out[pk] = {
+            **judged,
+            "hint": (judged["hint"] or None) and judged["hint"][: contract.MAX_TEXT],
+            "duration_s": duration,
+        }
+    return out
+
+
+def close_pairs(
+    rows: dict[int, ProbeRow], results: dict[int, PairResult], now: datetime | None = None, *, announce_now: bool = True
+) -> dict[int, dict[str, Any]]:
+    """Write each open pair's final result (once); returns the fields of the pairs this call closed.
+
+    The caller advances the sweeps. ``announce_now=False`` leaves the broadcast to a
+    caller that batches it with other closes (ingest).
+    """
+    now = now or timezone.now()
+    fields = final_fields(rows, results, now)
+    closed = bulk.conditional_update(
+        PairProbe, fields, where=OPEN_WHERE, where_params=OPEN_PAIR_STATUSES, constants={"finished": now}
+    )
+    written = {pk: fields[pk] for pk in closed}
+    if announce_now:
+        announce(rows, written)
+    return written
+
+
+def announce(rows: dict[int, ProbeRow], closed: dict[int, dict[str, Any]]) -> None:
+    """One browser update per sweep for the pairs that just closed (sent after the commit)."""
+    by_sweep: dict[int, list[dict]] = {}
+    for pk, fields in closed.items():
+        row = rows[pk]
+        by_sweep.setdefault(row.sweep_id, []).append(
+            serializers.pair_dict({**fields, "id": pk, "round": row.round, "a": row.a, "b": row.b})
+        )
+    for sweep_id, pairs in by_sweep.items():
+        broadcast.sweep_update(Sweep(pk=sweep_id), pairs, round_only=True)
+
+
+def close_group(group: GroupProbe, merged: dict, now: datetime | None = None) -> bool:
+    """Write a group probe's final result (once); the caller advances the sweep."""
+    now = now or timezone.now()
+    updated = GroupProbe.objects.filter(pk=group.pk, status__in=OPEN_PAIR_STATUSES).update(
+        status=merged["status"],
+        stage=merged.get("stage"),
+        reason=merged.get("reason"),
+        hint=merged.get("hint"),
+        latency_us_p50=merged.get("latency_us_p50"),
+        busbw_gbps=merged.get("busbw_gbps"),
+        finished=now,
+    )
+    if updated:
+        broadcast.sweep_update(group.sweep)
+    return bool(updated)

@@ -1,0 +1,192 @@
+"""The one module that sends tasks: probe commands to agents' queues, sweep steps to the server queue.
+
+Commands are built here and checked with ``contract.validate_command`` before they
+leave, so a command the agent would refuse never goes out, and each is signed with
+its node's enrolled key (agents refuse unsigned commands). Tests and benchmarks
+swap the sender with ``capture()`` instead of patching Celery.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from agents import contract, signing
+
+log = logging.getLogger(__name__)
+
+# Slack for queueing and process start between sending a command and the probe running.
+START_GRACE_S = 10.0
+# Extra time for the result to travel back before the reaper calls the probe silent.
+REPORT_GRACE_S = 5.0
+
+Message = tuple[str, str, dict, float | None]  # task, queue, kwargs, expires_s
+Sender = Callable[[list[Message]], None]
+# Messages buffered in one Redis pipeline: a round at 1,024 nodes is 1,024 commands, and one
+# round trip each was most of a round's overhead.
+PUBLISH_BATCH = 1000
+
+
+def _celery_send(messages: list[Message]) -> None:
+    from cluster_health.celery import app
+
+    with app.producer_or_acquire() as producer, producer.batch(max_size=PUBLISH_BATCH):
+        for task, queue, kwargs, expires_s in messages:
+            # Celery publishes to a queue named this way through the default (anonymous)
+            # exchange: the message is pushed onto the queue's own list, with no binding to
+            # look up, so it waits there also when the broker restarted and lost its bindings.
+            # (No declare: nothing to bind. A short kwargsrepr: Celery's repr of a command for its
+            # logs cost more than sending it.)
+            app.send_task(
+                task,
+                kwargs=kwargs,
+                queue=queue,
+                expires=expires_s,
+                producer=producer,
+                declare=[],
+                argsrepr="()",
+                kwargsrepr=_repr(kwargs),
+            )
+
+
+def _repr(kwargs: dict) -> str:
+    """What Celery's logs show of a message: the probe or node it is about."""
+    inner = next(iter(kwargs.values()), None) if len(kwargs) == 1 else None
+    if isinstance(inner, dict):
+        return "{" + ", ".join(f"{k}={inner[k]}" for k in ("probe_id", "node", "rank") if k in inner) + "}"
+    return repr(kwargs)[:200]
+
+
+_sender: Sender = _celery_send
+
+
+@contextmanager
+def capture():
+    """Record sends as (task, queue, kwargs, expires_s) tuples instead of sending them."""
+    global _sender
+    sent: list[Message] = []
+    previous, _sender = _sender, sent.extend
+    try:
+        yield sent
+    finally:
+        _sender = previous
+
+
+def send_to_server(task: str, **kwargs) -> None:
+    _sender([(task, contract.SERVER_QUEUE, kwargs, None)])
+
+
+def send_command(command: dict) -> None:
+    """Send one probe command to its node's queue; it expires if not started in time."""
+    send_commands([command])
+
+
+def send_commands(commands: list[dict]) -> None:
+    """Sign each command with its node's current key (one query for all) and send them in one go.
+
+    Each expires if not started in time. A node without a key gets the command
+    unsigned: an agent that runs with a key refuses it, and only a development agent
+    (no key, unsigned allowed) runs it.
+    """
+    from cluster_health.models import AgentKey
+
+    keys = AgentKey.active_keys({c["node"] for c in commands})
+    now = time.time()
+    unsigned = sorted({c["node"] for c in commands} - keys.keys())
+    if unsigned:
+        log.warning(
+            "no enrolled key for %d node(s) (%s): their commands go out unsigned",
+            len(unsigned),
+            ", ".join(unsigned[:5]),
+        )
+    messages: list[Message] = []
+    for command in commands:
+        key = keys.get(command["node"])
+        kwargs: dict = {"command": command}
+        if key is not None:
+            kwargs["auth"] = signing.sign(command, key, "command", now=now)
+        messages.append(
+            (
+                contract.TASK_PROBE,
+                contract.agent_queue(command["node"]),
+                kwargs,
+                min(command["deadline_s"], START_GRACE_S),
+            )
+        )
+    _sender(messages)
+
+
+def new_rendezvous() -> str:
+    return uuid.uuid4().hex
+
+
+def probe_settings(params: dict, last_stage: str, kind: str = "pair") -> dict:
+    """The command fields that come from the sweep's parameters (already bounded at request time)."""
+    timeouts = contract.validate_timeouts(params.get("timeouts"))
+    deadline = contract.default_deadline(timeouts)
+    if kind == "discover":
+        # Discovery spends up to one attempt per interface combination where a pair spends one init.
+        deadline = deadline - timeouts["init"] + contract.discover_budget_s(timeouts["init"])
+    out = {
+        "last_stage": last_stage,
+        "sizes": list(params.get("sizes") or contract.DEFAULT_SIZES),
+        "iterations": params.get("iterations", contract.DEFAULT_ITERATIONS),
+        "warmup": params.get("warmup", contract.DEFAULT_WARMUP),
+        "latency_iterations": params.get("latency_iterations", contract.DEFAULT_LATENCY_ITERATIONS),
+        "timeouts": timeouts,
+        "deadline_s": float(params.get("deadline_s") or deadline),
+    }
+    if last_stage == "collective":
+        out["sizes"] = out["sizes"][:1]
+    return out
+
+
+def server_deadline_s(command_deadline_s: float) -> float:
+    """How long the server waits for results of a command before the reaper closes the probe."""
+    return START_GRACE_S + command_deadline_s + REPORT_GRACE_S
+
+
+def build_commands(
+    *,
+    kind: str,
+    probe_id: int,
+    sweep_id: int,
+    backend: str,
+    members: list[tuple[str, str]],
+    settings: dict,
+    rendezvous: str,
+    master_port: int | None = None,
+    env: dict | None = None,
+    multi_group: bool = False,
+) -> list[dict]:
+    """One command per member (name, address); rank = position, rank 0 hosts the store."""
+    expires_at = time.time() + START_GRACE_S
+    peers = [{"name": n, "address": a} for n, a in members]
+    commands = []
+    for rank, (name, address) in enumerate(members):
+        cmd = {
+            "v": contract.VERSION,
+            "kind": kind,
+            "probe_id": probe_id,
+            "sweep_id": sweep_id,
+            "rendezvous": rendezvous,
+            "node": name,
+            "rank": rank,
+            "world_size": len(members),
+            "backend": backend,
+            "bind_address": address,
+            "master_address": members[0][1],
+            "peers": [p for p in peers if p["name"] != name],
+            "expires_at": expires_at,
+            "multi_group": multi_group,
+            **settings,
+        }
+        if master_port is not None:
+            cmd["master_port"] = master_port
+        if env:
+            cmd["env"] = env
+        commands.append(contract.validate_command(cmd))
+    return commands

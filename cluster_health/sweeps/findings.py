@@ -1,0 +1,145 @@
+"""A finished sweep's findings: culprits, degraded links, groups, interfaces, consistency, launch settings.
+
+Reads the sweep's rows and hands them to the pure rules in ``cluster_health.core``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.utils import timezone
+
+from agents import contract
+from cluster_health.core import consistency, culprits, discovery, fleet, history, preflight, verdicts
+from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
+from cluster_health.sweeps import backlog
+
+READ_CHUNK = 10000  # pair rows read per round trip
+HALVES_CHUNK = 2000  # pair rows with both halves (larger) read per round trip
+
+
+def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
+    """The findings of a sweep whose probes are all closed, and every status that counts toward its verdict."""
+    now = timezone.now()
+    pairs = [
+        {
+            "a": a,
+            "b": b,
+            "status": s,
+            "stage": st,
+            "reason": r,
+            "hint": h,
+            "busbw_gbps": bw,
+            "sizes": sz,
+            "evidence": ev,
+        }
+        for a, b, s, st, r, h, bw, sz, ev in PairProbe.objects.filter(sweep=sweep)
+        .values_list(
+            "node_a__name", "node_b__name", "status", "stage", "reason", "hint", "busbw_gbps", "sizes", "evidence"
+        )
+        .iterator(chunk_size=READ_CHUNK)
+    ]
+    nodes = list(Node.objects.filter(name__in=sweep.nodes))
+    facts = {n.name: n.facts for n in nodes}
+    addresses = {n.name: n.address for n in nodes}
+    offline = {n.name for n in nodes if not n.is_online(now)} - backlog.unheard_is_not_silent(sweep.nodes)
+    groups = list(GroupProbe.objects.filter(sweep=sweep))
+    found = _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep))
+    blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
+    found += verdicts.degraded_findings(pairs)
+    if sweep.kind not in (*contract.DISCOVER_SWEEP_KINDS, "preflight"):
+        found += _history_findings(sweep, pairs)
+    for g in groups:
+        if g.kind == "preflight":
+            found += preflight.rank_findings(g.nodes, g.halves, g.status, g.reason, g.hint)
+        else:
+            found += verdicts.group_findings(
+                {"status": g.status, "stage": g.stage, "reason": g.reason, "hint": g.hint, "nodes": g.nodes}, blamed
+            )
+    if sweep.kind in contract.DISCOVER_SWEEP_KINDS:
+        found += _interface_findings(sweep, pairs, addresses)
+    if sweep.kind in ("full", "preflight", "group"):
+        found += consistency.findings(facts, addresses)
+    if sweep.kind == "preflight":
+        found += preflight.setting_findings(sweep.params, facts)
+    return found, [p["status"] for p in pairs] + [g.status for g in groups]
+
+
+def absent_at_start(sweep: Sweep) -> dict[str, str]:
+    """The sweep's nodes that were offline when it was planned, each with its silence at that moment."""
+    planned = sweep.started or sweep.created
+    return {
+        name: fleet.describe_silence(fleet.parse_time(beat), planned)
+        for name, beat in (sweep.params.get("offline_at_start") or {}).items()
+    }
+
+
+def _matrix_findings(nodes: list[str], pairs: list[dict], offline: set[str], absent: dict[str, str]) -> list[dict]:
+    """Per-node and per-link culprits, with the matrix-wide inference (culprits.infer) taking the pairs it explains."""
+    inferred = culprits.infer(nodes, pairs, settings.GROUP_PATTERN)
+    explained = culprits.explained_pairs(inferred)
+    blamed = {f["subject"] for f in inferred if f["code"] == "inbound_blocked"}
+    kept = []
+    per_node = verdicts.culprit_findings(nodes, pairs, offline, absent)
+    named = {f["subject"] for f in per_node if f["code"] in ("node_offline", "node_unreachable")}
+    inferred = [f for f in inferred if not (f["code"] == "node_common_factor" and f["subject"] in named)]
+    for f in per_node:
+        if f["code"] == "link_failed" and f["subject"] in explained:
+            continue  # named by a node, group or direction finding that lists it
+        if f["code"] == "node_unreachable" and f["subject"] in blamed:
+            continue  # the direction-aware finding says more about the same node
+        kept.append(f)
+    return kept + inferred
+
+
+def _largest(sizes: list[dict] | None) -> int | None:
+    """The largest message size a probe's size rows record, if any."""
+    rows = [r["bytes"] for r in sizes or [] if isinstance(r, dict) and isinstance(r.get("bytes"), int)]
+    return max(rows) if rows else None
+
+
+def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
+    """Flapping and drifting links: this sweep's pairs with the same links in the sweeps before it."""
+    earlier = list(
+        Sweep.objects.filter(status="finished", pk__lt=sweep.pk)
+        .exclude(kind__in=(*contract.DISCOVER_SWEEP_KINDS, "preflight"))
+        .order_by("-pk")
+        .values_list("pk", flat=True)[: history.HISTORY_SWEEPS - 1]
+    )
+    if not earlier:
+        return []
+    links = {(p["a"], p["b"]): p for p in pairs}
+    past: dict[tuple[str, str], list[tuple[int, str, float | None, int | None]]] = {}
+    rows = (
+        PairProbe.objects.filter(sweep_id__in=earlier)
+        .exclude(status__in=contract.OPEN_STATUSES)
+        .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes")
+    )
+    for sid, a, b, status, bw, sizes in rows.iterator(chunk_size=READ_CHUNK):
+        key = (a, b) if (a, b) in links else (b, a)
+        if key in links:
+            past.setdefault(key, []).append((sid, status, bw, _largest(sizes)))
+    found: list[dict] = []
+    for key, now in links.items():
+        series = sorted(past.get(key, []))
+        statuses = [st for _, st, _, _ in series if st != "skipped"] + [now["status"]]
+        size = _largest(now.get("sizes"))
+        # Only busbw measured at the same message size is comparable across sweeps.
+        busbw = [bw for _, st, bw, sz in series if st in contract.PASSED_STATUSES and bw and sz == size]
+        if now["status"] in contract.PASSED_STATUSES and now.get("busbw_gbps"):
+            busbw.append(now["busbw_gbps"])
+        found += history.link_findings(f"{key[0]}<->{key[1]}", statuses, busbw)
+    return found[: verdicts.MAX_LINK_FINDINGS]
+
+
+def _interface_findings(sweep: Sweep, pairs: list[dict], addresses: dict[str, str]) -> list[dict]:
+    peers: dict[str, set[str]] = {n: set() for n in sweep.nodes}
+    for p in pairs:
+        peers[p["a"]].add(p["b"])
+        peers[p["b"]].add(p["a"])
+    rows = [
+        discovery.combination_rows(a, b)
+        for a, b in PairProbe.objects.filter(sweep=sweep)
+        .values_list("half_a", "half_b")
+        .iterator(chunk_size=HALVES_CHUNK)
+    ]
+    return discovery.interface_findings(rows, peers, addresses)

@@ -1,0 +1,241 @@
+"""A sweep's lifecycle: start (plan), advance round by round, finish with a verdict, cancel.
+
+Every step claims its row with a conditional UPDATE and checks the row count, so
+a step delivered twice (a retried task, the reaper racing ingest) runs once.
+Sends happen after the commit, through ``dispatch``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import redis
+from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Q
+from django.utils import timezone
+from kombu.exceptions import KombuError
+
+from cluster_health.actions import tasks as actions_tasks
+from cluster_health.core import planner, verdicts
+from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GroupProbe, Node, PairProbe, Sweep
+from cluster_health.sweeps import baselines, findings, rounds
+from cluster_health.web import broadcast, serializers
+
+log = logging.getLogger(__name__)
+MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
+INSERT_BATCH = 5000  # probe rows per INSERT when a sweep is planned
+FORGOTTEN_PENDING_S = 30.0  # a pending sweep this old was never started: its start task was lost
+
+
+class PlanningError(ValueError):
+    """A sweep cannot be planned; the sweep ends failed with this text."""
+
+
+def _fail(sweep: Sweep, error: str) -> None:
+    Sweep.objects.filter(pk=sweep.pk, status__in=Sweep.OPEN_STATUSES).update(
+        status="failed", verdict="unknown", error=error.replace("\x00", "")[:MAX_ERROR_TEXT], finished=timezone.now()
+    )
+    sweep.refresh_from_db()
+    broadcast.sweep_update(sweep)
+    log.warning("sweep %s failed: %s", sweep.pk, error)
+
+
+def start_sweep(sweep_id: int) -> bool:
+    """Plan a pending sweep, create its probe rows and dispatch round 1. False if already started."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not Sweep.objects.filter(pk=sweep_id, status="pending").update(status="running", started=now):
+            return False
+        sweep = Sweep.objects.get(pk=sweep_id)
+        params = sweep.params
+        try:
+            names = _sweep_nodes(sweep, now)
+            plan = planner.plan(sweep.kind, names, [tuple(p) for p in params.get("pairs") or []])
+        except (PlanningError, planner.PlanError) as exc:
+            _fail(sweep, str(exc))
+            return True
+        _create_probes(sweep, names, plan)
+        sweep.nodes = names
+        sweep.total_rounds = len(plan.rounds) + (1 if plan.group else 0)
+        sweep.params = {
+            **params,
+            "pair_rounds": len(plan.rounds),
+            "group": plan.group,
+            "offline_at_start": _offline_at_start(names, now),
+        }
+        if sweep.kind in ("full", "pairs") or params.get("baseline"):
+            sweep.baseline = baselines.resolve_baseline(params.get("baseline"))
+        sweep.save(update_fields=["nodes", "total_rounds", "params", "baseline"])
+        broadcast.sweep_update(sweep)
+    advance_or_fail(sweep_id)
+    return True
+
+
+def _sweep_nodes(sweep: Sweep, now: datetime) -> list[str]:
+    """The nodes a sweep covers, in plan order: the requested ones, else every active node, online or not."""
+    params = sweep.params
+    wanted = params.get("nodes")
+    if params.get("pairs") and not wanted:
+        wanted = list(dict.fromkeys(n for pair in params["pairs"] for n in pair))
+    if wanted:
+        found = dict(Node.objects.filter(name__in=wanted).values_list("name", "active"))
+        unknown = [n for n in wanted if n not in found]
+        if unknown:
+            raise PlanningError(f"nodes: unknown node(s) {', '.join(unknown[:20])}")
+        retired = [n for n in wanted if not found[n]]
+        if retired:
+            raise PlanningError(f"nodes: retired node(s) {', '.join(retired[:20])}")
+        names = list(wanted)
+    else:
+        # The fleet, not whoever happens to be online: a dead node must fail the sweep, not vanish from it.
+        names = list(Node.objects.filter(active=True).order_by("name").values_list("name", flat=True))
+    if sweep.kind == "preflight":
+        master = params.get("master") or names[0] if names else None
+        if master not in names:
+            raise PlanningError(f"master: {master} is not one of the sweep's nodes")
+        names = [master] + [n for n in names if n != master]
+    return names
+
+
+def _offline_at_start(names: list[str], now: datetime) -> dict[str, str | None]:
+    """The sweep's nodes that were offline when it was planned, with their last heartbeat (ISO, or None)."""
+    silent = Node.objects.filter(name__in=names).exclude(Node.online_q(now)).values_list("name", "last_heartbeat")
+    return {name: beat and beat.isoformat() for name, beat in sorted(silent)}
+
+
+def _create_probes(sweep: Sweep, names: list[str], plan: planner.Plan) -> None:
+    node_ids = dict(Node.objects.filter(name__in=names).values_list("name", "pk"))
+    batch = []
+    for number, pairs in enumerate(plan.rounds, start=1):
+        for a, b in pairs:
+            batch.append(
+                PairProbe(
+                    sweep=sweep, round=number, node_a_id=node_ids[a], node_b_id=node_ids[b], backend=sweep.backend
+                )
+            )
+        if len(batch) >= INSERT_BATCH:
+            PairProbe.objects.bulk_create(batch)
+            batch = []
+    PairProbe.objects.bulk_create(batch)
+
+
+def advance(sweep_id: int) -> None:
+    """Start the next round if the current one is complete; finish the sweep after the last."""
+    while True:
+        with transaction.atomic():
+            sweep = Sweep.objects.filter(pk=sweep_id, status="running").first()
+            if sweep is None:
+                return
+            k = sweep.current_round
+            if k and _round_open(sweep, k):
+                return
+            if k >= sweep.total_rounds:
+                finish(sweep)
+                return
+            if not Sweep.objects.filter(pk=sweep_id, status="running", current_round=k).update(current_round=k + 1):
+                return  # another worker advanced it
+            sweep.current_round = k + 1
+            still_open = rounds.dispatch_round(sweep, k + 1)
+        if still_open:
+            return
+
+
+# The broker or the database away for a moment (a restart, a failover): nothing is wrong with
+# the sweep, and the reaper's next pass advances it again. Anything else would fail every pass.
+# (KombuError covers a failed publish, BatchPublishError included: the probes then time out as any lost command.)
+TRANSIENT_ERRORS = (redis.RedisError, KombuError, OperationalError, InterfaceError)
+
+
+def _fail_broken(sweep_id: int, step: str, exc: Exception) -> None:
+    """End a sweep that raised instead of leaving it open, where every later pass would raise again."""
+    log.exception("sweep %s: %s failed", sweep_id, step)
+    try:
+        with transaction.atomic():
+            sweep = Sweep.objects.filter(pk=sweep_id).first()
+            if sweep is not None:
+                _fail(sweep, f"{step} failed: {type(exc).__name__}: {exc}")
+    except Exception:  # the database itself is gone: the next pass tries again
+        log.exception("sweep %s: could not be marked failed", sweep_id)
+
+
+def advance_or_fail(sweep_id: int) -> bool:
+    """advance(), isolated: a sweep that cannot go on ends failed with the reason; others carry on."""
+    try:
+        advance(sweep_id)
+        return True
+    except TRANSIENT_ERRORS:
+        log.warning("sweep %s: advancing it met a transient error; the reaper tries again", sweep_id, exc_info=True)
+        return False
+    except Exception as exc:
+        _fail_broken(sweep_id, "advancing the sweep", exc)
+        return False
+
+
+def start_or_fail(sweep_id: int) -> bool:
+    """start_sweep(), isolated the same way."""
+    try:
+        return start_sweep(sweep_id)
+    except TRANSIENT_ERRORS:
+        log.warning("sweep %s: starting it met a transient error; the reaper tries again", sweep_id, exc_info=True)
+        return False
+    except Exception as exc:
+        _fail_broken(sweep_id, "starting the sweep", exc)
+        return False
+
+
+def _round_open(sweep: Sweep, k: int) -> bool:
+    if k <= sweep.params.get("pair_rounds", 0):
+        return PairProbe.objects.filter(sweep=sweep, round=k, status__in=OPEN_PAIR_STATUSES).exists()
+    return GroupProbe.objects.filter(sweep=sweep, status__in=OPEN_PAIR_STATUSES).exists()
+
+
+def finish(sweep: Sweep) -> bool:
+    """Compute findings and the verdict, and close the sweep (once)."""
+    now = timezone.now()
+    if not Sweep.objects.filter(pk=sweep.pk, status="running").update(status="finished", finished=now):
+        return False
+    found, statuses = findings.sweep_findings(sweep)
+    verdict = verdicts.verdict(statuses, found)
+    Finding.objects.bulk_create([Finding(sweep=sweep, **f) for f in found])
+    Sweep.objects.filter(pk=sweep.pk).update(verdict=verdict)
+    sweep.status, sweep.verdict, sweep.finished = "finished", verdict, now
+    serializers.store_matrix(sweep)
+    broadcast.sweep_update(sweep)
+    # Alerts and Slurm act in their own tasks after the commit: a slow webhook or
+    # scontrol must never hold the sweep open, and they must see the findings.
+    sweep_id = sweep.pk
+    transaction.on_commit(lambda: actions_tasks.sweep_finished(sweep_id))
+    log.info("sweep %s finished: %s (%d findings)", sweep.pk, verdict, len(found))
+    return True
+
+
+def cancel(sweep_id: int) -> bool:
+    """Cancel an open sweep: open probes become skipped (reason cancelled); late results are ignored."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not Sweep.objects.filter(pk=sweep_id, status__in=Sweep.OPEN_STATUSES).update(
+            status="cancelled", verdict="unknown", finished=now
+        ):
+            return False
+        for model in (PairProbe, GroupProbe):
+            model.objects.filter(sweep_id=sweep_id, status__in=OPEN_PAIR_STATUSES).update(
+                status="skipped", reason="cancelled", finished=now
+            )
+        broadcast.sweep_update(Sweep.objects.get(pk=sweep_id))
+    return True
+
+
+def stalled_sweeps() -> list[int]:
+    """Running sweeps whose current round has nothing open: a lost advance the reaper re-runs."""
+    out = []
+    for sweep in Sweep.objects.filter(status="running").only("pk", "current_round", "params", "total_rounds"):
+        if not _round_open(sweep, sweep.current_round) if sweep.current_round else True:
+            out.append(sweep.pk)
+    return out
+
+
+def forgotten_pending(now: datetime | None = None, older_than_s: float = FORGOTTEN_PENDING_S) -> list[int]:
+    """Pending sweeps nobody started (the start task was lost); the reaper starts them."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=older_than_s)
+    return list(Sweep.objects.filter(Q(status="pending") & Q(created__lt=cutoff)).values_list("pk", flat=True))

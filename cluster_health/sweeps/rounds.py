@@ -1,0 +1,120 @@
+"""Dispatching one round: its probes marked running with a rendezvous and a deadline, commands sent after the commit.
+
+A probe whose node is offline when its round starts closes ``offline`` at once
+instead of being sent: nobody would answer it. Its hint says when the node was
+last heard from. A group collective with an offline member closes ``offline``
+too: the rest of the fleet alone would pass a collective the job cannot run.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents import contract
+from cluster_health import bulk
+from cluster_health.core import fleet
+from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
+from cluster_health.sweeps import backlog, dispatch
+from cluster_health.web import broadcast, serializers
+
+
+def dispatch_round(sweep: Sweep, k: int) -> bool:
+    """Mark round k's probes running and send their commands after commit. True if any is open."""
+    now = timezone.now()
+    waiting = backlog.unheard_is_not_silent(sweep.nodes)  # before the rows, as the reaper reads them
+    beats = dict(Node.objects.filter(name__in=sweep.nodes).values_list("name", "last_heartbeat"))
+    cutoff = Node.online_cutoff(now)
+    online = {name for name, beat in beats.items() if beat is not None and beat >= cutoff} | waiting
+
+    def offline_hint(names: list[str]) -> str:
+        return "; ".join(fleet.offline_hint(n, beats.get(n), now) for n in names)
+
+    if k > sweep.params.get("pair_rounds", 0):
+        return _dispatch_group(sweep, online, now, offline_hint)
+    kind = "discover" if sweep.kind in contract.DISCOVER_SWEEP_KINDS else "pair"
+    settings_ = dispatch.probe_settings(sweep.params, sweep.last_stage, kind)
+    wait = timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
+    commands, updated = [], []
+    probes = PairProbe.objects.filter(sweep=sweep, round=k, status="pending").select_related("node_a", "node_b")
+    for probe in probes:
+        a, b = probe.node_a, probe.node_b
+        gone = [n.name for n in (a, b) if n.name not in online]
+        if gone:
+            probe.status, probe.reason, probe.finished = "offline", "agent_offline", now
+            probe.hint = offline_hint(gone)
+        else:
+            probe.status, probe.rendezvous, probe.started, probe.deadline = (
+                "running",
+                dispatch.new_rendezvous(),
+                now,
+                now + wait,
+            )
+            commands += dispatch.build_commands(
+                kind=kind,
+                probe_id=probe.pk,
+                sweep_id=sweep.pk,
+                backend=sweep.backend,
+                members=[(a.name, a.address), (b.name, b.address)],
+                settings=settings_,
+                rendezvous=probe.rendezvous,
+                multi_group=bool(sweep.params.get("multi_group")),
+            )
+        updated.append(probe)
+    bulk.conditional_update(
+        PairProbe,
+        {p.pk: {"rendezvous": p.rendezvous} for p in updated if p.status == "running"},
+        where="t.status = %s",
+        where_params=["pending"],
+        constants={"status": "running", "started": now, "deadline": now + wait},
+    )
+    bulk.conditional_update(
+        PairProbe,
+        {p.pk: {"hint": p.hint} for p in updated if p.status == "offline"},
+        where="t.status = %s",
+        where_params=["pending"],
+        constants={"status": "offline", "reason": "agent_offline", "finished": now},
+    )
+    transaction.on_commit(lambda: dispatch.send_commands(commands))
+    broadcast.sweep_update(sweep, [serializers.pair_dict_of(p) for p in updated], throttle=True)
+    return any(p.status == "running" for p in updated)
+
+
+def _dispatch_group(sweep: Sweep, online: set, now, offline_hint) -> bool:
+    kind = "preflight" if sweep.kind == "preflight" else "group"
+    members = list(sweep.nodes)
+    group = GroupProbe.objects.create(
+        sweep=sweep, kind=kind, nodes=members, backend=sweep.backend, rendezvous=dispatch.new_rendezvous(), started=now
+    )
+    offline = [n for n in members if n not in online]
+    if offline:
+        GroupProbe.objects.filter(pk=group.pk).update(
+            status="offline",
+            reason="agent_offline",
+            finished=now,
+            hint=f"{offline_hint(offline[:10])}: rank(s) "
+            f"{', '.join(str(members.index(n)) for n in offline[:10])} would never join",
+        )
+        return False
+    addresses = dict(Node.objects.filter(name__in=members).values_list("name", "address"))
+    last_stage = "collective" if kind == "preflight" else sweep.last_stage
+    settings_ = dispatch.probe_settings(sweep.params, last_stage)
+    commands = dispatch.build_commands(
+        kind=kind,
+        probe_id=group.pk,
+        sweep_id=sweep.pk,
+        backend=sweep.backend,
+        members=[(n, addresses[n]) for n in members],
+        settings=settings_,
+        rendezvous=group.rendezvous,
+        master_port=sweep.params.get("master_port") if kind == "preflight" else None,
+        env=sweep.params.get("env"),
+        multi_group=bool(sweep.params.get("multi_group")),
+    )
+    deadline = now + timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
+    GroupProbe.objects.filter(pk=group.pk).update(status="running", deadline=deadline)
+    transaction.on_commit(lambda: dispatch.send_commands(commands))
+    broadcast.sweep_update(sweep)
+    return True

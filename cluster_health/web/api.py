@@ -1,0 +1,259 @@
+"""JSON API: nodes, sweeps, a sweep's matrix, a pair's history, CSV export.
+
+Authentication: the login session, or ``Authorization: Bearer <token>`` (ApiToken).
+Starting or cancelling a sweep, and retiring or activating a node, needs the
+operator permission (``cluster_health.start_sweep``). Every parameter is bounded; errors are JSON with
+a message naming the parameter.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from functools import wraps
+
+from django.db.models import F
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from cluster_health import sweeps
+from cluster_health.management.commands.nodes import node_dict, set_active
+from cluster_health.models import ApiToken, Node, PairProbe, Sweep
+from cluster_health.web import serializers
+
+START_PERMISSION = "cluster_health.start_sweep"
+MAX_LIST = 200
+MAX_BODY = 1024 * 1024
+
+
+BEARER = "Bearer"  # Authorization: Bearer <token>
+
+
+def error(status: int, message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def _token_user(request):
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    if scheme != BEARER or not raw.strip():
+        return None
+    token = ApiToken.objects.select_related("user").filter(token_hash=ApiToken.hash(raw.strip())).first()
+    if token is None or not token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
+    return token.user
+
+
+def api_view(methods=("GET",), permission=None, denied="starting or cancelling sweeps needs the operator permission"):
+    """Authenticate (token or session, CSRF-checked for session writes), check method and permission."""
+
+    def wrap(view):
+        @csrf_exempt
+        @wraps(view)
+        def inner(request, *args, **kwargs):
+            if request.method not in methods:
+                return error(405, f"method {request.method} not allowed (use {', '.join(methods)})")
+            user = _token_user(request)
+            if user is None and "Authorization" in request.headers:
+                return error(401, "invalid or revoked API token")
+            if user is None:
+                if not request.user.is_authenticated:
+                    return error(401, "log in or send Authorization: Bearer <token>")
+                user = request.user
+                if request.method not in ("GET", "HEAD"):
+                    rejected = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
+                    if rejected is not None:
+                        return error(403, "CSRF check failed (send the csrftoken cookie's value as X-CSRFToken)")
+            request.user = user
+            if permission and not user.has_perm(permission):
+                return error(403, denied)
+            return view(request, *args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
+def _bounded_int(request, name, default, lo, hi):
+    raw = request.GET.get(name)
+    if raw is None:
+        return default
+    try:
+        val = int(raw)
+    except ValueError:
+        raise sweeps.SweepRequestError(f"{name}: expected a whole number, got {raw!r}") from None
+    if not lo <= val <= hi:
+        raise sweeps.SweepRequestError(f"{name}: {val} is outside {lo}..{hi}")
+    return val
+
+
+def bad_requests(view):
+    @wraps(view)
+    def inner(request, *args, **kwargs):
+        try:
+            return view(request, *args, **kwargs)
+        except sweeps.SweepRequestError as exc:
+            return error(400, str(exc))
+
+    return inner
+
+
+@api_view()
+def nodes(request):
+    now = timezone.now()
+    return JsonResponse({"nodes": [node_dict(n, now) for n in Node.objects.order_by("name")]})
+
+
+def _set_node_active(name: str, active: bool) -> JsonResponse:
+    try:
+        (node,) = set_active([name], active)
+    except Node.DoesNotExist:
+        return error(404, f"no node {name}")
+    return JsonResponse(node_dict(node))
+
+
+@api_view(
+    methods=("POST",), permission=START_PERMISSION, denied="retiring or activating nodes needs the operator permission"
+)
+def node_retire(request, name):
+    """Take a node out of the fleet: sweeps leave it out until it is activated."""
+    return _set_node_active(name, False)
+
+
+@api_view(
+    methods=("POST",), permission=START_PERMISSION, denied="retiring or activating nodes needs the operator permission"
+)
+def node_activate(request, name):
+    return _set_node_active(name, True)
+
+
+@api_view(methods=("GET", "POST"))
+@bad_requests
+def sweep_list(request):
+    if request.method == "POST":
+        return _create_sweep(request)
+    limit = _bounded_int(request, "limit", 50, 1, MAX_LIST)
+    offset = _bounded_int(request, "offset", 0, 0, 10**9)
+    qs = Sweep.objects.order_by("-created")
+    for field, choices in (("status", Sweep.STATUS_CHOICES), ("kind", Sweep.KIND_CHOICES)):
+        val = request.GET.get(field)
+        if val is not None:
+            if val not in dict(choices):
+                raise sweeps.SweepRequestError(f"{field}: {val!r} is not one of {', '.join(dict(choices))}")
+            qs = qs.filter(**{field: val})
+    page = qs[offset : offset + limit]
+    return JsonResponse(
+        {"sweeps": [serializers.sweep_json(s, with_pairs=False) for s in page], "limit": limit, "offset": offset}
+    )
+
+
+def _create_sweep(request):
+    if not request.user.has_perm(START_PERMISSION):
+        return error(403, "starting sweeps needs the operator permission")
+    if len(request.body) > MAX_BODY:
+        return error(400, "body: larger than 1 MiB")
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        return error(400, f"body: not valid JSON ({exc})")
+    if not isinstance(body, dict):
+        return error(400, "body: expected a JSON object")
+    allowed = {
+        "kind",
+        "backend",
+        "nodes",
+        "pairs",
+        "sizes",
+        "timeouts",
+        "iterations",
+        "warmup",
+        "latency_iterations",
+        "deadline_s",
+        "baseline",
+        "master",
+        "master_port",
+        "env",
+        "multi_group",
+        "last_stage",
+    }
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        return error(400, f"{unknown[0]}: unknown parameter (allowed: {', '.join(sorted(allowed))})")
+    sweep = sweeps.request_sweep(source="api", user=request.user, **body)
+    return JsonResponse(serializers.sweep_json(sweep), status=201)
+
+
+def _sweep_or_404(pk):
+    return Sweep.objects.filter(pk=pk).first()
+
+
+@api_view()
+def sweep_detail(request, pk):
+    sweep = _sweep_or_404(pk)
+    if sweep is None:
+        return error(404, f"no sweep {pk}")
+    data = serializers.sweep_json(sweep)
+    data["progress"] = sweep.progress()
+    return JsonResponse(data)
+
+
+@api_view(methods=("POST",), permission=START_PERMISSION)
+def sweep_cancel(request, pk):
+    sweep = _sweep_or_404(pk)
+    if sweep is None:
+        return error(404, f"no sweep {pk}")
+    if not sweeps.cancel(pk):
+        return error(409, f"sweep {pk} is already {sweep.status}")
+    sweep.refresh_from_db()
+    return JsonResponse(serializers.sweep_json(sweep, with_pairs=False))
+
+
+@api_view()
+def sweep_matrix(request, pk):
+    sweep = _sweep_or_404(pk)
+    if sweep is None:
+        return error(404, f"no sweep {pk}")
+    head = {"sweep": sweep.pk, "status": sweep.status, "verdict": sweep.verdict}
+    return HttpResponse(
+        serializers.json_object(head, spread=serializers.matrix_text(sweep)), content_type="application/json"
+    )
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+@api_view()
+def sweep_csv(request, pk):
+    sweep = _sweep_or_404(pk)
+    if sweep is None:
+        return error(404, f"no sweep {pk}")
+    writer = csv.writer(_Echo())
+    response = StreamingHttpResponse((writer.writerow(r) for r in serializers.csv_rows(sweep)), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}.csv"'
+    return response
+
+
+@api_view()
+@bad_requests
+def pair_history(request, a, b):
+    limit = _bounded_int(request, "limit", 50, 1, MAX_LIST)
+    found = Node.objects.filter(name__in=(a, b)).count()
+    if found < (1 if a == b else 2):
+        return error(404, f"unknown node in {a}, {b}")
+    qs = PairProbe.objects.filter(node_a__name__in=(a, b), node_b__name__in=(a, b))
+    rows = qs.order_by("-id").values(
+        *serializers.PAIR_MODEL_FIELDS, "sweep_id", "finished", a=F("node_a__name"), b=F("node_b__name")
+    )[:limit]
+    history = [
+        {
+            **serializers.pair_dict(row),
+            "sweep": row["sweep_id"],
+            "finished": row["finished"] and row["finished"].isoformat(),
+        }
+        for row in rows
+    ]
+    return JsonResponse({"a": a, "b": b, "history": history})

@@ -1,0 +1,18 @@
+"""JSON API routes, mounted at /api/."""
+
+from django.urls import path
+
+from cluster_health.web import api, expected
+
+urlpatterns = [
+    path("nodes", api.nodes, name="api-nodes"),
+    path("nodes/<str:name>/retire", api.node_retire, name="api-node-retire"),
+    path("nodes/<str:name>/activate", api.node_activate, name="api-node-activate"),
+    path("expected", expected.expected, name="api-expected"),
+    path("sweeps", api.sweep_list, name="api-sweeps"),
+    path("sweeps/<int:pk>", api.sweep_detail, name="api-sweep"),
+    path("sweeps/<int:pk>/cancel", api.sweep_cancel, name="api-sweep-cancel"),
+    path("sweeps/<int:pk>/matrix", api.sweep_matrix, name="api-sweep-matrix"),
+    path("sweeps/<int:pk>/pairs.csv", api.sweep_csv, name="api-sweep-csv"),
+    path("pairs/<str:a>/<str:b>/history", api.pair_history, name="api-pair-history"),
+]

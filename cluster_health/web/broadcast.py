@@ -1,0 +1,75 @@
+"""Persist, then broadcast: after the transaction commits, tell browsers what changed.
+
+Messages go to the sweep's group ``sweep.<id>`` and to ``overview``. A browser
+that misses one re-reads the rows, so a failed send is logged, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+OVERVIEW_GROUP = "overview"
+# A whole-sweep count reads every pair row (523,776 at 1,024 nodes, ~70 ms): at round changes it is
+# sent at most this often per sweep, and the rounds in between count their own round only.
+SWEEP_COUNT_EVERY_S = 2.0
+_last_sweep_count: dict[int, float] = {}
+
+
+def sweep_group(sweep_id: int) -> str:
+    return f"sweep.{sweep_id}"
+
+
+def message(sweep, pairs: list[dict] | None = None, progress: dict | None = None) -> dict:
+    return {
+        "type": "sweep.update",
+        "sweep": sweep.pk,
+        "pairs": pairs or [],
+        "progress": progress if progress is not None else sweep.progress(),
+        "status": sweep.status,
+        "verdict": sweep.verdict,
+    }
+
+
+def _send(msg: dict) -> None:
+    from channels.layers import get_channel_layer
+
+    try:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        async_to_sync(layer.group_send)(sweep_group(msg["sweep"]), msg)
+        async_to_sync(layer.group_send)(OVERVIEW_GROUP, msg)
+    except Exception:  # browsers re-read state on reconnect; ingest must not fail for them
+        log.warning("broadcast of sweep %s failed", msg.get("sweep"), exc_info=True)
+
+
+def sweep_update(sweep, pairs: list[dict] | None = None, *, round_only: bool = False, throttle: bool = False) -> None:
+    """Queue a sweep.update for after the current transaction commits (now, outside one).
+
+    Pair updates pass ``round_only`` so their progress counts one round, not the sweep;
+    round changes pass ``throttle`` so the whole sweep is counted at most every
+    SWEEP_COUNT_EVERY_S. Starts, ends and cancels count the whole sweep.
+    """
+    sweep_id = sweep.pk
+    if throttle and not round_only:
+        now = time.monotonic()
+        if now - _last_sweep_count.get(sweep_id, float("-inf")) < SWEEP_COUNT_EVERY_S:
+            round_only = True
+        else:
+            if len(_last_sweep_count) > 1000:
+                _last_sweep_count.clear()
+            _last_sweep_count[sweep_id] = now
+
+    def send():
+        from cluster_health.models import Sweep
+
+        fresh = Sweep.objects.filter(pk=sweep_id).first()
+        if fresh is not None:
+            _send(message(fresh, pairs, fresh.progress(round_only=round_only)))
+
+    transaction.on_commit(send)

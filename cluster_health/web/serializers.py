@@ -1,0 +1,235 @@
+"""How sweeps and pairs look from outside: the sweep JSON of DESIGN.md, the stored matrix, CSV rows.
+
+The CLI, the API, the broadcasts and the metrics all read these, so a field has
+one name everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import F
+from django.utils import timezone
+
+from agents import contract
+from cluster_health.core import evidence, history, matrix
+from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep, SweepMatrix
+
+READ_CHUNK = 20000  # pair rows per round trip when a whole sweep is read
+# The pair fields every outside view reads, by PairProbe field name; ``a``/``b`` are the node names.
+PAIR_FIELDS = (
+    "id",
+    "round",
+    "a",
+    "b",
+    "status",
+    "stage",
+    "reason",
+    "latency_us_p50",
+    "algbw_gbps",
+    "busbw_gbps",
+    "hint",
+    "evidence",
+)
+PAIR_MODEL_FIELDS = tuple(f for f in PAIR_FIELDS if f not in ("a", "b"))  # read as they are; a, b via the nodes
+# Status codes of the /metrics pair gauge (the matrix has its own, with "untested", in core.matrix).
+STATUS_CODES = {s: i for i, s in enumerate((*contract.OPEN_STATUSES, *contract.STATUSES))}
+
+
+def pair_dict(row: Mapping[str, Any]) -> dict:
+    """A pair as DESIGN.md's sweep JSON names it, from PairProbe field values (``latency_us_p50`` is ``latency_us``)."""
+    return {
+        "a": row["a"],
+        "b": row["b"],
+        "status": row["status"],
+        "stage": row["stage"],
+        "reason": row["reason"],
+        "latency_us": _r(row["latency_us_p50"]),
+        "algbw_gbps": _r(row["algbw_gbps"], 4),
+        "busbw_gbps": _r(row["busbw_gbps"], 4),
+        "hint": row["hint"],
+        "round": row["round"],
+        "probe": row["id"],
+        "evidence": evidence.summary(row.get("evidence")),
+    }
+
+
+def pair_dict_of(p: PairProbe) -> dict:
+    """``pair_dict`` of a PairProbe instance (its nodes selected with it)."""
+    return pair_dict({**{f: getattr(p, f) for f in PAIR_MODEL_FIELDS}, "a": p.node_a.name, "b": p.node_b.name})
+
+
+def pair_rows(qs) -> Iterator[dict]:
+    """``pair_dict`` of every probe in a PairProbe queryset, in round order, read as values."""
+    rows = qs.order_by("round", "id").values(*PAIR_MODEL_FIELDS, a=F("node_a__name"), b=F("node_b__name"))
+    return (pair_dict(row) for row in rows.iterator(chunk_size=READ_CHUNK))
+
+
+def _r(x, nd=1):
+    return None if x is None else round(x, nd)
+
+
+def pair_dicts(sweep: Sweep, qs=None) -> list[dict]:
+    return list(pair_rows(qs if qs is not None else PairProbe.objects.filter(sweep=sweep)))
+
+
+def group_dict(g: GroupProbe) -> dict:
+    return {
+        "kind": g.kind,
+        "nodes": g.nodes,
+        "status": g.status,
+        "stage": g.stage,
+        "reason": g.reason,
+        "hint": g.hint,
+        "latency_us": _r(g.latency_us_p50),
+        "busbw_gbps": _r(g.busbw_gbps, 4),
+        "ranks": {
+            r: {k: h.get(k) for k in ("node", "status", "stage", "reason", "hint")}
+            for r, h in sorted(g.halves.items(), key=lambda kv: int(kv[0]))
+        },
+    }
+
+
+def sweep_json(sweep: Sweep, *, with_pairs: bool = True, with_progress: bool = False) -> dict:
+    """The sweep JSON of DESIGN.md (plus times, groups, and on request the progress counts).
+
+    The one summary of a sweep: the CLI, the API, the pages and the reports all read it.
+    """
+    out = {
+        "sweep": sweep.pk,
+        "status": sweep.status,
+        "verdict": sweep.verdict,
+        "kind": sweep.kind,
+        "backend": sweep.backend,
+        "nodes": list(sweep.nodes),
+        "source": sweep.source,
+        "created": sweep.created.isoformat(),
+        "started": sweep.started and sweep.started.isoformat(),
+        "finished": sweep.finished and sweep.finished.isoformat(),
+        "duration_s": sweep.duration_s(),
+        "round": sweep.current_round,
+        "rounds": sweep.total_rounds,
+        "baseline": sweep.baseline_id,
+        "error": sweep.error or None,
+        # Nodes of the fleet that were offline when the sweep was planned: in it, but not probed.
+        "offline_at_start": [
+            {"node": n, "last_heartbeat": beat} for n, beat in (sweep.params.get("offline_at_start") or {}).items()
+        ],
+    }
+    if with_pairs:
+        out["pairs"] = pair_dicts(sweep)
+        out["groups"] = [group_dict(g) for g in GroupProbe.objects.filter(sweep=sweep)]
+    if with_progress:
+        out["progress"] = sweep.progress()
+    findings = list(Finding.objects.filter(sweep=sweep))
+    out["findings"] = [f.as_dict() for f in findings]
+    out["trending_down"] = trending_down(findings)
+    return out
+
+
+def trending_down(findings: list[Finding]) -> list[dict]:
+    """The links the sweep's drift findings name, with their busbw then and now (history.trending_down)."""
+    return history.trending_down({"code": f.code, "subject": f.subject, "detail": f.detail} for f in findings)
+
+
+def json_object(fields: dict[str, Any], raw_members: dict[str, str] | None = None, spread: str | None = None) -> str:
+    """A JSON object of ``fields``, plus members whose values are already JSON text, plus the members
+    of ``spread`` (JSON text of an object). A stored matrix of megabytes passes through as text,
+    never decoded and encoded again."""
+    members = [f"{json.dumps(k)}: {json.dumps(v, cls=DjangoJSONEncoder)}" for k, v in fields.items()]
+    members += [f"{json.dumps(k)}: {text}" for k, text in (raw_members or {}).items()]
+    if spread is not None:
+        inner = spread.strip()
+        if not (inner.startswith("{") and inner.endswith("}")):
+            raise ValueError("spread: expected the JSON text of an object")
+        if inner[1:-1].strip():
+            members.append(inner[1:-1])
+    return "{" + ", ".join(members) + "}"
+
+
+def matrix_text(sweep: Sweep) -> str:
+    """The sweep's matrix payload (cluster_health.core.matrix) as JSON text.
+
+    A closed sweep's matrix no longer changes: it is stored on first use (``finish``
+    stores it as the sweep ends) and read back as text from then on. An open sweep's
+    is built from its rows on every call.
+    """
+    if not sweep.is_open:
+        stored = SweepMatrix.objects.filter(sweep_id=sweep.pk).values_list("payload", flat=True).first()
+        if stored is not None:
+            return stored
+    text = json.dumps(build_sweep_matrix(sweep), separators=(",", ":"))
+    if not sweep.is_open:
+        SweepMatrix.objects.bulk_create([SweepMatrix(sweep_id=sweep.pk, payload=text)], ignore_conflicts=True)
+    return text
+
+
+def store_matrix(sweep: Sweep) -> None:
+    """Store a closed sweep's matrix now (replacing any stored one), so its first reader does not wait."""
+    text = json.dumps(build_sweep_matrix(sweep), separators=(",", ":"))
+    SweepMatrix.objects.update_or_create(sweep_id=sweep.pk, defaults={"payload": text, "built": timezone.now()})
+
+
+def build_sweep_matrix(sweep: Sweep) -> dict:
+    """The matrix payload built from the sweep's pair rows (one query, no joins)."""
+    names = dict(Node.objects.filter(name__in=sweep.nodes).values_list("pk", "name")) if sweep.nodes else {}
+    rows = (
+        PairProbe.objects.filter(sweep=sweep)
+        .order_by()
+        .values_list("node_a_id", "node_b_id", "status", "busbw_gbps", "latency_us_p50", "stage", "reason", "hint")
+    )
+    if not sweep.nodes:  # never planned, or planned before nodes were kept: name them from the rows
+        names = dict(Node.objects.filter(pk__in={i for r in rows for i in r[:2]}).values_list("pk", "name"))
+    # The same rounding as the sweep JSON, so every view of a pair shows one number.
+    return matrix.build_matrix_rows(
+        sweep.nodes or names.values(),
+        (
+            (
+                names.get(a),
+                names.get(b),
+                st,
+                None if bw is None else round(bw, 4),
+                None if lat is None else round(lat, 1),
+                stage,
+                reason,
+                hint,
+            )
+            for a, b, st, bw, lat, stage, reason, hint in rows.iterator(chunk_size=READ_CHUNK)
+        ),
+    )
+
+
+CSV_HEADER = ["sweep", "round", "a", "b", "status", "stage", "reason", "latency_us", "algbw_gbps", "busbw_gbps", "hint"]
+
+
+def csv_rows(sweep: Sweep):
+    yield CSV_HEADER
+    for p in pair_dicts(sweep):
+        yield [
+            sweep.pk,
+            p["round"],
+            p["a"],
+            p["b"],
+            p["status"],
+            p["stage"] or "",
+            p["reason"] or "",
+            _blank(p["latency_us"]),
+            _blank(p["algbw_gbps"]),
+            _blank(p["busbw_gbps"]),
+            csv_text(p["hint"] or ""),
+        ]
+
+
+_FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(text: str) -> str:
+    """A text cell a spreadsheet will not run: agent hints starting like a formula get a leading quote."""
+    return "'" + text if text.startswith(_FORMULA_PREFIXES) else text
+
+
+def _blank(x):
+    return "" if x is None else x

@@ -1,0 +1,400 @@
+"""Dashboard pages. Everyone logged in sees everything; only operators start or cancel sweeps.
+
+Views read rows and hand them to templates; the heatmaps fetch their data from
+the JSON endpoints here (the compact payload of cluster_health.core.matrix) and then
+follow the sweep over a WebSocket.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import BadRequest
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from cluster_health import sweeps
+from cluster_health.core import consistency, fleet, matrix, merge
+from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
+from cluster_health.web import serializers
+from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
+
+
+def sweep_matrix(sweep: Sweep) -> dict:
+    """The matrix payload of a sweep (stored once the sweep is closed, since it no longer changes)."""
+    return json.loads(serializers.matrix_text(sweep))
+
+
+@login_required
+@never_cache
+def sweep_state(request, sweep_id: int):
+    """Everything a sweep page draws, in one response: summary, progress, findings, matrix."""
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    summary = serializers.sweep_json(sweep, with_pairs=False, with_progress=True)
+    return HttpResponse(
+        serializers.json_object(summary, {"matrix": serializers.matrix_text(sweep)}), content_type="application/json"
+    )
+
+
+def _latest_sweep():
+    return Sweep.objects.order_by("-created").first()
+
+
+NODE_POLL_MS = 5000  # how often the overview re-reads its node table
+
+
+def _nodes_in_order():
+    # The table's columns only: facts are kilobytes per node and the table shows none of them.
+    nodes = Node.objects.only(
+        "name", "address", "last_heartbeat", "busy", "agent_version", "active", "retired_at", "created"
+    )
+    return sorted(nodes, key=lambda n: matrix.natural_key(n.name))
+
+
+def _node_state(n: Node, online: bool, silent, now) -> str:
+    if not n.active:
+        return "retired"
+    if online:
+        return "online, probing" if n.busy else "online"
+    if n.is_stale(now):
+        return f"offline: silent for {n.silent_days(now)} days — retire it if it is gone"
+    return "offline: never heard from" if silent is None else f"offline: silent for {fleet.ago(silent)}"
+
+
+def _node_row(n: Node, now) -> dict:
+    online = n.is_online(now)
+    silent = n.silent_for(now)
+    return {
+        "state": _node_state(n, online, silent, now),
+        "heard": "never" if silent is None else f"{fleet.ago(silent)} ago",
+        "name": n.name,
+        "address": n.address,
+        "online": online,
+        "busy": n.busy,
+        "active": n.active,
+        "last_heartbeat": n.last_heartbeat.isoformat() if n.last_heartbeat else None,
+        "agent_version": n.agent_version,
+        "stale": n.is_stale(now),
+        "silent_days": None if online else n.silent_days(now),
+        "retired_at": n.retired_at.isoformat() if n.retired_at else None,
+    }
+
+
+def node_table(now) -> dict:
+    """The overview's node table: the fleet (offline nodes first, they fail sweeps) and, apart, the retired."""
+    rows = [_node_row(n, now) for n in _nodes_in_order()]
+    fleet = [r for r in rows if r["active"]]
+    fleet.sort(key=lambda r: r["online"])  # stable: natural order within each part
+    return {
+        "now": now.isoformat(),
+        "online": sum(r["online"] for r in fleet),
+        "nodes": fleet,
+        "retired": [r for r in rows if not r["active"]],
+    }
+
+
+@login_required
+@never_cache
+def nodes_state(request):
+    """The overview's node table as JSON: the fleet with online state and last heartbeat, and the retired nodes.
+
+    The page polls it: a node goes offline by falling silent, which sends no event to
+    push, and a heartbeat every few seconds from every node is too chatty to broadcast.
+    """
+    return JsonResponse(node_table(timezone.now()))
+
+
+@login_required
+def overview(request):
+    table = node_table(timezone.now())
+    latest = _latest_sweep()
+    findings = list(Finding.objects.filter(sweep=latest)) if latest else []
+    last_closed = Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created").first()
+    return render(
+        request,
+        "cluster_health/overview.html",
+        {
+            "nodes": table["nodes"],
+            "retired": table["retired"],
+            "online_count": table["online"],
+            "sweep": latest,
+            "findings": findings,
+            "last_closed": last_closed,
+            "node_poll_ms": NODE_POLL_MS,
+            "stale_days": settings.STALE_NODE_DAYS,
+        },
+    )
+
+
+@login_required
+def sweep_detail(request, sweep_id: int):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    previous = (
+        Sweep.objects.filter(kind=sweep.kind, created__lt=sweep.created)
+        .exclude(status__in=Sweep.OPEN_STATUSES)
+        .order_by("-created")
+        .first()
+    )
+    findings = list(sweep.findings.all())
+    return render(
+        request,
+        "cluster_health/sweep.html",
+        {
+            "sweep": sweep,
+            "findings": findings,
+            "trending_down": serializers.trending_down(findings),
+            "groups": GroupProbe.objects.filter(sweep=sweep),
+            "previous": previous,
+        },
+    )
+
+
+@login_required
+def history(request):
+    form = HistoryFilterForm(request.GET or None)
+    qs = form.filter(Sweep.objects.select_related("requested_by").order_by("-created"))
+    page = Paginator(qs, 50).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "cluster_health/history.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+def _get_sweep_param(request, name):
+    """A sweep named by id in the query string; 400 for anything but ASCII digits ("²" passes isdigit)."""
+    raw = request.GET.get(name, "")
+    if not raw:
+        return None
+    if not (raw.isascii() and raw.isdecimal() and len(raw) <= 18):
+        raise BadRequest(f"{name}: {raw[:40]!r} is not a sweep id")
+    return get_object_or_404(Sweep, pk=int(raw))
+
+
+@login_required
+def compare(request):
+    before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
+    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before and after else None
+    recent = Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created")[:200]
+    return render(
+        request,
+        "cluster_health/compare.html",
+        {
+            "before": before,
+            "after": after,
+            "diff": diff,
+            "recent": recent,
+        },
+    )
+
+
+@login_required
+@never_cache
+def compare_state(request):
+    before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
+    if not (before and after):
+        return JsonResponse({"error": "a and b: two sweep ids are required"}, status=400)
+    return JsonResponse(matrix.build_diff(sweep_matrix(before), sweep_matrix(after)))
+
+
+@login_required
+def report(request, sweep_id: int):
+    """Pre-maintenance report: this sweep (after) against an earlier one (before), printable."""
+    after = get_object_or_404(Sweep, pk=sweep_id)
+    before = _get_sweep_param(request, "before") or (
+        Sweep.objects.filter(status="finished", created__lt=after.created).order_by("-created").first()
+    )
+    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before else None
+    return render(
+        request,
+        "cluster_health/report.html",
+        {
+            "after": after,
+            "before": before,
+            "diff": diff,
+            "after_counts": matrix.status_counts(sweep_matrix(after)),
+            "before_counts": matrix.status_counts(sweep_matrix(before)) if before else None,
+            "findings": after.findings.all(),
+            "baseline": after.baseline,
+            "now": timezone.now(),
+        },
+    )
+
+
+@login_required
+def consistency_view(request):
+    nodes = sorted(Node.objects.all(), key=lambda n: matrix.natural_key(n.name))
+    now = timezone.now()
+    table = consistency.table({n.name: n.facts or {} for n in nodes})
+    online = {n.name: n.is_online(now) for n in nodes}
+    return render(request, "cluster_health/consistency.html", {"table": table, "online": online})
+
+
+def _flatten(facts, prefix=""):
+    """Facts as (dotted key, value) rows; lists of objects stay JSON, everything else is shown as is."""
+    for key, val in facts.items():
+        name = f"{prefix}{key}"
+        if isinstance(val, dict) and val:
+            yield from _flatten(val, name + ".")
+        elif isinstance(val, list) and val and isinstance(val[0], dict):
+            yield name, json.dumps(val, indent=1)
+        else:
+            yield name, ", ".join(map(str, val)) if isinstance(val, list) else val
+
+
+@login_required
+def node_detail(request, name: str):
+    node = get_object_or_404(Node, name=name)
+    table = consistency.table({n.name: n.facts or {} for n in Node.objects.all()})
+    row = next((r for r in table["rows"] if r["node"] == name), None)
+    failures = (
+        PairProbe.objects.filter(Q(node_a=node) | Q(node_b=node), status__in=matrix.BAD_STATUSES)
+        .select_related("node_a", "node_b", "sweep")
+        .order_by("-id")[:30]
+    )
+    interfaces = (node.facts or {}).get("interfaces") or []
+    facts = [(k, v) for k, v in _flatten(node.facts or {}) if not k.startswith("interfaces")]
+    return render(
+        request,
+        "cluster_health/node.html",
+        {
+            "node": node,
+            "online": node.is_online(),
+            "row": row,
+            "table": table,
+            "failures": failures,
+            "facts": facts,
+            "interfaces": interfaces,
+        },
+    )
+
+
+def _pair_probes(a: Node, b: Node):
+    return PairProbe.objects.filter(Q(node_a=a, node_b=b) | Q(node_a=b, node_b=a))
+
+
+@login_required
+def pair_detail(request, a: str, b: str):
+    node_a, node_b = get_object_or_404(Node, name=a), get_object_or_404(Node, name=b)
+    probes = list(_pair_probes(node_a, node_b).select_related("sweep", "node_a", "node_b").order_by("-id")[:200])
+    probe_id = request.GET.get("probe", "")
+    probe = next((p for p in probes if str(p.pk) == probe_id), None) if probe_id.isdigit() else None
+    probe = probe or next((p for p in probes if p.is_final), probes[0] if probes else None)
+    trend = [
+        {
+            "t": p.finished.isoformat() if p.finished else p.sweep.created.isoformat(),
+            "sweep": p.sweep_id,
+            "status": p.status,
+            "busbw_gbps": p.busbw_gbps,
+            "latency_us": p.latency_us_p50,
+        }
+        for p in reversed(probes)
+        if p.is_final
+    ]
+    halves = []
+    if probe:
+        for role, node_name, half in (
+            ("rank 0", probe.node_a.name, probe.half_a),
+            ("rank 1", probe.node_b.name, probe.half_b),
+        ):
+            half = half or {}
+            halves.append(
+                {
+                    "role": role,
+                    "node": node_name,
+                    "status": half.get("status"),
+                    "stage": half.get("stage"),
+                    "reason": half.get("reason"),
+                    "hint": half.get("hint"),
+                    "detail": half.get("detail"),
+                    "interface": half.get("interface"),
+                    # PostgreSQL's jsonb keeps keys in its own order; the page shows the ladder's.
+                    "stage_times": merge.ladder_order(half.get("stage_times") or half.get("timings") or {}),
+                    "stderr_tail": half.get("stderr_tail"),
+                    "evidence": half.get("evidence") or {},
+                }
+            )
+    return render(
+        request,
+        "cluster_health/pair.html",
+        {
+            "a": node_a,
+            "b": node_b,
+            "probes": probes[:50],
+            "probe": probe,
+            "halves": halves,
+            "trend": trend,
+            "sizes": (probe.sizes if probe else None) or [],
+        },
+    )
+
+
+@login_required
+def finding_detail(request, sweep_id: int, finding_id: int):
+    """Why a finding was raised: its evidence chain, the probes that support it, the next step."""
+    finding = get_object_or_404(Finding.objects.select_related("sweep"), pk=finding_id, sweep_id=sweep_id)
+    wanted = [tuple(name.split("<->", 1)) for name in finding.pairs if "<->" in name]
+    probes = {
+        (p.node_a.name, p.node_b.name): p
+        for p in PairProbe.objects.filter(sweep_id=sweep_id)
+        .filter(node_a__name__in={a for a, _ in wanted}, node_b__name__in={b for _, b in wanted})
+        .select_related("node_a", "node_b")
+    }
+    support = [probes[k] for k in wanted if k in probes]
+    return render(
+        request,
+        "cluster_health/finding.html",
+        {
+            "finding": finding,
+            "sweep": finding.sweep,
+            "support": support,
+            "chain": (finding.detail or {}).get("evidence") or [],
+            "next_step": (finding.detail or {}).get("next_step"),
+        },
+    )
+
+
+@login_required
+def probe_detail(request, probe_id: int):
+    probe = get_object_or_404(PairProbe.objects.select_related("node_a", "node_b"), pk=probe_id)
+    return redirect(f"{reverse('pair', args=[probe.node_a.name, probe.node_b.name])}?probe={probe.pk}")
+
+
+@login_required
+@permission_required("cluster_health.start_sweep", raise_exception=True)
+def start_sweep(request):
+    form = StartSweepForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            sweep = sweeps.request_sweep(
+                source="page",
+                user=request.user,
+                kind=data["kind"],
+                backend=data["backend"],
+                nodes=list(data["nodes"]) or None,
+            )
+        except sweeps.SweepRequestError as exc:
+            form.add_error(None, str(exc))
+        else:
+            return redirect("sweep", sweep.pk)
+    return render(request, "cluster_health/start_sweep.html", {"form": form})
+
+
+@login_required
+@permission_required("cluster_health.start_sweep", raise_exception=True)
+@require_POST
+def cancel_sweep(request, sweep_id: int):
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    if sweeps.cancel(sweep.pk):
+        messages.info(request, f"Sweep {sweep.pk} cancelled; probes still running finish but are not counted.")
+    else:
+        messages.error(request, f"Sweep {sweep.pk} had already ended.")
+    return redirect("sweep", sweep.pk)

@@ -1,0 +1,42 @@
+"""Finished sweeps written straight into the database, for the alert and Slurm rule tests."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from cluster_health.models import Finding, Node, PairProbe, Sweep
+
+
+def finished_sweep(
+    nodes: list[str],
+    bad: dict[tuple[str, str], str] | None = None,
+    findings=(),
+    kind: str = "connectivity",
+    verdict: str | None = None,
+) -> Sweep:
+    """A finished sweep over every pair of ``nodes``; ``bad`` maps a pair to its status; findings as tuples."""
+    bad = bad or {}
+    now = timezone.now()
+    for n in nodes:
+        Node.objects.get_or_create(name=n, defaults={"address": "127.0.0.1", "last_heartbeat": now})
+    if verdict is None:
+        verdict = "fail" if any(f[0] == "fail" for f in findings) or bad else "pass"
+    sweep = Sweep.objects.create(
+        kind=kind,
+        nodes=nodes,
+        status="finished",
+        verdict=verdict,
+        started=now,
+        finished=now,
+        total_rounds=1,
+        current_round=1,
+    )
+    ids = dict(Node.objects.filter(name__in=nodes).values_list("name", "pk"))
+    for i, a in enumerate(nodes):
+        for b in nodes[i + 1 :]:
+            PairProbe.objects.create(
+                sweep=sweep, round=1, node_a_id=ids[a], node_b_id=ids[b], status=bad.get((a, b), "ok"), finished=now
+            )
+    for severity, code, subject, text in findings:
+        Finding.objects.create(sweep=sweep, severity=severity, code=code, subject=subject, text=text)
+    return sweep

@@ -1,0 +1,178 @@
+"""Culprit inference over a whole matrix (cluster_health.core.culprits): pure, no database."""
+
+from itertools import combinations
+
+from cluster_health.core import culprits
+
+
+def pair(a, b, status="ok", stage="bandwidth", reason=None, busbw=1.0, evidence=None):
+    return {
+        "a": a,
+        "b": b,
+        "status": status,
+        "stage": stage,
+        "reason": reason,
+        "busbw_gbps": busbw,
+        "sizes": [{"bytes": 1 << 20, "busbw_gbps": busbw}] if busbw else [],
+        "evidence": evidence,
+    }
+
+
+def matrix(nodes, bad=lambda a, b: None, busbw=lambda a, b: 1.0):
+    """Every pair of ``nodes`` in planner order (a before b); bad(a, b) gives (status, stage, reason) or None."""
+    out = []
+    for a, b in combinations(nodes, 2):
+        why = bad(a, b)
+        out.append(pair(a, b, *why, busbw=None) if why else pair(a, b, busbw=busbw(a, b)))
+    return out
+
+
+NODES = ["n1", "n2", "n3", "n4"]
+CONNECT_TIMEOUT = ("timeout", "connect", "connect_timeout")
+
+
+def codes(found):
+    return [(f["code"], f["subject"]) for f in found]
+
+
+def test_it_blames_a_node_that_accepts_no_inbound_connection():
+    # n2 hosts the store for n3 and n4 (it is rank 0 there), and connects out to n1.
+    pairs = matrix(NODES, lambda a, b: CONNECT_TIMEOUT if a == "n2" else None)
+    found = culprits.infer(NODES, pairs)
+    assert codes(found) == [("inbound_blocked", "n2")]
+    f = found[0]
+    assert sorted(f["pairs"]) == ["n2<->n3", "n2<->n4"]
+    assert "n2 accepts no inbound connection from any peer" in f["text"] and "connects out fine (to n1)" in f["text"]
+    assert "open its firewall for the store port and Gloo's ephemeral range" in f["text"]
+    assert culprits.explained_pairs(found) == {"n2<->n3", "n2<->n4"}
+
+
+def test_it_does_not_call_a_node_inbound_blocked_when_its_outbound_connections_fail_too():
+    pairs = matrix(NODES, lambda a, b: CONNECT_TIMEOUT if "n2" in (a, b) else None)
+    assert not [f for f in culprits.infer(NODES, pairs) if f["code"] == "inbound_blocked"]
+
+
+def test_a_later_transport_failure_where_the_node_connected_out_still_supports_it():
+    def bad(a, b):
+        if a == "n2":
+            return CONNECT_TIMEOUT
+        if b == "n2":
+            return ("timeout", "init", "transport")  # Gloo dialled into n2
+        return None
+
+    found = culprits.infer(NODES, matrix(NODES, bad))
+    f = next(f for f in found if f["code"] == "inbound_blocked")
+    assert sorted(f["pairs"]) == ["n1<->n2", "n2<->n3", "n2<->n4"]
+
+
+def test_it_names_a_segment_when_every_crossing_pair_fails_and_each_group_works_inside():
+    nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+    pairs = matrix(nodes, lambda a, b: CONNECT_TIMEOUT if a[:5] != b[:5] else None)
+    found = culprits.infer(nodes, pairs)
+    assert codes(found) == [("segment", "rack1<->rack2")]
+    assert len(found[0]["pairs"]) == 4 and "every pair between rack1 and rack2 fails (4 of 4" in found[0]["text"]
+
+
+def test_no_segment_without_groups_or_when_a_group_is_broken_inside():
+    assert not culprits.segments(matrix(NODES, lambda a, b: CONNECT_TIMEOUT))
+    nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+    broken_inside = matrix(nodes, lambda a, b: CONNECT_TIMEOUT if a[:5] != b[:5] or "rack2-n1" in (a, b) else None)
+    assert not culprits.segments(broken_inside)
+
+
+def test_a_node_is_the_common_factor_of_scattered_failures():
+    pairs = matrix(
+        NODES, lambda a, b: ("failed", "init", "transport") if (a, b) in (("n1", "n3"), ("n3", "n4")) else None
+    )
+    assert codes(culprits.infer(NODES, pairs)) == [("node_common_factor", "n3")]
+
+
+def test_a_single_failing_link_is_left_to_the_link_rule():
+    pairs = matrix(NODES, lambda a, b: CONNECT_TIMEOUT if (a, b) == ("n1", "n3") else None)
+    assert culprits.infer(NODES, pairs) == []
+
+
+def test_a_node_slow_with_every_peer_is_named_on_a_first_sweep():
+    pairs = matrix(NODES, busbw=lambda a, b: 0.025 if "n1" in (a, b) else 1.1)
+    found = culprits.infer(NODES, pairs)
+    assert codes(found) == [("slow_node", "n1")]
+    assert "every link of n1 is slow next to its peers" in found[0]["text"] and "0.02 x" in found[0]["text"]
+
+
+def test_a_slow_node_among_scattered_links_of_a_loaded_bed_is_still_named():
+    # Figures from a loaded 4-host bed: the unshaped links scatter, the shaped node's are all below them.
+    nodes = ["r1-n1", "r1-n2", "r2-n1", "r2-n2"]
+    speeds = {("r1-n2", "r2-n2"): 0.2573, ("r2-n1", "r2-n2"): 0.1697, ("r1-n2", "r2-n1"): 0.031}
+    pairs = matrix(nodes, busbw=lambda a, b: 0.0239 if "r1-n1" in (a, b) else speeds[(a, b)])
+    assert ("slow_node", "r1-n1") in codes(culprits.infer(nodes, pairs))
+
+
+def test_healthy_scatter_names_no_outlier():
+    spread = {
+        ("n1", "n2"): 0.7,
+        ("n1", "n3"): 1.3,
+        ("n1", "n4"): 0.9,
+        ("n2", "n3"): 1.1,
+        ("n2", "n4"): 0.6,
+        ("n3", "n4"): 1.4,
+    }
+    assert culprits.infer(NODES, matrix(NODES, busbw=lambda a, b: spread[(a, b)])) == []
+
+
+def test_links_measured_only_at_small_sizes_are_not_compared():
+    # At 64 KiB an all_reduce measures latency and scheduling: a loaded loopback scatters 8x.
+    pairs = matrix(NODES, busbw=lambda a, b: 0.0126 if "n1" in (a, b) else 0.1)
+    for p in pairs:
+        p["sizes"] = [{"bytes": 64 << 10, "busbw_gbps": p["busbw_gbps"]}]
+    assert codes(culprits.infer(NODES, pairs)) == []
+
+
+def test_a_single_slow_link_and_a_slow_segment():
+    pairs = matrix(NODES, busbw=lambda a, b: 0.1 if (a, b) == ("n2", "n3") else 1.0)
+    assert codes(culprits.infer(NODES, pairs)) == [("slow_link", "n2<->n3")]
+    nodes = ["r1-a", "r1-b", "r2-a", "r2-b"]
+    pairs = matrix(nodes, busbw=lambda a, b: 0.1 if a[:2] != b[:2] else 1.0)
+    assert codes(culprits.infer(nodes, pairs)) == [("segment", "r1<->r2")]
+
+
+def test_a_node_retransmitting_with_every_peer_is_lossy():
+    def ev(a, b, pct_a):
+        side = lambda n, pct: {"node": n, "tcp": {"OutSegs": 1000, "RetransSegs": int(pct * 10), "retrans_pct": pct}}
+        return {"a": side(a, pct_a if a == "n3" else 0.0), "b": side(b, 4.1 if b == "n3" else 0.0), "connections": []}
+
+    pairs = [pair(a, b, evidence=ev(a, b, 4.1)) for a, b in combinations(NODES, 2)]
+    found = culprits.infer(NODES, pairs)
+    assert codes(found) == [("lossy", "n3")]
+    assert found[0]["text"].startswith("n3 retransmitted 4.1 % of segments with every peer")
+    assert "check its cable or optic" in found[0]["text"]
+
+
+def test_groups_from_names():
+    assert culprits.group_of("rack1-n3") == "rack1"
+    assert culprits.group_of("gpu-07") == "gpu"
+    assert culprits.group_of("host12") == "host"
+    assert culprits.group_of("node_a.leaf2", r"^.*\.(leaf\d+)$") == "leaf2"
+
+
+def test_flapping_and_drift_from_a_links_history():
+    from cluster_health.core import history
+
+    assert history.flapping(["ok", "timeout", "ok", "ok", "timeout", "ok"])
+    assert not history.flapping(["ok", "ok", "timeout", "timeout"])  # failed and stayed failed: not flapping
+    assert not history.flapping(["ok"] * 6 + ["timeout"])
+    found = history.link_findings("a<->b", ["ok"] * 7, [1.0, 1.02, 0.98, 0.95, 0.9, 0.86, 0.8])
+    assert [f["code"] for f in found] == ["drift"] and "fell from 1 to 0.8 GB/s" in found[0]["text"]
+    assert history.link_findings("a<->b", ["ok"] * 7, [1.0, 0.9, 1.1, 0.95, 1.05, 0.92, 1.08]) == []
+
+
+def test_a_loaded_hosts_scatter_is_no_slow_link():
+    # Busbw of a healthy full sweep on a loaded 2-core machine (GB/s at 64 KiB): a 20x spread.
+    seen = {
+        ("n1", "n4"): 0.0903,
+        ("n2", "n3"): 0.1016,
+        ("n1", "n3"): 0.022,
+        ("n2", "n4"): 0.0435,
+        ("n1", "n2"): 0.0049,
+        ("n3", "n4"): 0.0169,
+    }
+    assert culprits.infer(NODES, matrix(NODES, busbw=lambda a, b: seen[(a, b)])) == []

@@ -1,0 +1,247 @@
+"""Gray failures on a namespace test bed: loss, size stalls, blocked inbound connections, segments, a slow node.
+
+Four hosts in two racks (rack1-n1, rack1-n2, rack2-n1, rack2-n2), one agent each,
+the real server side. Each test injects its fault with kernel tools (nft,
+ip link, tc tbf), runs a sweep the way a CI job does and checks the cells, the
+finding that names the culprit, its hint and the pairs that support it. (This kernel has no
+sch_netem, so loss is an nft rule on the host's bridge port.)
+"""
+
+import time
+
+import pytest
+
+from tests.fault_bed import TimedSweep, cell, record, start_agents, wait_online
+
+pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+NAMES = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+TIMEOUTS = ["--stage-timeout", "connect=3", "--stage-timeout", "store=5", "--stage-timeout", "init=8"]
+CONNECTIVITY = ["--kind", "connectivity", "--iterations", "3", *TIMEOUTS]
+BANDWIDTH = [
+    "--kind",
+    "pairs",
+    "--sizes",
+    "65536,1048576",
+    "--iterations",
+    "3",
+    "--baseline",
+    "none",
+    "--stage-timeout",
+    "bandwidth=10",
+    *TIMEOUTS,
+]
+
+
+@pytest.fixture(scope="module")
+def bed(make_module_testbed, stack):
+    bed = make_module_testbed(4, names=NAMES)
+    start_agents(bed, stack)
+    return bed
+
+
+def sweep(stack, injected, *args, timeout=150):
+    nodes = [] if "--pairs" in args else ["--nodes", ",".join(NAMES)]
+    run = TimedSweep(stack, *nodes, "--wait", "--timeout", str(timeout), *args, injected_at=injected)
+    rc, report = run.report(timeout=timeout + 60)
+    return rc, report, run.elapsed()
+
+
+def all_pairs(*extra):
+    pairs = [f"{a}:{b}" for i, a in enumerate(NAMES) for b in NAMES[i + 1 :]]
+    return ["--pairs", ",".join(pairs), *extra]
+
+
+def findings(report, code):
+    return [f for f in report["findings"] if f["code"] == code]
+
+
+@pytest.mark.timeout(240)
+def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    bed.lose("rack2-n1", 5)
+    try:
+        rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
+    finally:
+        bed.unlose("rack2-n1")
+    lossy = findings(report, "lossy")
+    assert [f["subject"] for f in lossy] == ["rack2-n1"], report["findings"]
+    text = lossy[0]["text"]
+    assert text.startswith("rack2-n1 retransmitted ") and "% of segments with every peer" in text, text
+    assert "check its cable or optic" in text
+    assert len(lossy[0]["pairs"]) == 3
+    mine = [p for p in report["pairs"] if "rack2-n1" in (p["a"], p["b"])]
+    assert {(p["status"], p["reason"]) for p in mine} == {("degraded", "lossy")}, mine
+    assert all(p["evidence"]["a" if p["a"] == "rack2-n1" else "b"]["retrans_pct"] >= 1.0 for p in mine)
+    others = [p for p in report["pairs"] if "rack2-n1" not in (p["a"], p["b"])]
+    assert {p["status"] for p in others} == {"ok"}, others
+    record(
+        "5 % of rack2-n1's frames lost on its bridge port (nft numgen random)",
+        took,
+        f"3 pairs degraded (lossy); warn finding: {text[:90]}",
+        status="degraded",
+        stage="bandwidth",
+        reason="lossy",
+    )
+
+
+def _size_stall(bed, stack, inject, clear, fault):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    inject()
+    try:
+        rc, report, took = sweep(
+            stack,
+            injected,
+            *BANDWIDTH[:2],
+            "--sizes",
+            "256,1024,65536",
+            "--iterations",
+            "2",
+            "--baseline",
+            "none",
+            "--stage-timeout",
+            "bandwidth=4",
+            "--stage-timeout",
+            "collective=3",
+            *TIMEOUTS,
+            "--pairs",
+            "rack1-n2:rack2-n2",
+        )
+    finally:
+        clear()
+    p = cell(report, "rack1-n2", "rack2-n2")
+    assert (p["status"], p["stage"], p["reason"]) == ("timeout", "bandwidth", "size_stall"), p
+    assert "transfers of 64 KiB and more stall between rack1-n2 (MTU" in p["hint"], p["hint"]
+    assert "while 1 KiB completed" in p["hint"] and "MTU" in p["hint"], p["hint"]
+    assert p["evidence"]["largest_ok_bytes"] == 1024 and p["evidence"]["stalled_bytes"] == 65536, p["evidence"]
+    record(fault, took, p["hint"][:110], status=p["status"], stage=p["stage"], reason=p["reason"])
+    return p
+
+
+@pytest.mark.timeout(180)
+def test_it_names_a_size_stall_when_large_packets_are_dropped(bed, stack):
+    _size_stall(
+        bed,
+        stack,
+        lambda: bed.drop_large("rack1-n2", "rack2-n2", 1200),
+        lambda: bed.undrop_large("rack1-n2", "rack2-n2"),
+        "packets > 1200 bytes dropped rack1-n2 -> rack2-n2 (nft meta length)",
+    )
+
+
+@pytest.mark.timeout(180)
+def test_it_names_a_size_stall_between_jumbo_hosts_on_a_smaller_path(bed, stack):
+    # Both hosts send 9000-byte frames; their ports on the bridge stay at 1500 and drop them.
+    def inject():
+        bed.set_mtu("rack1-n2", 9000)
+        bed.set_mtu("rack2-n2", 9000)
+
+    def clear():
+        bed.set_mtu("rack1-n2", 1500)
+        bed.set_mtu("rack2-n2", 1500)
+
+    p = _size_stall(bed, stack, inject, clear, "MTU 9000 on rack1-n2 and rack2-n2, 1500 on the path (ip link)")
+    assert "(MTU 9000) and rack2-n2 (MTU 9000)" in p["hint"], p["hint"]
+
+
+def _inbound(bed, stack, stateful: bool):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    bed.block_inbound("rack1-n2", stateful=stateful)
+    try:
+        rc, report, took = sweep(stack, injected, *CONNECTIVITY)
+    finally:
+        bed.unblock_inbound("rack1-n2")
+    assert rc == 2, report
+    # rack1-n2 hosts the store for rack2-n1 and rack2-n2 (rank 0) and connects out to rack1-n1's.
+    for peer in ("rack2-n1", "rack2-n2"):
+        p = cell(report, "rack1-n2", peer)
+        assert (p["status"], p["stage"], p["reason"]) == ("timeout", "connect", "connect_timeout"), p
+    blocked = findings(report, "inbound_blocked")
+    assert [f["subject"] for f in blocked] == ["rack1-n2"], report["findings"]
+    text = blocked[0]["text"]
+    assert "rack1-n2 accepts no inbound connection from any peer" in text and "connects out fine (to rack1-n1)" in text
+    assert "open its firewall for the store port and Gloo's ephemeral range" in text
+    assert {"rack1-n2<->rack2-n1", "rack1-n2<->rack2-n2"} <= set(blocked[0]["pairs"])
+    assert not findings(report, "link_failed"), report["findings"]
+    out = cell(report, "rack1-n1", "rack1-n2")
+    assert out["evidence"]["connections"][0] == {"from": "rack1-n2", "to": "rack1-n1", "step": "store", "ok": True}
+    kind = "stateful (ct state new drop)" if stateful else "stateless (SYN drop)"
+    record(
+        f"inbound connections blocked on rack1-n2, {kind}",
+        took,
+        f"2 pairs timeout at connect, rack1-n2<->rack1-n1 {out['status']}; fail finding: {text[:80]}",
+        status="timeout",
+        stage="connect",
+        reason="inbound_blocked",
+    )
+
+
+@pytest.mark.timeout(180)
+def test_it_blames_the_node_that_accepts_no_inbound_connection_stateful(bed, stack):
+    _inbound(bed, stack, stateful=True)
+
+
+@pytest.mark.timeout(180)
+def test_it_blames_the_node_that_accepts_no_inbound_connection_stateless(bed, stack):
+    _inbound(bed, stack, stateful=False)
+
+
+@pytest.mark.timeout(180)
+def test_it_names_the_segment_between_two_racks(bed, stack):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    for dst in ("rack2-n1", "rack2-n2"):
+        for src in ("rack1-n1", "rack1-n2"):
+            bed.drop(src, dst)
+    try:
+        rc, report, took = sweep(stack, injected, *CONNECTIVITY)
+    finally:
+        for dst in ("rack2-n1", "rack2-n2"):
+            for src in ("rack1-n1", "rack1-n2"):
+                bed.undrop(src, dst)
+    assert rc == 2, report
+    seg = findings(report, "segment")
+    assert [(f["severity"], f["subject"]) for f in seg] == [("fail", "rack1<->rack2")], report["findings"]
+    assert "every pair between rack1 and rack2 fails (4 of 4" in seg[0]["text"], seg[0]["text"]
+    assert len(seg[0]["pairs"]) == 4
+    assert not findings(report, "link_failed") and not findings(report, "inbound_blocked"), report["findings"]
+    inside = [cell(report, "rack1-n1", "rack1-n2"), cell(report, "rack2-n1", "rack2-n2")]
+    assert {p["status"] for p in inside} == {"ok"}, inside
+    record(
+        "rack1 -> rack2 dropped (nft on both rack2 hosts)",
+        took,
+        "4 crossing pairs timeout at connect, 2 inside ok; one fail finding on rack1<->rack2",
+        status="timeout",
+        stage="connect",
+        reason="segment",
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
+    wait_online(NAMES)
+    injected = time.monotonic()
+    bed.shape("rack1-n1", 200)
+    try:
+        rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
+    finally:
+        bed.unshape("rack1-n1")
+    assert report["baseline"] is None
+    slow = findings(report, "slow_node")
+    measured = {f"{p['a']}-{p['b']}": (p["status"], p["busbw_gbps"]) for p in report["pairs"]}
+    assert [f["subject"] for f in slow] == ["rack1-n1"], (report["findings"], measured)
+    assert "every link of rack1-n1 is slow next to its peers" in slow[0]["text"]
+    assert len(slow[0]["pairs"]) == 3
+    assert rc == 1 and report["verdict"] == "warn", report["findings"]
+    mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
+    record(
+        "rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)",
+        took,
+        f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}",
+        status=mine[0]["status"],
+        stage=mine[0]["stage"],
+        reason=mine[0]["reason"],
+    )
