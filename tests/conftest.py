@@ -84,6 +84,21 @@ def _django_uses_private_redis(request):
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _flush_takes_every_lock_first():
+    """On PostgreSQL, a transactional test's flush never deadlocks with the live stack (tests/pgflush.py)."""
+    try:
+        from django.conf import settings
+    except ImportError:
+        yield
+        return
+    if settings.configured and settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        from tests import pgflush
+
+        pgflush.install()
+    yield
+
+
 def _database_url(settings_dict: dict) -> str:
     engine = settings_dict["ENGINE"]
     if engine.endswith("sqlite3"):
