@@ -10,9 +10,9 @@ from cluster_health.models import AgentKey, ApiToken, Baseline, Finding, GroupPr
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("name", "address", "active", "last_heartbeat", "retired_at", "agent_version")
-    list_filter = ("active",)
-    search_fields = ("name", "address")
+    list_display = ("name", "address", "topology_group", "active", "last_heartbeat", "retired_at", "agent_version")
+    list_filter = ("active", "topology_group")
+    search_fields = ("name", "address", "topology_group")
     readonly_fields = ("retired_at",)
     actions = ["retire", "activate"]
 

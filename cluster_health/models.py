@@ -12,11 +12,13 @@ import secrets
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from agents import contract
+from cluster_health.core import topology
 
 PAIR_STATUS_CHOICES = [(s, s) for s in (*contract.OPEN_STATUSES, *contract.STATUSES)]
 OPEN_PAIR_STATUSES = contract.OPEN_STATUSES
@@ -48,6 +50,14 @@ class Node(models.Model):
     created = models.DateTimeField(default=timezone.now)
     active = models.BooleanField(default=True, db_index=True)
     retired_at = models.DateTimeField(null=True, blank=True)
+    # Declared by operators (nodes label / nodes topology); culprit inference prefers it to the name.
+    topology_group = models.CharField(
+        max_length=topology.GROUP_MAX_CHARS,
+        blank=True,
+        default="",
+        validators=[RegexValidator(topology.GROUP_RE, f"a topology group is {topology.GROUP_RULE}")],
+        help_text="rack, leaf switch or rail; empty: the group comes from the node's name",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -73,6 +73,54 @@ def test_it_names_a_segment_when_every_crossing_pair_fails_and_each_group_works_
     assert len(found[0]["pairs"]) == 4 and "every pair between rack1 and rack2 fails (4 of 4" in found[0]["text"]
 
 
+def test_it_says_the_groups_of_a_segment_came_from_the_hostname_pattern():
+    nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+    found = culprits.infer(nodes, matrix(nodes, lambda a, b: CONNECT_TIMEOUT if a[:5] != b[:5] else None))
+    assert "groups from the hostname pattern" in found[0]["text"]
+    assert found[0]["detail"]["evidence"][0] == "groups from the hostname pattern"
+
+
+# Names that no hostname pattern groups the way the racks are cabled.
+DECLARED = {"alpha": "row7:leaf-a", "zulu": "row7:leaf-a", "mike": "row7:leaf-b", "kilo": "row7:leaf-b"}
+
+
+def test_it_blames_a_failing_segment_between_declared_groups_whose_names_follow_no_pattern():
+    nodes = sorted(DECLARED)
+    pairs = matrix(nodes, lambda a, b: CONNECT_TIMEOUT if DECLARED[a] != DECLARED[b] else None)
+    assert not culprits.segments(pairs)  # the hostname pattern alone sees no groups here
+    found = culprits.infer(nodes, pairs, declared=DECLARED)
+    assert codes(found) == [("segment", "row7:leaf-a<->row7:leaf-b")]
+    f = found[0]
+    assert sorted(f["pairs"]) == ["alpha<->kilo", "alpha<->mike", "kilo<->zulu", "mike<->zulu"]
+    assert "every pair between row7:leaf-a and row7:leaf-b fails (4 of 4" in f["text"]
+    assert "groups from the declared topology" in f["text"]
+    assert f["detail"]["evidence"][0] == "groups from the declared topology"
+    assert culprits.explained_pairs(found) == set(f["pairs"])
+
+
+def test_it_names_a_slow_segment_between_declared_groups():
+    nodes = sorted(DECLARED)
+    pairs = matrix(nodes, busbw=lambda a, b: 0.1 if DECLARED[a] != DECLARED[b] else 1.0)
+    found = culprits.infer(nodes, pairs, declared=DECLARED)
+    assert codes(found) == [("segment", "row7:leaf-a<->row7:leaf-b")]
+    assert "groups from the declared topology" in found[0]["text"]
+
+
+def test_a_declared_group_wins_over_the_pattern_and_undeclared_nodes_fall_back_to_it():
+    # r1-a sits in rack r2 whatever its name says; r9-* declare nothing and group by their names.
+    declared = {"r1-a": "r2", "r2-a": "r2", "r2-b": "r2"}
+    assert culprits.node_groups(["r1-a", "r9-a"], declared=declared) == {
+        "r1-a": ("r2", "declared topology"),
+        "r9-a": ("r9", "hostname pattern"),
+    }
+    nodes = ["r1-a", "r2-a", "r2-b", "r9-a", "r9-b"]
+    rack = {n: declared.get(n, "r9") for n in nodes}
+    pairs = matrix(nodes, lambda a, b: CONNECT_TIMEOUT if rack[a] != rack[b] else None)
+    found = culprits.infer(nodes, pairs, declared=declared)
+    assert codes(found) == [("segment", "r2<->r9")]
+    assert "r2 from the declared topology, r9 from the hostname pattern" in found[0]["text"]
+
+
 def test_no_segment_without_groups_or_when_a_group_is_broken_inside():
     assert not culprits.segments(matrix(NODES, lambda a, b: CONNECT_TIMEOUT))
     nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]

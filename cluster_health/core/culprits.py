@@ -9,13 +9,15 @@ as single links.
 
 Pairs are dicts with ``a`` (rank 0, which hosts the store), ``b``, ``status``,
 ``stage``, ``reason``, ``busbw_gbps`` and ``evidence`` (cluster_health.core.evidence).
+A node's group is the one declared for it (``declared``: name -> group, from the
+operators' topology), else the one its name gives through the hostname pattern.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from statistics import median
 from typing import Any
 
@@ -41,6 +43,8 @@ MAD_TO_SIGMA = 1.4826
 # (nccl-tests' busbw curves flatten only past the MiB range): links are compared above it only.
 OUTLIER_MIN_BYTES = 1 << 20
 MAX_LISTED = 12  # pairs named in a finding's text (all of them are in its ``pairs``)
+DECLARED = "declared topology"
+FROM_PATTERN = "hostname pattern"
 
 
 def pair_name(p: dict[str, Any]) -> str:
@@ -54,6 +58,25 @@ def group_of(name: str, pattern: str | None = None) -> str:
         return name
     found = [g for g in m.groups() if g]
     return found[0] if found else name
+
+
+def node_groups(
+    names: Iterable[str], pattern: str | None = None, declared: Mapping[str, str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """Each node's group and where it comes from (DECLARED or FROM_PATTERN): a declared group wins."""
+    declared = declared or {}
+    return {n: (declared[n], DECLARED) if declared.get(n) else (group_of(n, pattern), FROM_PATTERN) for n in names}
+
+
+def _group_sources(g: str, h: str, placed: dict[str, tuple[str, str]]) -> str:
+    """Where two groups come from, for a finding: "groups from the declared topology", or each group's own."""
+
+    def source(group: str) -> str:
+        return " and the ".join(sorted({src for grp, src in placed.values() if grp == group}))
+
+    if source(g) == source(h):
+        return f"groups from the {source(g)}"
+    return f"{g} from the {source(g)}, {h} from the {source(h)}"
 
 
 def _finding(
@@ -168,9 +191,12 @@ def nodes_of(pairs: list[dict[str, Any]]) -> set[str]:
     return {n for p in pairs for n in (p["a"], p["b"])}
 
 
-def segments(pairs: list[dict[str, Any]], pattern: str | None = None) -> list[dict[str, Any]]:
+def segments(
+    pairs: list[dict[str, Any]], pattern: str | None = None, declared: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Group pairs whose every crossing pair fails while each group works inside: an uplink, a spine, a rail."""
-    groups = {n: group_of(n, pattern) for n in nodes_of(pairs)}
+    placed = node_groups(nodes_of(pairs), pattern, declared)
+    groups = {n: g for n, (g, _) in placed.items()}
     if len(set(groups.values())) < 2:
         return []
     inside: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -190,12 +216,13 @@ def segments(pairs: list[dict[str, Any]], pattern: str | None = None) -> list[di
         if not within or any(p["status"] in BAD for p in within):
             continue  # a group broken inside is a node or group problem, not the path between them
         reasons = sorted({p.get("reason") or p["status"] for p in bad})
+        sources = _group_sources(g, h, placed)
         text = (
             f"every pair between {g} and {h} fails ({len(bad)} of {len(cross)}: {', '.join(reasons)}) while "
-            f"each group works inside ({len(within)} pairs ok): check the uplink, spine port or cabling "
-            f"between {g} and {h}"
+            f"each group works inside ({len(within)} pairs ok; {sources}): check the uplink, spine port or "
+            f"cabling between {g} and {h}"
         )
-        chain = [f"{pair_name(p)}: {p['status']} at {p.get('stage')} ({p.get('reason')})" for p in bad]
+        chain = [sources] + [f"{pair_name(p)}: {p['status']} at {p.get('stage')} ({p.get('reason')})" for p in bad]
         chain += [f"{pair_name(p)} (inside {groups[p['a']]}): {p['status']}" for p in within]
         out.append(
             _finding(
@@ -354,7 +381,9 @@ def _slow_links(rest: list[tuple[dict[str, Any], float]]) -> list[dict[str, Any]
     return out
 
 
-def outliers(pairs: list[dict[str, Any]], pattern: str | None = None) -> list[dict[str, Any]]:
+def outliers(
+    pairs: list[dict[str, Any]], pattern: str | None = None, declared: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Links slow next to their peers in the same sweep, and the node when all its links are the slow ones.
 
     No history is needed: a first sweep of a new cluster compares each link with the others
@@ -375,7 +404,7 @@ def outliers(pairs: list[dict[str, Any]], pattern: str | None = None) -> list[di
             slow_nodes.add(node)
             out.append(found)
     rest = [(p, bw) for p, bw in measured if not ({p["a"], p["b"]} & slow_nodes)]
-    slow_segments, in_segments = _slow_segments(rest, pattern)
+    slow_segments, in_segments = _slow_segments(rest, node_groups(nodes_of(pairs), pattern, declared))
     out += slow_segments
     return out + _slow_links([(p, bw) for p, bw in rest if pair_name(p) not in in_segments])
 
@@ -388,10 +417,10 @@ def _far_below(value: float, reference: list[float], z: float = OUTLIER_Z) -> bo
 
 
 def _slow_segments(
-    measured: list[tuple[dict[str, Any], float]], pattern: str | None
+    measured: list[tuple[dict[str, Any], float]], placed: dict[str, tuple[str, str]]
 ) -> tuple[list[dict[str, Any]], set[str]]:
-    """Group pairs whose crossing links are all slow next to the links inside both groups."""
-    groups = {n: group_of(n, pattern) for n in nodes_of([p for p, _ in measured])}
+    """Group pairs whose crossing links are all slow next to the links inside both groups (placed: node_groups)."""
+    groups = {n: g for n, (g, _) in placed.items()}
     inside: dict[str, list[float]] = defaultdict(list)
     across: dict[tuple[str, str], list[tuple[dict[str, Any], float]]] = defaultdict(list)
     for p, bw in measured:
@@ -412,29 +441,41 @@ def _slow_segments(
             continue
         mid = median(bw for _, bw in links)
         named |= {pair_name(p) for p, _ in links}
+        sources = _group_sources(g, h, placed)
         out.append(
             _finding(
                 "warn",
                 "segment",
                 f"{g}<->{h}",
                 f"every link between {g} and {h} is slow ({len(links)} links, median {mid:.3g} GB/s, {mid / ref:.2f} x "
-                f"the {ref:.3g} GB/s inside the groups): check the uplink between {g} and {h}",
+                f"the {ref:.3g} GB/s inside the groups; {sources}): check the uplink between {g} and {h}",
                 [p for p, _ in links],
-                [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in links] + [f"inside {g} and {h}: median {ref:.3g} GB/s"],
+                [sources]
+                + [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in links]
+                + [f"inside {g} and {h}: median {ref:.3g} GB/s"],
                 f"test the uplink between {g} and {h}: port speed, errors, cabling",
             )
         )
     return out, named
 
 
-def infer(nodes: Iterable[str], pairs: list[dict[str, Any]], pattern: str | None = None) -> list[dict[str, Any]]:
-    """Every matrix-wide finding: inbound-blocked nodes, failing segments, a common node, lossy nodes, outliers."""
+def infer(
+    nodes: Iterable[str],
+    pairs: list[dict[str, Any]],
+    pattern: str | None = None,
+    declared: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Every matrix-wide finding: inbound-blocked nodes, failing segments, a common node, lossy nodes, outliers.
+
+    pattern: the hostname pattern (DEFAULT_GROUP_PATTERN when None); declared: node name -> its
+    declared topology group, which wins over the pattern for that node.
+    """
     nodes = list(nodes)
-    found = segments(pairs, pattern)
+    found = segments(pairs, pattern, declared)
     found += inbound_blocked(nodes, pairs, {name for f in found for name in f["pairs"]})
     explained = {name for f in found for name in f["pairs"]}
     found += common_node(pairs, explained)
-    return found + lossy_nodes(pairs) + outliers(pairs, pattern)
+    return found + lossy_nodes(pairs) + outliers(pairs, pattern, declared)
 
 
 def explained_pairs(found: list[dict[str, Any]]) -> set[str]:

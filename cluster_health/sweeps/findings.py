@@ -43,7 +43,8 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     addresses = {n.name: n.address for n in nodes}
     offline = {n.name for n in nodes if not n.is_online(now)} - backlog.unheard_is_not_silent(sweep.nodes)
     groups = list(GroupProbe.objects.filter(sweep=sweep))
-    found = _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep))
+    declared = {n.name: n.topology_group for n in nodes if n.topology_group}
+    found = _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep), declared)
     blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
     found += verdicts.degraded_findings(pairs)
     if sweep.kind not in (*contract.DISCOVER_SWEEP_KINDS, "preflight"):
@@ -73,9 +74,14 @@ def absent_at_start(sweep: Sweep) -> dict[str, str]:
     }
 
 
-def _matrix_findings(nodes: list[str], pairs: list[dict], offline: set[str], absent: dict[str, str]) -> list[dict]:
-    """Per-node and per-link culprits, with the matrix-wide inference (culprits.infer) taking the pairs it explains."""
-    inferred = culprits.infer(nodes, pairs, settings.GROUP_PATTERN)
+def _matrix_findings(
+    nodes: list[str], pairs: list[dict], offline: set[str], absent: dict[str, str], declared: dict[str, str]
+) -> list[dict]:
+    """Per-node and per-link culprits, with the matrix-wide inference (culprits.infer) taking the pairs it explains.
+
+    declared: node name -> its declared topology group; the others are grouped by CLUSTER_HEALTH_GROUP_PATTERN.
+    """
+    inferred = culprits.infer(nodes, pairs, settings.GROUP_PATTERN, declared)
     explained = culprits.explained_pairs(inferred)
     blamed = {f["subject"] for f in inferred if f["code"] == "inbound_blocked"}
     kept = []

@@ -1,17 +1,26 @@
-"""List registered nodes (online state, address, last heartbeat, versions, or all as JSON); retire or activate them.
+"""List registered nodes (online state, address, last heartbeat, versions, or all as JSON); retire or activate
+them; declare their topology groups.
 
 The fleet is the active nodes: a sweep without --nodes covers every one of them,
 and one that is offline fails the sweep. ``nodes retire NAME`` takes a node that is
 gone out of the fleet; ``nodes activate NAME`` puts it back.
+
+A node's topology group (rack, leaf switch, rail) is what culprit inference groups it
+by, before its name: ``nodes label GROUP NAME ...`` sets it, ``nodes unlabel NAME ...``
+clears it, ``nodes topology FILE`` makes the whole declared topology that of a file
+(format: cluster_health.core.topology). Each changes nothing unless every name is registered.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 from django.utils import timezone
 
+from cluster_health.core import topology
 from cluster_health.models import Node
 
 
@@ -25,16 +34,23 @@ def node_dict(node: Node, now=None) -> dict:
         "retired_at": node.retired_at and node.retired_at.isoformat(),
         "agent_version": node.agent_version or None,
         "busy": node.busy,
+        "topology_group": node.topology_group or None,
         "facts": node.facts,
     }
 
 
-def set_active(names: list[str], active: bool) -> list[Node]:
-    """Retire (active=False) or activate the named nodes; every name must be registered."""
+def registered(names) -> dict[str, Node]:
+    """The named nodes by name; Node.DoesNotExist naming the unregistered ones if any name is not registered."""
     nodes = {n.name: n for n in Node.objects.filter(name__in=names)}
     unknown = [n for n in names if n not in nodes]
     if unknown:
         raise Node.DoesNotExist(f"unknown node(s): {', '.join(unknown[:20])}")
+    return nodes
+
+
+def set_active(names: list[str], active: bool) -> list[Node]:
+    """Retire (active=False) or activate the named nodes; every name must be registered."""
+    nodes = registered(names)
     now = timezone.now()
     for node in nodes.values():
         if node.active != active:
@@ -42,39 +58,109 @@ def set_active(names: list[str], active: bool) -> list[Node]:
     return [nodes[n] for n in dict.fromkeys(names)]
 
 
+@transaction.atomic
+def set_topology_group(names: list[str], group: str) -> list[Node]:
+    """Declare the named nodes' topology group ("" clears it); TopologyError or Node.DoesNotExist change nothing."""
+    if group:
+        topology.check_group(group)
+    registered(names)
+    Node.objects.filter(name__in=names).update(topology_group=group)
+    nodes = registered(names)
+    return [nodes[n] for n in dict.fromkeys(names)]
+
+
+@transaction.atomic
+def declare_topology(groups: dict[str, str]) -> int:
+    """Make the declared topology exactly ``groups`` (node -> group): the nodes it leaves out lose theirs.
+
+    Every node must be registered (else Node.DoesNotExist, and nothing changes). Returns
+    how many nodes not in ``groups`` had their group cleared.
+    """
+    registered(list(groups))
+    members: dict[str, list[str]] = defaultdict(list)
+    for name, group in groups.items():
+        members[topology.check_group(group)].append(name)
+    for group, names in members.items():
+        Node.objects.filter(name__in=names).update(topology_group=group)
+    return Node.objects.exclude(name__in=list(groups)).exclude(topology_group="").update(topology_group="")
+
+
+USAGE = {
+    "retire": "nodes retire NAME [NAME ...]",
+    "activate": "nodes activate NAME [NAME ...]",
+    "label": "nodes label GROUP NAME [NAME ...]",
+    "unlabel": "nodes unlabel NAME [NAME ...]",
+    "topology": "nodes topology FILE (lines 'GROUP: NAME NAME ...')",
+}
+
+
 class Command(BaseCommand):
-    help = "List registered nodes and whether they are online; 'retire NAME ...' / 'activate NAME ...' edit the fleet."
+    help = (
+        "List registered nodes and whether they are online; 'retire NAME ...' / 'activate NAME ...' edit the fleet; "
+        "'label GROUP NAME ...', 'unlabel NAME ...' and 'topology FILE' declare their topology groups."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
             "action",
             nargs="?",
-            choices=("list", "retire", "activate"),
+            choices=("list", "retire", "activate", "label", "unlabel", "topology"),
             default="list",
-            help="retire: leave sweeps out of the node until it is activated again",
+            help="retire: leave sweeps out of the node until it is activated again; label GROUP NAME ...: declare "
+            "the nodes' topology group (rack, leaf, rail); unlabel: back to the group their name gives; "
+            "topology FILE: declare every node's group from FILE ('GROUP: NAME NAME ...' lines), clearing the rest",
         )
         parser.add_argument("names", nargs="*", metavar="NAME")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **opts):
-        now = timezone.now()
-        if opts["action"] != "list":
-            if not opts["names"]:
-                raise CommandError(f"nodes {opts['action']}: name at least one node")
-            try:
-                changed = set_active(opts["names"], opts["action"] == "activate")
-            except Node.DoesNotExist as exc:
-                raise CommandError(str(exc)) from None
-            if opts["json"]:
-                self.stdout.write(json.dumps({"nodes": [node_dict(n, now) for n in changed]}))
-            else:
-                for n in changed:
-                    self.stdout.write(f"{n.name}: {'active' if n.active else 'retired'}")
+        action, names = opts["action"], opts["names"]
+        if action == "list":
+            if names:
+                raise CommandError("nodes: names go with an action (retire, activate, label, unlabel, topology)")
+            self._list(opts["json"])
             return
-        if opts["names"]:
-            raise CommandError("nodes: names go with retire or activate")
-        nodes = list(Node.objects.order_by("name"))
+        if len(names) < (2 if action == "label" else 1) or (action == "topology" and len(names) != 1):
+            raise CommandError(f"usage: {USAGE[action]}")
+        try:
+            changed = self._change(action, names)
+        except (Node.DoesNotExist, topology.TopologyError) as exc:
+            raise CommandError(f"nodes {action}: {exc}; nothing changed") from None
         if opts["json"]:
+            now = timezone.now()
+            self.stdout.write(json.dumps({"nodes": [node_dict(n, now) for n in changed]}))
+            return
+        for n in changed:
+            if action in ("retire", "activate"):
+                self.stdout.write(f"{n.name}: {'active' if n.active else 'retired'}")
+            else:
+                self.stdout.write(f"{n.name}: {n.topology_group or 'no declared group'}")
+
+    def _change(self, action: str, names: list[str]) -> list[Node]:
+        if action in ("retire", "activate"):
+            return set_active(names, action == "activate")
+        if action == "label":
+            return set_topology_group(names[1:], names[0])
+        if action == "unlabel":
+            return set_topology_group(names, "")
+        try:
+            with open(names[0], encoding="utf-8") as f:
+                groups = topology.parse(f.read())
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CommandError(f"nodes topology: cannot read {names[0]}: {exc}") from None
+        except topology.TopologyError as exc:
+            raise topology.TopologyError(f"{names[0]}: {exc}") from None
+        cleared = declare_topology(groups)
+        self.stderr.write(
+            f"declared {len(groups)} node(s) in {len(set(groups.values()))} group(s); "
+            f"cleared the group of {cleared} node(s) the file does not list"
+        )
+        return sorted(registered(list(groups)).values(), key=lambda n: n.name)
+
+    def _list(self, as_json: bool) -> None:
+        now = timezone.now()
+        nodes = list(Node.objects.order_by("name"))
+        if as_json:
             self.stdout.write(json.dumps({"nodes": [node_dict(n, now) for n in nodes]}))
             return
         if not nodes:
@@ -88,6 +174,8 @@ class Command(BaseCommand):
             torch = versions.get("torch") or "?"
             state = "retired" if not n.active else ("online " if n.is_online(now) else "OFFLINE")
             line = f"{n.name:<{width}}  {state}  {n.address:<16} heartbeat {seen:<10} torch {torch}"
+            if n.topology_group:
+                line += f"  group {n.topology_group}"
             if n.is_stale(now):
                 line += f"  silent for {n.silent_days(now)} days: retire it if it is gone"
             self.stdout.write(line)
