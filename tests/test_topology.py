@@ -4,6 +4,7 @@ import json
 import re
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -136,6 +137,12 @@ def test_it_blames_a_sweeps_failures_on_the_declared_group_pair_they_cross(fleet
     assert not Finding.objects.filter(sweep=sweep, code="link_failed").exists()  # the segment explains them
 
 
-def test_the_node_page_shows_its_declared_group(fleet, admin_client):
+def test_the_node_page_and_the_admin_show_its_declared_group(fleet, admin_client):
     call_command("nodes", "label", "row7:leaf-a", "alpha")
     assert "<b data-topology-group>row7:leaf-a</b> (declared topology)" in admin_client.get("/nodes/alpha/").text
+    listed = admin_client.get("/admin/cluster_health/node/", {"topology_group": "row7:leaf-a"}).text
+    assert "/admin/cluster_health/node/" in listed and ">alpha<" in listed and ">kilo<" not in listed
+    node = Node.objects.get(name="kilo")
+    node.topology_group = "leaf b"  # what the admin's form would save, validated as the command does
+    with pytest.raises(ValidationError, match="a topology group is 1 to 64 letters"):
+        node.full_clean()

@@ -63,9 +63,10 @@ def set_topology_group(names: list[str], group: str) -> list[Node]:
     """Declare the named nodes' topology group ("" clears it); TopologyError or Node.DoesNotExist change nothing."""
     if group:
         topology.check_group(group)
-    registered(names)
-    Node.objects.filter(name__in=names).update(topology_group=group)
     nodes = registered(names)
+    Node.objects.filter(name__in=names).update(topology_group=group)
+    for node in nodes.values():
+        node.topology_group = group
     return [nodes[n] for n in dict.fromkeys(names)]
 
 
