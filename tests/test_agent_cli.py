@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -55,20 +56,23 @@ def test_pair_by_hand_prints_the_address_then_both_results(tmp_path):
 
 @pytest.mark.timeout(30)
 def test_pair_by_hand_exits_non_zero_when_nobody_listens(tmp_path):
-    from devtools.services import free_port
-
     began = time.monotonic()
-    rank1 = subprocess.run(
-        agents_cli("pair", "--rank", "1", "--connect", f"127.0.0.1:{free_port()}", "--timeout", "connect=1"),
-        cwd=ROOT,
-        env=python_env(),
-        capture_output=True,
-        text=True,
-        timeout=25,
-    )
+    # A port bound and never listening: a connection to it is refused, and no other process can take it meanwhile.
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        rank1 = subprocess.run(
+            agents_cli(
+                "pair", "--rank", "1", "--connect", f"127.0.0.1:{holder.getsockname()[1]}", "--timeout", "connect=1"
+            ),
+            cwd=ROOT,
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=25,
+        )
     result = json.loads(rank1.stdout)
-    assert rank1.returncode == 2
-    assert (result["stage"], result["reason"]) == ("connect", "refused")
+    assert rank1.returncode == 2, rank1.stderr[-2000:]
+    assert (result["stage"], result["reason"]) == ("connect", "refused"), (result, rank1.stderr[-2000:])
     assert time.monotonic() - began < 15
 
 

@@ -1,7 +1,6 @@
 """The planner: circle-method rounds, byes, kinds, and its speed at 1,024 nodes."""
 
 import itertools
-import time
 
 import pytest
 
@@ -85,11 +84,9 @@ def test_it_ends_full_and_group_sweeps_with_a_group_collective():
     assert g.group and g.rounds == []
 
 
-def test_it_plans_1024_nodes_in_well_under_a_second():
-    started = time.perf_counter()
+def test_it_plans_1024_nodes_in_rounds_that_cover_every_pair():
+    # How long planning takes is a benchmark figure (benchmarks/run.py --only planner), not a test's.
     p = planner.plan("full", names(1024))
-    elapsed = time.perf_counter() - started
     assert len(p.rounds) == 1023
     assert p.pair_count == 523_776
-    assert elapsed < 1.0, elapsed
     assert_disjoint_rounds(p.rounds[:5])

@@ -9,7 +9,7 @@ import pytest
 from agents import runner
 from agents.warmhost import WarmHost
 from tests import timing
-from tests.agent_fixtures import pair
+from tests.agent_fixtures import SHORT_TIMEOUTS, pair
 
 
 def parent_of(pid: int) -> int:
@@ -88,12 +88,16 @@ def test_a_dead_warm_process_fails_the_running_probe_and_the_next_one_starts(war
         assert r["status"] == "ok", r["hint"]
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(200)
 def test_it_starts_probes_cold_when_turned_off(monkeypatch, redis_url):
     monkeypatch.setenv("CLUSTER_HEALTH_WARM_PROBES", "0")
     runner.shutdown_warm_host()
     parents = {}
-    for result in pair(redis_url, on_event=parents_on_start(parents), last_stage="collective"):
+    # Cold, each rank imports torch before it joins the store: the master waits that long for its peer.
+    cold = {**SHORT_TIMEOUTS, "store": timing.TORCH_PROCESS_START_S, "init": timing.TORCH_PROCESS_START_S}
+    for result in pair(
+        redis_url, on_event=parents_on_start(parents), last_stage="collective", timeouts=cold, deadline_s=150.0
+    ):
         assert result["status"] == "ok", result["hint"]
     assert parents == {0: os.getpid(), 1: os.getpid()}
     assert runner.warm_host() is None
