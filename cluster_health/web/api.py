@@ -1,6 +1,7 @@
 """JSON API: nodes, sweeps, a sweep's matrix, a pair's history, CSV export.
 
-Authentication: the login session, or ``Authorization: Bearer <token>`` (ApiToken).
+Authentication: the login session, or ``Authorization: Bearer <token>`` (ApiToken,
+``manage.py token``; an expired one is a 401, a ``read`` one may only GET).
 Starting or cancelling a sweep, and retiring or activating a node, needs the
 operator permission (``cluster_health.start_sweep``). Every parameter is bounded; errors are JSON with
 a message naming the parameter.
@@ -35,15 +36,25 @@ def error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
-def _token_user(request):
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    if scheme != BEARER or not raw.strip():
+class TokenRefused(Exception):
+    """An Authorization header that names no usable token: answered 401 with this message."""
+
+
+def _token(request) -> ApiToken | None:
+    """The request's bearer token; None without an Authorization header. Raises TokenRefused for a bad one."""
+    if "Authorization" not in request.headers:
         return None
+    scheme, _, raw = request.headers["Authorization"].partition(" ")
+    if scheme != BEARER or not raw.strip():
+        raise TokenRefused("invalid or revoked API token")
     token = ApiToken.objects.select_related("user").filter(token_hash=ApiToken.hash(raw.strip())).first()
     if token is None or not token.user.is_active:
-        return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
-    return token.user
+        raise TokenRefused("invalid or revoked API token")
+    now = timezone.now()
+    if token.is_expired(now):
+        raise TokenRefused(f"API token {token.name!r} expired at {token.expires:%Y-%m-%d %H:%M %Z}; issue a new one")
+    ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+    return token
 
 
 def api_view(methods=("GET",), permission=None, denied="starting or cancelling sweeps needs the operator permission"):
@@ -55,9 +66,13 @@ def api_view(methods=("GET",), permission=None, denied="starting or cancelling s
         def inner(request, *args, **kwargs):
             if request.method not in methods:
                 return error(405, f"method {request.method} not allowed (use {', '.join(methods)})")
-            user = _token_user(request)
-            if user is None and "Authorization" in request.headers:
-                return error(401, "invalid or revoked API token")
+            try:
+                token = _token(request)
+            except TokenRefused as exc:
+                return error(401, str(exc))
+            if token is not None and token.scope != ApiToken.OPERATE and request.method not in ("GET", "HEAD"):
+                return error(403, f"API token {token.name!r} has scope {token.scope}: it may only read")
+            user = token.user if token is not None else None
             if user is None:
                 if not request.user.is_authenticated:
                     return error(401, "log in or send Authorization: Bearer <token>")
