@@ -321,6 +321,15 @@ def memory_channel_layer(settings):
 
 
 @pytest.fixture
+def viewer_client(client, db):
+    """The test client, logged in as a viewer (no operator permission)."""
+    from tests.dashboard_rows import make_user
+
+    client.force_login(make_user("viewer", operator=False))
+    return client
+
+
+@pytest.fixture
 def driver(django_capture_on_commit_callbacks):
     """Plays the agents' side of sweeps in-process: records commands, answers them (tests/sweep_driver.py)."""
     from devtools.sweep_driver import Driver

@@ -16,6 +16,7 @@ from functools import wraps
 from django.db.models import F
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -26,6 +27,8 @@ from cluster_health.web import serializers
 
 START_PERMISSION = "cluster_health.start_sweep"
 MAX_LIST = 200
+PAIRS_PAGE = 1000  # pairs in a sweep's JSON unless ?limit= asks for fewer or more
+MAX_PAIRS_PAGE = 5000
 MAX_BODY = 1024 * 1024
 
 
@@ -197,21 +200,69 @@ def _create_sweep(request):
     if unknown:
         return error(400, f"{unknown[0]}: unknown parameter (allowed: {', '.join(sorted(allowed))})")
     sweep = sweeps.request_sweep(source="api", user=request.user, **body)
-    return JsonResponse(serializers.sweep_json(sweep), status=201)
+    page = _PairPage(sweep, 0, PAIRS_PAGE)
+    return JsonResponse(page.sweep_json(request), status=201)
 
 
 def _sweep_or_404(pk):
     return Sweep.objects.filter(pk=pk).first()
 
 
+class _PairPage:
+    """One page of a sweep's pairs, in round order: ``offset``, ``limit``, the total and the next page's URL."""
+
+    def __init__(self, sweep: Sweep, offset: int, limit: int):
+        self.sweep, self.offset, self.limit = sweep, offset, limit
+        self.total = PairProbe.objects.filter(sweep=sweep).count()
+
+    @classmethod
+    def of_request(cls, request, sweep: Sweep) -> _PairPage:
+        limit = _bounded_int(request, "limit", PAIRS_PAGE, 1, MAX_PAIRS_PAGE)
+        return cls(sweep, _bounded_int(request, "offset", 0, 0, 10**9), limit)
+
+    @property
+    def window(self) -> slice:
+        return slice(self.offset, self.offset + self.limit)
+
+    def meta(self, request) -> dict:
+        following = self.offset + self.limit
+        url = reverse("api-sweep-pairs", args=[self.sweep.pk]) + f"?offset={following}&limit={self.limit}"
+        return {
+            "total": self.total,
+            "offset": self.offset,
+            "limit": self.limit,
+            "next": request.build_absolute_uri(url) if following < self.total else None,
+        }
+
+    def sweep_json(self, request) -> dict:
+        """The sweep JSON with this page of its pairs, and ``pairs_page`` saying where the rest are."""
+        data = serializers.sweep_json(self.sweep, pair_window=self.window)
+        data["pairs_page"] = self.meta(request)
+        return data
+
+
 @api_view()
+@bad_requests
 def sweep_detail(request, pk):
+    """The sweep JSON with its first ``limit`` pairs (from ``offset``); ``pairs_page.next`` pages on."""
     sweep = _sweep_or_404(pk)
     if sweep is None:
         return error(404, f"no sweep {pk}")
-    data = serializers.sweep_json(sweep)
+    data = _PairPage.of_request(request, sweep).sweep_json(request)
     data["progress"] = sweep.progress()
     return JsonResponse(data)
+
+
+@api_view()
+@bad_requests
+def sweep_pairs(request, pk):
+    """A page of a sweep's pairs alone: ``{"sweep", "total", "offset", "limit", "next", "pairs"}``."""
+    sweep = _sweep_or_404(pk)
+    if sweep is None:
+        return error(404, f"no sweep {pk}")
+    page = _PairPage.of_request(request, sweep)
+    pairs = serializers.pair_dicts(sweep, window=page.window)
+    return JsonResponse({"sweep": sweep.pk, **page.meta(request), "pairs": pairs})
 
 
 @api_view(methods=("POST",), permission=START_PERMISSION)
