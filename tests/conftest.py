@@ -25,7 +25,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from devtools import services  # noqa: E402
-from tests.browser import chromium  # noqa: E402,F401  (one browser per session, shared by every browser test module)
+from tests.browser import chromium, viewer_page  # noqa: E402,F401  (one browser per session, shared by every browser test module)
 
 ARTIFACTS = Path(os.environ.get("CLUSTER_HEALTH_TEST_ARTIFACTS", Path(ROOT) / "test-artifacts"))
 
