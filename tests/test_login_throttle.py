@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from django.contrib.auth.models import User
@@ -20,8 +21,9 @@ def throttle(settings):
     settings.LOGIN_FAILURE_LIMIT = 5
     settings.LOGIN_FAILURE_WINDOW_S = 600
     settings.LOGIN_LOCKOUT_S = 600
-    cache.clear()
+    cache.clear()  # the tests' in-memory cache
     yield settings
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     cache.clear()
 
 
@@ -120,3 +122,16 @@ def test_behind_a_tls_proxy_the_address_is_the_proxys_last_forwarded_hop(client,
         LOGIN, {"username": "alice", "password": PASSWORD}, REMOTE_ADDR="10.0.0.254", HTTP_X_FORWARDED_FOR="192.0.2.8"
     )
     assert other.status_code == 302
+
+
+def test_the_lockout_holds_with_the_redis_cache_of_production(client, alice, throttle, redis_url):
+    throttle.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": redis_url,
+            "KEY_PREFIX": f"login-test-{uuid.uuid4().hex}",  # never FLUSHDB: the session's Redis is shared
+        }
+    }
+    for i in range(5):
+        attempt(client, "wrong", address=f"10.6.0.{i}")
+    assert attempt(client, PASSWORD, address="10.6.1.1").status_code == 429
