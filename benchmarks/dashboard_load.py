@@ -136,13 +136,13 @@ def browser_figures(base: str, sweeps: dict[int, int], rate: int) -> dict:
         for n, pk in sweeps.items():
             for attempt in ("cold", "warm"):
                 page.goto(f"{base}/sweeps/{pk}/", timeout=120_000)
-                page.wait_for_function(f"document.body.dataset.loaded === '{pk}'", timeout=120_000)
+                page.wait_for_function(f"() => document.body.dataset.loaded === '{pk}'", timeout=120_000)
                 out[f"sweep_page_to_heatmap_ms_{n}_{attempt}"] = round(page.evaluate("CH.firstDrawMs"))
                 out[f"state_fetch_ms_{n}_{attempt}"] = round(page.evaluate("CH.fetchMs"))
         newest = max(sweeps.values())
         biggest = max(sweeps)
         page.goto(f"{base}/", timeout=120_000)
-        page.wait_for_function(f"document.body.dataset.loaded === '{newest}'", timeout=120_000)
+        page.wait_for_function(f"() => document.body.dataset.loaded === '{newest}'", timeout=120_000)
         out[f"overview_to_heatmap_ms_{biggest}"] = round(page.evaluate("CH.firstDrawMs"))
         out.update(live_figures(page, base, rate))
         browser.close()
@@ -179,7 +179,7 @@ def wait_for_live_cells(page, pairs: int) -> tuple[int, float]:
         "return ok; })()"
     )
     try:
-        page.wait_for_function(f"{check} === {pairs}", timeout=60_000)
+        page.wait_for_function(f"() => {check} === {pairs}", timeout=60_000)
     except Exception:  # reported below as fewer cells than pairs, never hidden
         pass
     drawn = time.time() * 1000
@@ -200,7 +200,9 @@ def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
         sweep = server_side.submit(sweeps.request_sweep, source="command", kind="connectivity", nodes=names).result()
         server_side.submit(sweeps.start_sweep, sweep.pk).result()
         page.goto(f"{base}/sweeps/{sweep.pk}/")
-        page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}' && document.body.dataset.ws === 'open'")
+        page.wait_for_function(
+            f"() => document.body.dataset.loaded === '{sweep.pk}' && document.body.dataset.ws === 'open'"
+        )
         reads = []
         page.on("request", lambda r: reads.append(r.url) if "state.json" in r.url else None)
         results, sent_s = server_side.submit(feed_live_results, sent, names, rate).result()
@@ -220,7 +222,7 @@ def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
     }
     # The live sweep is now the newest, finished, 64-node sweep: the overview at 64 nodes.
     page.goto(f"{base}/")
-    page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}'", timeout=60_000)
+    page.wait_for_function(f"() => document.body.dataset.loaded === '{sweep.pk}'", timeout=60_000)
     out[f"overview_to_heatmap_ms_{n}"] = round(page.evaluate("CH.firstDrawMs"))
     out.update(result_to_cell(page, base, names))
     return out
@@ -247,7 +249,7 @@ def result_to_cell(page, base: str, names: list[str], samples: int = 20) -> dict
         server_side.submit(sweeps.start_sweep, sweep.pk).result()
         pairs = by_probe(take_probe_commands(sent))
         page.goto(f"{base}/sweeps/{sweep.pk}/")
-        page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
+        page.wait_for_function(f"() => document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
         times = []
         for commands in list(pairs.values())[:samples]:
             a, b = commands[0]["node"], commands[1]["node"]
@@ -255,7 +257,7 @@ def result_to_cell(page, base: str, names: list[str], samples: int = 20) -> dict
             arrived = time.time() * 1000
             server_side.submit(ingest.ingest_results, [result_for(c) for c in commands]).result()
             page.wait_for_function(
-                f"CH.matrix.statusOf('{a}', '{b}') === 'ok' && "
+                f"() => CH.matrix.statusOf('{a}', '{b}') === 'ok' && "
                 f"Number(document.getElementById('heatmaps').dataset.updatedAt || 0) >= {arrived}",
                 timeout=30_000,
             )

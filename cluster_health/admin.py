@@ -79,7 +79,22 @@ class AgentKeyAdmin(admin.ModelAdmin):
             key.revoke()
 
 
+ISSUE_TOKEN_HELP = (
+    "API tokens are issued on the server with: python manage.py token issue USER --scope read|operate "
+    "--expires-in DAYS [--name NAME] (the token is printed once; only its hash is kept here)"
+)
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ("name", "user", "created", "last_used")
-    readonly_fields = ("token_hash", "last_used")
+    """List, shorten and delete (revoke) tokens; adding one here is off, since the admin could never show its value."""
+
+    list_display = ("name", "user", "scope", "created", "expires", "last_used")
+    list_filter = ("scope",)
+    readonly_fields = ("user", "token_hash", "scope", "created", "last_used")
+
+    def has_add_permission(self, request):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {**(extra_context or {}), "title": ISSUE_TOKEN_HELP})

@@ -309,12 +309,23 @@ class RejectedMessage(models.Model):
 
 
 class ApiToken(models.Model):
-    """A bearer token for the JSON API and the CLI on other machines; only its hash is stored."""
+    """A bearer token for the JSON API and the CLI on other machines; only its hash is stored.
+
+    Issued by ``manage.py token issue`` (the raw value is shown once). A ``read``
+    token may only read, whatever its user may do; an ``operate`` token has its
+    user's permissions. A token past ``expires`` is refused.
+    """
+
+    READ = "read"
+    OPERATE = "operate"
+    SCOPE_CHOICES = [(READ, "read: GET only"), (OPERATE, "operate: the user's permissions")]
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     token_hash = models.CharField(max_length=64, unique=True)
+    scope = models.CharField(max_length=10, choices=SCOPE_CHOICES, default=READ)
     created = models.DateTimeField(default=timezone.now)
+    expires = models.DateTimeField(null=True, blank=True, help_text="refused after this; empty: never expires")
     last_used = models.DateTimeField(null=True, blank=True)
 
     @staticmethod
@@ -322,13 +333,17 @@ class ApiToken(models.Model):
         return hashlib.sha256(raw.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, user, name: str) -> tuple[ApiToken, str]:
+    def issue(cls, user, name: str, *, scope: str, expires=None) -> tuple[ApiToken, str]:
         """Create a token; the raw value is returned once and never stored."""
         raw = "chk_" + secrets.token_urlsafe(32)
-        return cls.objects.create(user=user, name=name, token_hash=cls.hash(raw)), raw
+        token = cls.objects.create(user=user, name=name, token_hash=cls.hash(raw), scope=scope, expires=expires)
+        return token, raw
+
+    def is_expired(self, now=None) -> bool:
+        return self.expires is not None and self.expires <= (now or timezone.now())
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.user})"
+        return f"{self.name} ({self.user}, {self.scope})"
 
 
 def _key_cipher():

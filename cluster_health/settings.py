@@ -62,6 +62,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "cluster_health.web.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -142,6 +143,9 @@ CHANNEL_LAYERS = {
         "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 1500, "expiry": 30},
     }
 }
+
+# The cache holds login-failure counts; Redis, so every web process sees the same counts.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
 # Celery: JSON only, no result backend (the UI and CLI read rows, never Celery results).
 CELERY_BROKER_URL = REDIS_URL
@@ -232,8 +236,14 @@ SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", PRODUCTION)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_REFERRER_POLICY = "same-origin"
-if envbool("BEHIND_TLS_PROXY", False):
+BEHIND_TLS_PROXY = envbool("BEHIND_TLS_PROXY", False)
+if BEHIND_TLS_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Login throttling (cluster_health/web/login_throttle.py): this many failed logins within the
+# window, for one user name or from one address, lock both login pages for it for the lockout.
+LOGIN_FAILURE_LIMIT = envint("CLUSTER_HEALTH_LOGIN_FAILURE_LIMIT", 5, 1, 1000)
+LOGIN_FAILURE_WINDOW_S = envint("CLUSTER_HEALTH_LOGIN_FAILURE_WINDOW_S", 900, 1, 86400)
+LOGIN_LOCKOUT_S = envint("CLUSTER_HEALTH_LOGIN_LOCKOUT_S", 900, 1, 86400)
 SILENCED_SYSTEM_CHECKS = envlist("SILENCED_SYSTEM_CHECKS")
 
 LOGGING = {

@@ -235,7 +235,7 @@ class Supervisor:
 # `scripts/run`: the whole system on this one machine.
 
 
-def _manage(env: dict, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess:
+def _manage(env: dict, *args: str, timeout: float = 120.0, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
@@ -243,7 +243,21 @@ def _manage(env: dict, *args: str, timeout: float = 120.0) -> subprocess.Complet
         timeout=timeout,
         capture_output=True,
         text=True,
+        input=stdin,
     )
+
+
+def create_admin_login(env: dict) -> tuple[str, subprocess.CompletedProcess]:
+    """Create (or reset) the `admin` login, operator and superuser, with a new random password.
+
+    Returns the password and the finished manage.py command. The password goes in on
+    standard input: on the command line, `ps` would show it to every user.
+    """
+    import secrets
+
+    password = secrets.token_urlsafe(12)
+    args = ("bootstrap_user", "--username", "admin", "--password-stdin", "--operator", "--superuser")
+    return password, _manage(env, *args, stdin=password + "\n")
 
 
 def _online_nodes(env: dict) -> list[str]:
@@ -300,15 +314,12 @@ def _start_stack(
     say: Callable[[str], None],
 ) -> tuple[str, str, list[str]]:
     """Start Redis, the database, web, worker, beat and the enrolled agents; return URL, password, agents."""
-    import secrets
-
     proc = sup.start("redis", redis_args(redis_port, rundir))
     wait_for_port("127.0.0.1", redis_port, 10, proc)
     say(f"redis-server on {redis_url}")
     _check_manage(_manage(env, "migrate", "--noinput", timeout=300), "migrate failed")
     say("database migrated")
-    password = secrets.token_urlsafe(12)
-    out = _manage(env, "bootstrap_user", "--username", "admin", "--password", password, "--operator", "--superuser")
+    password, out = create_admin_login(env)
     _check_manage(out, "could not create the login")
     proc = sup.start("web", web_args(opts.host, opts.port), restart=True)
     sup.start("worker", server_worker_args("server@local"), restart=True)

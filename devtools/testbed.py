@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from devtools.devstack import ROOT, python_env, spawn, stop_process
+from devtools.devstack import ROOT, create_admin_login, python_env, spawn, stop_process
+from devtools.devstack import _manage as manage
 
 if TYPE_CHECKING:
     from devtools.devstack import Supervisor
@@ -672,32 +673,19 @@ def load_bed(state_file: Path = STATE_FILE) -> TestBed:
 
 def _prepare_database(env: dict, bed: TestBed) -> str:
     """Migrate, create the admin login and enrol the bed's hosts; return the login's password."""
-    import secrets
-
-    for args in (
-        ["migrate", "--noinput"],
-        [
-            "bootstrap_user",
-            "--username",
-            "admin",
-            "--password",
-            password := secrets.token_urlsafe(12),
-            "--operator",
-            "--superuser",
-        ],
-        ["enroll", *(h.name for h in bed.hosts), "--rotate", "--out", str(bed.workdir / "keys")],
-    ):
-        out = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
+    enroll = ["enroll", *(h.name for h in bed.hosts), "--rotate", "--out", str(bed.workdir / "keys")]
+    _manage_or_fail(env, ["migrate", "--noinput"])
+    password, login = create_admin_login(env)
+    if login.returncode != 0:
+        raise RuntimeError(f"manage.py bootstrap_user failed: {login.stderr[-2000:]}")
+    _manage_or_fail(env, enroll)
     return password
+
+
+def _manage_or_fail(env: dict, args: list[str]) -> None:
+    out = manage(env, *args, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
 
 
 def _start_server_and_agents(

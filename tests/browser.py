@@ -33,6 +33,23 @@ def chromium():
         restore_env("DJANGO_ALLOW_ASYNC_UNSAFE", previous)
 
 
+@pytest.fixture
+def viewer_page(stack, chromium):
+    """A browser page on the real ASGI server, logged in as a viewer; ``page.base`` is the server's URL."""
+    from tests.dashboard_rows import PASSWORD, make_user
+
+    make_user("viewer", operator=False)
+    base = stack.start_web()
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    log_in(page, base, "viewer", PASSWORD)
+    page.base = base
+    try:
+        yield page
+    finally:
+        context.close()
+
+
 def log_in(page, base_url: str, username: str, password: str) -> None:
     page.goto(base_url + "/")
     page.fill("#id_username", username)

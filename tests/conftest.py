@@ -25,7 +25,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from devtools import services  # noqa: E402
-from tests.browser import chromium  # noqa: E402,F401  (one browser per session, shared by every browser test module)
+from tests.browser import chromium, viewer_page  # noqa: E402,F401  (one browser per session, shared by every browser test module)
 
 ARTIFACTS = Path(os.environ.get("CLUSTER_HEALTH_TEST_ARTIFACTS", Path(ROOT) / "test-artifacts"))
 
@@ -318,6 +318,15 @@ def make_module_testbed(tmp_path_factory):
 def memory_channel_layer(settings):
     """An in-memory channel layer, for tests that drive ingest in-process without a broker."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
+@pytest.fixture
+def viewer_client(client, db):
+    """The test client, logged in as a viewer (no operator permission)."""
+    from tests.dashboard_rows import make_user
+
+    client.force_login(make_user("viewer", operator=False))
+    return client
 
 
 @pytest.fixture

@@ -16,3 +16,6 @@ else:
     DATABASES["default"]["TEST"] = {"NAME": f"test_cluster_health_{os.getpid()}"}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast logins in tests
+
+# Login-failure counts in this process's memory: a test's failed logins never reach another test run's Redis.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

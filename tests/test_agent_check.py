@@ -111,7 +111,7 @@ def test_it_fetches_the_expected_set_from_the_server(live_server, tmp_path):
     heartbeat("n0", facts=facts), heartbeat("n1", facts=facts), heartbeat("n2", facts=odd)
     user = User.objects.create_user("check", password="pw-check-123")
     token = tmp_path / "token"
-    token.write_text(ApiToken.issue(user, "health check")[1])
+    token.write_text(ApiToken.issue(user, "health check", scope=ApiToken.READ)[1])
     run = run_check("--json", "--server", live_server.url, "--token-file", str(token), "--name", "n0", "--no-agent")
     report = json.loads(run.stdout)
     names = {c["name"]: c for c in report["checks"]}

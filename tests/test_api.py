@@ -21,7 +21,7 @@ def viewer():
 def operator_token():
     user = User.objects.create_user("op", password="pw-op-12345")
     user.groups.add(Group.objects.get(name="operators"))
-    return ApiToken.issue(user, "ci")[1]
+    return ApiToken.issue(user, "ci", scope=ApiToken.OPERATE)[1]
 
 
 def bearer(token):

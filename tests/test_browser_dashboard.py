@@ -57,7 +57,7 @@ def agents_held(stack, names):
 
 def wait_finished(page, sweep_id, timeout_s=90):
     page.wait_for_function(
-        "document.querySelector('[data-sweep-status]').dataset.value === 'finished'", timeout=timeout_s * 1000
+        "() => document.querySelector('[data-sweep-status]').dataset.value === 'finished'", timeout=timeout_s * 1000
     )
     assert Sweep.objects.get(pk=sweep_id).status == "finished"
 
@@ -80,14 +80,14 @@ def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):
         with agents_held(stack, AGENTS):
             first = start_sweep_from_form(page, base, AGENTS)
             page.evaluate("window.__noReload = true")
-            page.wait_for_function("document.body.dataset.loaded && document.body.dataset.ws === 'open'")
+            page.wait_for_function("() => document.body.dataset.loaded && document.body.dataset.ws === 'open'")
             initial = page.evaluate(
                 "['web1', 'web2', 'web3'].flatMap((a, i, all) => all.slice(i + 1).map((b) => CH.matrix.statusOf(a, b)))"
             )
             assert any(s in ("pending", "running") for s in initial), initial
             shot(page, "sweep-live")
         page.wait_for_function(
-            "['web1', 'web2', 'web3'].every((a, i, all) => all.slice(i + 1).every((b) => CH.matrix.statusOf(a, b) === 'ok'))",
+            "() => ['web1', 'web2', 'web3'].every((a, i, all) => all.slice(i + 1).every((b) => CH.matrix.statusOf(a, b) === 'ok'))",
             timeout=90_000,
         )
         assert page.evaluate("window.__noReload === true && CH.lastFrame !== undefined")
@@ -101,11 +101,11 @@ def test_it_follows_a_live_sweep_and_compares_two(stack, chromium):
         page.check(f"tr[data-sweep='{first}'] input[name=a]")
         page.check(f"tr[data-sweep='{second}'] input[name=b]")
         page.click("#compare-form button[type=submit]")
-        page.wait_for_function("document.body.dataset.loaded === 'diff'")
+        page.wait_for_function("() => document.body.dataset.loaded === 'diff'")
         assert page.locator(".plot-change .main-svg").count() > 0
         shot(page, "compare")
         page.goto(base + "/")
-        page.wait_for_function(f"document.body.dataset.loaded === '{second}'")
+        page.wait_for_function(f"() => document.body.dataset.loaded === '{second}'")
         shot(page, "overview")
     finally:
         context.close()

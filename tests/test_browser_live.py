@@ -84,18 +84,18 @@ def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):
             base = stack.start_web()
             log_in(page, base, "viewer", PASSWORD)
             page.goto(f"{base}/sweeps/{sweep.pk}/")
-            page.wait_for_function(f"document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
+            page.wait_for_function(f"() => document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
             page.evaluate("window.__noReload = true")
 
             on_server(ingest.ingest_results, [result_for(c) for c in first])
             pair1 = (first[0]["node"], first[1]["node"])
             page.wait_for_function(
-                f"CH.matrix.statusOf('{pair1[0]}', '{pair1[1]}') === 'ok'", timeout=timing.PAGE_CELL_MS
+                f"() => CH.matrix.statusOf('{pair1[0]}', '{pair1[1]}') === 'ok'", timeout=timing.PAGE_CELL_MS
             )
             shot(page, "restart-before")
 
             def while_down():
-                page.wait_for_function("CH.wsState === 'reconnecting'", timeout=timing.PAGE_CELL_MS)
+                page.wait_for_function("() => CH.wsState === 'reconnecting'", timeout=timing.PAGE_CELL_MS)
                 # Both arrive while no browser can hear of them: one pair ok, one failed,
                 # which completes round 1 and starts round 2.
                 on_server(
@@ -111,7 +111,9 @@ def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):
                 shot(page, "restart-down")
 
             stack.restart_web(while_down=while_down)
-            page.wait_for_function("CH.reconnects >= 1 && CH.wsState === 'open'", timeout=timing.PAGE_RECONNECT_MS)
+            page.wait_for_function(
+                "() => CH.reconnects >= 1 && CH.wsState === 'open'", timeout=timing.PAGE_RECONNECT_MS
+            )
 
             rows = list(
                 PairProbe.objects.filter(sweep=sweep)
@@ -156,8 +158,8 @@ def test_it_keeps_the_node_table_current_without_a_reload(stack, chromium):
         heartbeat("nt2", address="10.9.0.2")  # a new agent reports
         Node.objects.filter(name="nt1").update(last_heartbeat=timezone.now() - timedelta(minutes=3))  # one fell silent
         page.wait_for_function(
-            "(() => { const a = document.querySelector('tr[data-node=nt1]'), b = document.querySelector('tr[data-node=nt2]');"
-            " return a && b && a.classList.contains('offline') && b.classList.contains('online'); })()",
+            "() => { const a = document.querySelector('tr[data-node=nt1]'), b = document.querySelector('tr[data-node=nt2]');"
+            " return a && b && a.classList.contains('offline') && b.classList.contains('online'); }",
             timeout=timing.PAGE_CELL_MS,
         )
         assert "3 min ago" in page.text_content("tr[data-node=nt1]")

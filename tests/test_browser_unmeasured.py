@@ -12,8 +12,7 @@ import pytest
 from django.utils import timezone
 
 from cluster_health.models import PairProbe, Sweep
-from tests.browser import log_in
-from tests.dashboard_rows import PASSWORD, make_nodes, make_sweep, make_user
+from tests.dashboard_rows import make_nodes, make_sweep
 from tests.test_browser_dashboard import shot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -50,17 +49,8 @@ def sweep_of(kind, minutes_ago, nodes):
 
 
 @pytest.fixture
-def page(stack, chromium):
-    make_user("viewer", operator=False)
-    base = stack.start_web()
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    log_in(page, base, "viewer", PASSWORD)
-    page.base = base
-    try:
-        yield page
-    finally:
-        context.close()
+def page(viewer_page):
+    return viewer_page
 
 
 def test_it_draws_a_probe_without_bandwidth_as_a_gap_in_the_trend(page):
@@ -69,7 +59,7 @@ def test_it_draws_a_probe_without_bandwidth_as_a_gap_in_the_trend(page):
     probe(sweep_of("connectivity", 20, [a, b]), a, b, None)
     last = probe(sweep_of("full", 10, [a, b]), a, b, 2.5)
     page.goto(f"{page.base}/pairs/u0/u1/?probe={last.pk}")
-    page.wait_for_function("document.getElementById('trend-plot').data !== undefined")
+    page.wait_for_function("() => document.getElementById('trend-plot').data !== undefined")
     assert page.evaluate("document.getElementById('trend-plot').data[0].y") == [2.0, None, 2.5]
     shot(page, "pair-trend-gap")
 
@@ -80,7 +70,7 @@ def test_it_says_there_is_nothing_to_compare_when_a_sweep_measured_no_bandwidth(
     after = make_sweep(nodes, kind="connectivity")
     PairProbe.objects.filter(sweep=after).update(busbw_gbps=None, stage="collective")
     page.goto(f"{page.base}/sweeps/compare/?a={before.pk}&b={after.pk}")
-    page.wait_for_function("document.body.dataset.loaded === 'diff'")
+    page.wait_for_function("() => document.body.dataset.loaded === 'diff'")
     assert "Nothing to compare" in page.text_content(".plot-ratio")
     assert page.locator(".plot-ratio .main-svg").count() == 0
     assert page.locator(".plot-change .main-svg").count() > 0  # the status changes still draw
@@ -93,7 +83,7 @@ def test_it_never_widens_the_compare_page_past_the_viewport(page):
     before, after = make_sweep(nodes, kind="full"), make_sweep(nodes, kind="full")
     page.set_viewport_size({"width": 1024, "height": 800})
     page.goto(f"{page.base}/sweeps/compare/?a={before.pk}&b={after.pk}")
-    page.wait_for_function("document.body.dataset.loaded === 'diff'")
+    page.wait_for_function("() => document.body.dataset.loaded === 'diff'")
     assert page.locator(".plot-ratio .main-svg").count() > 0
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
 

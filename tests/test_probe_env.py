@@ -72,7 +72,7 @@ def test_the_agent_refuses_such_a_command_again(name, value):
 def test_the_api_answers_400_naming_the_variable(client, name, value):
     user = User.objects.create_user("op", password="pw-op-12345")
     user.groups.add(Group.objects.get(name="operators"))
-    token = ApiToken.issue(user, "ci")[1]
+    token = ApiToken.issue(user, "ci", scope=ApiToken.OPERATE)[1]
     r = client.post(
         "/api/sweeps",
         data=json.dumps({"kind": "group", "env": {name: value}}),

@@ -5,17 +5,10 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import User
 
 from cluster_health.web import consumers, serializers
 from devtools.sweep_driver import heartbeat, result_for
 from tests.dashboard_rows import make_user
-
-
-@pytest.fixture
-def viewer_client(client, db):
-    client.force_login(User.objects.create_user("v", password="pw-v-123456"))
-    return client
 
 
 @pytest.mark.usefixtures("memory_channel_layer")

@@ -1,6 +1,7 @@
 """JSON API: nodes, sweeps, a sweep's matrix, a pair's history, CSV export.
 
-Authentication: the login session, or ``Authorization: Bearer <token>`` (ApiToken).
+Authentication: the login session, or ``Authorization: Bearer <token>`` (ApiToken,
+``manage.py token``; an expired one is a 401, a ``read`` one may only GET).
 Starting or cancelling a sweep, and retiring or activating a node, needs the
 operator permission (``cluster_health.start_sweep``). Every parameter is bounded; errors are JSON with
 a message naming the parameter.
@@ -15,6 +16,7 @@ from functools import wraps
 from django.db.models import F
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
@@ -25,6 +27,8 @@ from cluster_health.web import serializers
 
 START_PERMISSION = "cluster_health.start_sweep"
 MAX_LIST = 200
+PAIRS_PAGE = 1000  # pairs in a sweep's JSON unless ?limit= asks for fewer or more
+MAX_PAIRS_PAGE = 5000
 MAX_BODY = 1024 * 1024
 
 
@@ -35,15 +39,25 @@ def error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
-def _token_user(request):
-    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    if scheme != BEARER or not raw.strip():
+class TokenRefused(Exception):
+    """An Authorization header that names no usable token: answered 401 with this message."""
+
+
+def _token(request) -> ApiToken | None:
+    """The request's bearer token; None without an Authorization header. Raises TokenRefused for a bad one."""
+    if "Authorization" not in request.headers:
         return None
+    scheme, _, raw = request.headers["Authorization"].partition(" ")
+    if scheme != BEARER or not raw.strip():
+        raise TokenRefused("invalid or revoked API token")
     token = ApiToken.objects.select_related("user").filter(token_hash=ApiToken.hash(raw.strip())).first()
     if token is None or not token.user.is_active:
-        return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
-    return token.user
+        raise TokenRefused("invalid or revoked API token")
+    now = timezone.now()
+    if token.is_expired(now):
+        raise TokenRefused(f"API token {token.name!r} expired at {token.expires:%Y-%m-%d %H:%M %Z}; issue a new one")
+    ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+    return token
 
 
 def api_view(methods=("GET",), permission=None, denied="starting or cancelling sweeps needs the operator permission"):
@@ -55,9 +69,13 @@ def api_view(methods=("GET",), permission=None, denied="starting or cancelling s
         def inner(request, *args, **kwargs):
             if request.method not in methods:
                 return error(405, f"method {request.method} not allowed (use {', '.join(methods)})")
-            user = _token_user(request)
-            if user is None and "Authorization" in request.headers:
-                return error(401, "invalid or revoked API token")
+            try:
+                token = _token(request)
+            except TokenRefused as exc:
+                return error(401, str(exc))
+            if token is not None and token.scope != ApiToken.OPERATE and request.method not in ("GET", "HEAD"):
+                return error(403, f"API token {token.name!r} has scope {token.scope}: it may only read")
+            user = token.user if token is not None else None
             if user is None:
                 if not request.user.is_authenticated:
                     return error(401, "log in or send Authorization: Bearer <token>")
@@ -182,21 +200,69 @@ def _create_sweep(request):
     if unknown:
         return error(400, f"{unknown[0]}: unknown parameter (allowed: {', '.join(sorted(allowed))})")
     sweep = sweeps.request_sweep(source="api", user=request.user, **body)
-    return JsonResponse(serializers.sweep_json(sweep), status=201)
+    page = _PairPage(sweep, 0, PAIRS_PAGE)
+    return JsonResponse(page.sweep_json(request), status=201)
 
 
 def _sweep_or_404(pk):
     return Sweep.objects.filter(pk=pk).first()
 
 
+class _PairPage:
+    """One page of a sweep's pairs, in round order: ``offset``, ``limit``, the total and the next page's URL."""
+
+    def __init__(self, sweep: Sweep, offset: int, limit: int):
+        self.sweep, self.offset, self.limit = sweep, offset, limit
+        self.total = PairProbe.objects.filter(sweep=sweep).count()
+
+    @classmethod
+    def of_request(cls, request, sweep: Sweep) -> _PairPage:
+        limit = _bounded_int(request, "limit", PAIRS_PAGE, 1, MAX_PAIRS_PAGE)
+        return cls(sweep, _bounded_int(request, "offset", 0, 0, 10**9), limit)
+
+    @property
+    def window(self) -> slice:
+        return slice(self.offset, self.offset + self.limit)
+
+    def meta(self, request) -> dict:
+        following = self.offset + self.limit
+        url = reverse("api-sweep-pairs", args=[self.sweep.pk]) + f"?offset={following}&limit={self.limit}"
+        return {
+            "total": self.total,
+            "offset": self.offset,
+            "limit": self.limit,
+            "next": request.build_absolute_uri(url) if following < self.total else None,
+        }
+
+    def sweep_json(self, request) -> dict:
+        """The sweep JSON with this page of its pairs, and ``pairs_page`` saying where the rest are."""
+        data = serializers.sweep_json(self.sweep, pair_window=self.window)
+        data["pairs_page"] = self.meta(request)
+        return data
+
+
 @api_view()
+@bad_requests
 def sweep_detail(request, pk):
+    """The sweep JSON with its first ``limit`` pairs (from ``offset``); ``pairs_page.next`` pages on."""
     sweep = _sweep_or_404(pk)
     if sweep is None:
         return error(404, f"no sweep {pk}")
-    data = serializers.sweep_json(sweep)
+    data = _PairPage.of_request(request, sweep).sweep_json(request)
     data["progress"] = sweep.progress()
     return JsonResponse(data)
+
+
+@api_view()
+@bad_requests
+def sweep_pairs(request, pk):
+    """A page of a sweep's pairs alone: ``{"sweep", "total", "offset", "limit", "next", "pairs"}``."""
+    sweep = _sweep_or_404(pk)
+    if sweep is None:
+        return error(404, f"no sweep {pk}")
+    page = _PairPage.of_request(request, sweep)
+    pairs = serializers.pair_dicts(sweep, window=page.window)
+    return JsonResponse({"sweep": sweep.pk, **page.meta(request), "pairs": pairs})
 
 
 @api_view(methods=("POST",), permission=START_PERMISSION)

@@ -11,6 +11,7 @@ urlpatterns = [
     path("expected", expected.expected, name="api-expected"),
     path("sweeps", api.sweep_list, name="api-sweeps"),
     path("sweeps/<int:pk>", api.sweep_detail, name="api-sweep"),
+    path("sweeps/<int:pk>/pairs", api.sweep_pairs, name="api-sweep-pairs"),
     path("sweeps/<int:pk>/cancel", api.sweep_cancel, name="api-sweep-cancel"),
     path("sweeps/<int:pk>/matrix", api.sweep_matrix, name="api-sweep-matrix"),
     path("sweeps/<int:pk>/pairs.csv", api.sweep_csv, name="api-sweep-csv"),

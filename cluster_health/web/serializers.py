@@ -62,9 +62,14 @@ def pair_dict_of(p: PairProbe) -> dict:
     return pair_dict({**{f: getattr(p, f) for f in PAIR_MODEL_FIELDS}, "a": p.node_a.name, "b": p.node_b.name})
 
 
-def pair_rows(qs) -> Iterator[dict]:
-    """``pair_dict`` of every probe in a PairProbe queryset, in round order, read as values."""
+def pair_rows(qs, window: slice | None = None) -> Iterator[dict]:
+    """``pair_dict`` of every probe in a PairProbe queryset, in round order, read as values.
+
+    ``window`` (a slice of that order) reads one page of them, as the API does.
+    """
     rows = qs.order_by("round", "id").values(*PAIR_MODEL_FIELDS, a=F("node_a__name"), b=F("node_b__name"))
+    if window is not None:
+        rows = rows[window]
     return (pair_dict(row) for row in rows.iterator(chunk_size=READ_CHUNK))
 
 
@@ -72,8 +77,8 @@ def _r(x, nd=1):
     return None if x is None else round(x, nd)
 
 
-def pair_dicts(sweep: Sweep, qs=None) -> list[dict]:
-    return list(pair_rows(qs if qs is not None else PairProbe.objects.filter(sweep=sweep)))
+def pair_dicts(sweep: Sweep, qs=None, window: slice | None = None) -> list[dict]:
+    return list(pair_rows(qs if qs is not None else PairProbe.objects.filter(sweep=sweep), window))
 
 
 def group_dict(g: GroupProbe) -> dict:
@@ -93,10 +98,13 @@ def group_dict(g: GroupProbe) -> dict:
     }
 
 
-def sweep_json(sweep: Sweep, *, with_pairs: bool = True, with_progress: bool = False) -> dict:
+def sweep_json(
+    sweep: Sweep, *, with_pairs: bool = True, with_progress: bool = False, pair_window: slice | None = None
+) -> dict:
     """The sweep JSON of DESIGN.md (plus times, groups, and on request the progress counts).
 
     The one summary of a sweep: the CLI, the API, the pages and the reports all read it.
+    ``pair_window`` keeps one page of the pairs (in round order), for the API.
     """
     out = {
         "sweep": sweep.pk,
@@ -120,7 +128,7 @@ def sweep_json(sweep: Sweep, *, with_pairs: bool = True, with_progress: bool = F
         ],
     }
     if with_pairs:
-        out["pairs"] = pair_dicts(sweep)
+        out["pairs"] = pair_dicts(sweep, window=pair_window)
         out["groups"] = [group_dict(g) for g in GroupProbe.objects.filter(sweep=sweep)]
     if with_progress:
         out["progress"] = sweep.progress()
