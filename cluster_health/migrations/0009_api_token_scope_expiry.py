@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cluster_health', '0007_evidence'),
+        ('cluster_health', '0008_node_topology_group'),
     ]
 
     operations = [
