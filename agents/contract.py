@@ -508,10 +508,3 @@ def validate_heartbeat(msg: Any) -> dict[str, Any]:
 def busbw_factor(world_size: int) -> float:
     """all_reduce bus bandwidth factor, as nccl-tests defines it: 2(n-1)/n."""
     return 2.0 * (world_size - 1) / world_size
-
-
-def redis_client_url(broker_url: str) -> str:
-    """The redis-py form of a Celery broker URL (Celery says redis+socket://, redis-py unix://)."""
-    if broker_url.startswith("redis+socket://"):
-        return "unix://" + broker_url[len("redis+socket://") :]
-    return broker_url

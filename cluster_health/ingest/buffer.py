@@ -29,6 +29,7 @@ import uuid
 import redis
 from django.conf import settings
 
+from agents import broker
 from cluster_health.ingest import results
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,8 @@ return 0
 
 
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=30)
+    client: redis.Redis = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=30)
+    return client
 
 
 def _lock_ms() -> int:
