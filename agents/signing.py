@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.contract import ContractError, check_node_name
+from agents.contract import ContractError, check_node_name, shown
 
 PURPOSES = ("heartbeat", "result", "command")
 DEFAULT_WINDOW_S = 300.0  # clock skew and queueing a signed message may have; nonces are kept this long
@@ -126,7 +126,7 @@ def verify(
         raise SignatureError(f"auth.purpose: signed as a {auth['purpose']}, delivered as a {purpose}")
     named = body.get("node") if isinstance(body, dict) else None
     if named != auth["node"]:
-        raise SignatureError(f"node: signed by {auth['node']} but speaks for {str(named)[:80]!r}")
+        raise SignatureError(f"node: signed by {auth['node']} but speaks for {shown(named)}")
     now = time.time() if now is None else now
     if abs(now - auth["ts"]) > window_s:
         raise SignatureError(f"stale: signed {now - auth['ts']:.0f}s ago, outside the {window_s:.0f}s window")
