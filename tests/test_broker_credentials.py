@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from agents import contract
+from agents import broker, contract
 from devtools.services import ROOT, RedisServer, make_tls_files, python_env, spawn, stop_process
 from tests.agent_fixtures import drain_until
 
@@ -196,3 +196,18 @@ def test_every_server_side_redis_client_works_over_tls_with_a_password(tls_redis
 def test_the_server_refuses_to_start_with_an_unreadable_ca_file(tls_redis, tmp_path):
     out = run_server_side(tls_redis.url, CLUSTER_HEALTH_REDIS_CA_FILE=str(tmp_path / "missing.crt"))
     assert out.returncode != 0 and "CLUSTER_HEALTH_REDIS_CA_FILE: cannot read" in out.stderr
+
+
+def test_logs_show_broker_urls_without_their_passwords():
+    line = f"Cannot connect to redis://agent:{PASSWORD}@10.0.0.1:6379/0 nor rediss://:{PASSWORD}@b:6380/1"
+    assert broker.redact(line) == "Cannot connect to redis://agent:***@10.0.0.1:6379/0 nor rediss://:***@b:6380/1"
+    assert broker.redact("redis://broker:6379/0 user@example.org") == "redis://broker:6379/0 user@example.org"
+
+
+def test_tls_settings_that_cannot_work_are_refused_at_start(tls_files):
+    url = "rediss://agent:pw@127.0.0.1:6380/0"
+    assert broker.tls_options("redis://127.0.0.1:6379/0", {"CLUSTER_HEALTH_REDIS_CA_FILE": str(tls_files.ca)}) == {}
+    with pytest.raises(broker.BrokerConfigError, match="set both or neither"):
+        broker.tls_options(url, {"CLUSTER_HEALTH_REDIS_CERT_FILE": str(tls_files.cert)})
+    with pytest.raises(broker.BrokerConfigError, match="cannot read"):
+        broker.tls_options(url, {"CLUSTER_HEALTH_REDIS_CA_FILE": "/nonexistent/ca.crt"})
