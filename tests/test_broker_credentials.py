@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from agents import broker, contract
+from agents.rendezvous import RedisRendezvous
 from devtools.services import ROOT, RedisServer, make_tls_files, python_env, spawn, stop_process
 from tests.agent_fixtures import drain_until
 
@@ -31,7 +32,7 @@ def documented_agent_acl() -> str:
 def acl_redis(tmp_path):
     """Only named users: the server (everything) and agents (the documented rule); the default user is off."""
     server = RedisServer(
-        tmp_path, users=("default off", f"server on >{PASSWORD}-srv ~* &* +@all", documented_agent_acl())
+        tmp_path / "acl", users=("default off", f"server on >{PASSWORD}-srv ~* &* +@all", documented_agent_acl())
     )
     server.start()
     yield server
@@ -45,7 +46,7 @@ def tls_files(tmp_path):
 
 @pytest.fixture
 def tls_redis(tmp_path, tls_files):
-    server = RedisServer(tmp_path, password=PASSWORD, tls=tls_files)
+    server = RedisServer(tmp_path / "tls-redis", password=PASSWORD, tls=tls_files)
     server.start()
     yield server
     server.stop()
@@ -113,6 +114,13 @@ def test_the_agent_acl_refuses_what_agents_never_need(acl_redis):
     with pytest.raises(redis.exceptions.NoPermissionError):
         client.get("cluster_health:ingest:0:lock")  # the server's keys are out of reach
     client.close()
+
+
+def test_probes_meet_at_their_rendezvous_as_the_agent_user_and_over_tls(acl_redis, tls_redis, tls_files, monkeypatch):
+    monkeypatch.setenv("CLUSTER_HEALTH_REDIS_CA_FILE", str(tls_files.ca))  # a probe inherits the agent's environment
+    for url in (acl_redis.url_for("agent", PASSWORD), tls_redis.url):
+        RedisRendezvous(url, "rdv-credentials-1", 30).publish("127.0.0.1", 29500)
+        assert RedisRendezvous(url, "rdv-credentials-1", 30).lookup(timeout=5) == 29500
 
 
 def test_a_wrong_password_stops_the_agent_with_a_clear_message(acl_redis):
