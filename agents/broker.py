@@ -153,7 +153,10 @@ class RedactingFilter(logging.Filter):
     """Masks URL passwords in every record a handler writes (Celery's and kombu's messages included)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: the handler reports it, the filter must not raise
+            return True
         if "@" in message:
             record.msg, record.args = redact(message), None
         if record.exc_info and not record.exc_text:

@@ -139,7 +139,11 @@ def verify(
     secret = secret_for(auth["node"], auth["kid"])
     if secret is None:
         raise SignatureError(f"key: {auth['kid']} is not a current key of {auth['node']} (unknown or revoked)")
-    if not hmac.compare_digest(_mac(secret, auth, body_bytes), auth["sig"]):
+    try:
+        expected = _mac(secret, auth, body_bytes)
+    except (TypeError, ValueError, RecursionError):  # a field added to the envelope holds NaN or an odd type
+        raise SignatureError("auth: not canonical JSON (NaN, infinity or an odd type)") from None
+    if not hmac.compare_digest(expected, auth["sig"]):
         raise SignatureError("bad signature: the body or the envelope was changed, or the key is wrong")
     envelope: dict[str, Any] = auth
     return envelope

@@ -253,7 +253,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact": {"()": "agents.broker.RedactingFilter"}},  # no Redis or database password in a log
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
 }

@@ -184,6 +184,8 @@ async def roundtrip():  # the channel layer
     return await asyncio.wait_for(layer.receive("tls-check"), 10)
 
 assert asyncio.run(roundtrip())["n"] == 1
+import logging
+logging.getLogger("cluster_health").warning("broker at %s", settings.REDIS_URL)  # to stderr, redacted
 print("server clients ok over", settings.REDIS_URL.split("://")[0])
 """
 
@@ -199,6 +201,7 @@ def run_server_side(url: str, **env) -> subprocess.CompletedProcess:
 def test_every_server_side_redis_client_works_over_tls_with_a_password(tls_redis, tls_files):
     out = run_server_side(tls_redis.url, CLUSTER_HEALTH_REDIS_CA_FILE=str(tls_files.ca))
     assert out.returncode == 0 and "server clients ok over rediss" in out.stdout, out.stderr[-3000:]
+    assert "broker at rediss://:***@127.0.0.1" in out.stderr and PASSWORD not in out.stderr
 
 
 def test_the_server_refuses_to_start_with_an_unreadable_ca_file(tls_redis, tmp_path):

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agents import contract, signing
@@ -166,6 +166,41 @@ def test_launch_variables_are_allow_listed_transport_knobs_without_paths(env):
         assert "/" not in value and "\x00" not in value and len(value) <= contract.MAX_ENV_VALUE
 
 
+SIGNER = signing.new_key("fz0")
+ENVELOPE_FIELDS = ["node", "kid", "nonce", "sig", "purpose", "ts", "v", "extra"]
+# NaN and infinity are valid JSON to Python's decoder, so Celery delivers them: drawn often.
+envelope_changes = st.none() | st.tuples(
+    st.sampled_from(ENVELOPE_FIELDS), st.sampled_from([float("nan"), float("inf")]) | anything
+)
+
+
+def envelope(body, key: signing.NodeKey, purpose: str, change) -> object:
+    """A good signature for ``body`` (if it can be signed as ``key``'s node), with one field replaced by ``change``."""
+    if not isinstance(body, dict) or body.get("node") != key.node:
+        return change[1] if change else None
+    try:
+        auth = signing.sign(body, key, purpose)
+    except (TypeError, ValueError, RecursionError):  # NaN or an odd type: no agent could sign it either
+        return change[1] if change else None
+    return {**auth, change[0]: change[1]} if change else auth
+
+
+@FAST
+@given(mutations(HEARTBEAT) | anything, envelope_changes)
+@example(HEARTBEAT, ("extra", float("nan")))  # once raised ValueError out of the check
+def test_the_signature_check_accepts_only_an_untouched_signed_message_and_says_why_otherwise(body, change):
+    auth = envelope(body, SIGNER, "heartbeat", change)
+    try:
+        signing.verify(body, auth, "heartbeat", SIGNER.secret_for)
+    except signing.SignatureError as exc:
+        assert len(str(exc)) < 1000
+    else:  # the envelope is the one signed for this body (a field set to the value it had changes nothing)
+        assert isinstance(auth, dict) and body["node"] == SIGNER.node
+        assert change is None or (
+            change[0] in auth and change[1] == signing.sign(body, SIGNER, "heartbeat").get(change[0])
+        )
+
+
 # -- ingest: applied, or rejected and recorded ---------------------------------------------------
 
 
@@ -187,21 +222,6 @@ def test_a_heartbeat_of_any_shape_is_applied_or_rejected_and_recorded():
             assert is_plain_json(Node.objects.get(name=payload["node"]).facts)
 
     check()
-
-
-ENVELOPE_FIELDS = ["node", "kid", "nonce", "sig", "purpose", "ts", "v", "extra"]
-envelope_changes = st.none() | st.tuples(st.sampled_from(ENVELOPE_FIELDS), anything)
-
-
-def envelope(body, key: signing.NodeKey, purpose: str, change) -> object:
-    """A good signature for ``body`` (if it can be signed as ``key``'s node), with one field replaced by ``change``."""
-    if not isinstance(body, dict) or body.get("node") != key.node:
-        return change[1] if change else None
-    try:
-        auth = signing.sign(body, key, purpose)
-    except (TypeError, ValueError, RecursionError):  # NaN or an odd type: no agent could sign it either
-        return change[1] if change else None
-    return {**auth, change[0]: change[1]} if change else auth
 
 
 @pytest.mark.django_db
