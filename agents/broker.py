@@ -101,10 +101,11 @@ def redis_client(url: str, **kwargs: Any) -> Any:
 def read_broker_url(
     argv_url: str | None, file_path: str | None, environ: Mapping[str, str] | None = None
 ) -> str | None:
-    """The agent's broker URL: ``--broker-file``, else ``CLUSTER_HEALTH_BROKER_URL``, else ``--broker``.
+    """The agent's broker URL: ``--broker-file`` (``CLUSTER_HEALTH_BROKER_URL_FILE``), else ``--broker``,
+    else ``CLUSTER_HEALTH_BROKER_URL``.
 
-    A URL with a password is refused on the command line: every user of the node can
-    read a process's argv (``ps``).
+    A URL with a password is refused on the command line, where every user of the node can
+    read it (``ps``), and in a file that others may read (as the node's key file is).
     """
     env = os.environ if environ is None else environ
     if argv_url and has_password(argv_url):
@@ -115,11 +116,16 @@ def read_broker_url(
     if file_path:
         try:
             with open(file_path, encoding="utf-8") as f:
-                url = f.read().strip()
+                url, mode = f.read().strip(), os.fstat(f.fileno()).st_mode
         except OSError as exc:
             raise BrokerConfigError(f"--broker-file: cannot read {file_path}: {exc.strerror}") from None
         if not url:
             raise BrokerConfigError(f"--broker-file: {file_path} is empty")
+        if has_password(url) and mode & 0o077:
+            raise BrokerConfigError(
+                f"--broker-file: {file_path} holds a password and is readable by others "
+                f"(mode {oct(mode & 0o777)}); chmod 600 it"
+            )
         return url
     return argv_url or env.get("CLUSTER_HEALTH_BROKER_URL") or None
 

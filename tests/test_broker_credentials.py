@@ -142,6 +142,10 @@ def test_a_password_on_the_command_line_is_refused(acl_redis):
 def test_the_broker_url_may_come_from_a_file(tmp_path, acl_redis):
     secret = tmp_path / "broker.url"
     secret.write_text(acl_redis.url_for("agent", "wrong-" + PASSWORD) + "\n")
+    secret.chmod(0o644)
+    out = run_agent_briefly(python_env(CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS="1"), "--broker-file", str(secret))
+    assert out.returncode == 2 and "readable by others" in out.stderr and "chmod 600" in out.stderr
+    secret.chmod(0o600)
     out = run_agent_briefly(python_env(CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS="1"), "--broker-file", str(secret))
     assert out.returncode == 2 and "refused the credentials of user 'agent'" in out.stderr  # the file's URL was used
 
