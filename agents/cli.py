@@ -54,7 +54,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("CLUSTER_HEALTH_NODE_ADDRESS"),
         help="address peers use to reach this node (default: the interface that routes to the broker)",
     )
-    run.add_argument("--broker", default=os.environ.get("CLUSTER_HEALTH_BROKER_URL"), help="Redis URL of the broker")
+    run.add_argument(
+        "--broker",
+        help="Redis URL of the broker, without a password (default: CLUSTER_HEALTH_BROKER_URL, which may hold one)",
+    )
+    run.add_argument(
+        "--broker-file",
+        default=os.environ.get("CLUSTER_HEALTH_BROKER_URL_FILE"),
+        help="a file holding the broker URL, password included (mode 0600)",
+    )
     run.add_argument(
         "--key-file",
         default=os.environ.get("CLUSTER_HEALTH_AGENT_KEY_FILE"),
@@ -173,13 +181,20 @@ def main(argv: list[str] | None = None) -> int:
         from agents import check
 
         return check.main(args)
-    if not args.name or not args.broker:
+    from agents import broker, signing
+
+    try:
+        broker_url = broker.read_broker_url(args.broker, args.broker_file)
+    except broker.BrokerConfigError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    if not args.name or not broker_url:
         print(
-            "run needs --name (or CLUSTER_HEALTH_NODE_NAME) and --broker (or CLUSTER_HEALTH_BROKER_URL)",
+            "run needs --name (or CLUSTER_HEALTH_NODE_NAME) and the broker URL "
+            "(CLUSTER_HEALTH_BROKER_URL, --broker-file, or --broker without a password)",
             file=sys.stderr,
         )
         return 2
-    from agents import signing
     from agents.worker import run_agent
 
     try:
@@ -195,4 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return run_agent(args.name, args.address, args.broker, args.loglevel, key=key) or 0
+    try:
+        return run_agent(args.name, args.address, broker_url, args.loglevel, key=key) or 0
+    except broker.BrokerConfigError as e:
+        print(f"agent {args.name} cannot use the broker: {e}", file=sys.stderr)
+        return 2

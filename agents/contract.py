@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import reprlib
 from typing import Any
 
 VERSION = 1
@@ -98,6 +99,7 @@ MAX_DETAIL_ENTRIES = 64  # versions, stage_times, timings, extra of a result
 # A half's evidence (agents/evidence.py): bounded so a result stays a small message.
 MAX_EVIDENCE_KEYS = 32
 MAX_EVIDENCE_BYTES = 8192
+MAX_EVIDENCE_DEPTH = 16
 
 DEFAULT_SIZES = tuple(1024 * 4**k for k in range(9))  # 1 KiB .. 64 MiB, factor 4
 DEFAULT_TIMEOUTS = {
@@ -129,6 +131,15 @@ class ContractError(ValueError):
     """A message does not follow the contract; the text names the field."""
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 2, 80, 80, 40
+
+
+def shown(val: Any) -> str:
+    """A short repr for an error message: a huge or deeply nested value from the wire is cut, never recursed into."""
+    return _SHOWN.repr(val)
+
+
 def agent_queue(node_name: str) -> str:
     return AGENT_QUEUE_PREFIX + check_node_name(node_name)
 
@@ -136,7 +147,7 @@ def agent_queue(node_name: str) -> str:
 def check_node_name(name: Any, field: str = "node") -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ContractError(
-            f"{field}: {name!r} is not a valid node name (letters, digits, '.', '_', '-', at most 63 characters)"
+            f"{field}: {shown(name)} is not a valid node name (letters, digits, '.', '_', '-', at most 63 characters)"
         )
     return name
 
@@ -146,7 +157,7 @@ def _obj(msg: Any, what: str) -> dict[str, Any]:
         raise ContractError(f"{what}: expected a JSON object, got {type(msg).__name__}")
     v = msg.get("v")
     if v != VERSION:
-        raise ContractError(f"{what}.v: unsupported contract version {v!r} (this side speaks {VERSION})")
+        raise ContractError(f"{what}.v: unsupported contract version {shown(v)} (this side speaks {VERSION})")
     return msg
 
 
@@ -166,14 +177,14 @@ def _num(
             return None
         raise ContractError(f"{field}: required")
     if isinstance(val, bool) or not isinstance(val, (int, float)):
-        raise ContractError(f"{field}: expected a number, got {val!r}")
+        raise ContractError(f"{field}: expected a number, got {shown(val)}")
     if integer and (not isinstance(val, int)):
         if isinstance(val, float) and val.is_integer():
             val = int(val)
         else:
-            raise ContractError(f"{field}: expected an integer, got {val!r}")
+            raise ContractError(f"{field}: expected an integer, got {shown(val)}")
     if isinstance(val, float) and not math.isfinite(val):
-        raise ContractError(f"{field}: {val!r} is not finite")
+        raise ContractError(f"{field}: {shown(val)} is not finite")
     if not lo <= val <= hi:
         raise ContractError(f"{field}: {val} is outside the allowed range {lo}..{hi}")
     return val
@@ -184,7 +195,7 @@ def _choice(msg: dict[str, Any], field: str, choices: Any, *, optional: bool = F
     if val is None and optional:
         return None
     if val not in choices:
-        raise ContractError(f"{field}: {val!r} is not one of {', '.join(map(str, choices))}")
+        raise ContractError(f"{field}: {shown(val)} is not one of {', '.join(map(str, choices))}")
     return val
 
 
@@ -219,7 +230,7 @@ def bounded_json(
         return val
     if isinstance(val, float):
         if not math.isfinite(val):
-            raise ContractError(f"{field}: {val!r} is not finite")
+            raise ContractError(f"{field}: {shown(val)} is not finite")
         return val
     if depth <= 0 and isinstance(val, (dict, list)):
         raise ContractError(f"{field}: nested too deep")
@@ -270,7 +281,7 @@ def _address(msg: dict[str, Any], field: str, optional: bool = False) -> str | N
     if val is None and optional:
         return None
     if not isinstance(val, str) or not val or len(val) > 253 or not val.isprintable() or any(c.isspace() for c in val):
-        raise ContractError(f"{field}: {val!r} is not a host name or address")
+        raise ContractError(f"{field}: {shown(val)} is not a host name or address")
     return val
 
 
@@ -282,7 +293,7 @@ def validate_sizes(sizes: Any) -> list[int]:
     out = []
     for s in sizes:
         if isinstance(s, bool) or not isinstance(s, int):
-            raise ContractError(f"sizes: {s!r} is not a whole number of bytes")
+            raise ContractError(f"sizes: {shown(s)} is not a whole number of bytes")
         if not MIN_MESSAGE_BYTES <= s <= MAX_MESSAGE_BYTES:
             raise ContractError(
                 f"sizes: {s} bytes is outside {MIN_MESSAGE_BYTES}..{MAX_MESSAGE_BYTES} "
@@ -396,7 +407,7 @@ def validate_command(msg: Any) -> dict[str, Any]:
     out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
     rdv = msg.get("rendezvous")
     if not isinstance(rdv, str) or not _RDV_RE.match(rdv):
-        raise ContractError(f"rendezvous: {rdv!r} is not a rendezvous id (8-64 of [A-Za-z0-9_-])")
+        raise ContractError(f"rendezvous: {shown(rdv)} is not a rendezvous id (8-64 of [A-Za-z0-9_-])")
     out["rendezvous"] = rdv
     out["node"] = check_node_name(msg.get("node"), "node")
     out["world_size"] = _num(msg, "world_size", 2, MAX_WORLD_SIZE, integer=True, default=2)
@@ -484,11 +495,15 @@ def validate_evidence(evidence: Any) -> dict[str, Any]:
         raise ContractError(f"evidence: expected an object of at most {MAX_EVIDENCE_KEYS} entries")
     try:
         size = len(json.dumps(evidence, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise ContractError(f"evidence: not plain JSON ({e})") from None
+    except (TypeError, ValueError, RecursionError) as e:
+        raise ContractError(f"evidence: not plain JSON ({type(e).__name__})") from None
     if size > MAX_EVIDENCE_BYTES:
         raise ContractError(f"evidence: {size} bytes encoded, at most {MAX_EVIDENCE_BYTES} allowed")
-    return evidence
+    # A copy without NUL (a stack dump may hold one; PostgreSQL's jsonb cannot).
+    cleaned: dict[str, Any] = bounded_json(
+        evidence, "evidence", depth=MAX_EVIDENCE_DEPTH, entries=MAX_EVIDENCE_BYTES, string=MAX_EVIDENCE_BYTES
+    )
+    return cleaned
 
 
 def validate_heartbeat(msg: Any) -> dict[str, Any]:
@@ -508,10 +523,3 @@ def validate_heartbeat(msg: Any) -> dict[str, Any]:
 def busbw_factor(world_size: int) -> float:
     """all_reduce bus bandwidth factor, as nccl-tests defines it: 2(n-1)/n."""
     return 2.0 * (world_size - 1) / world_size
-
-
-def redis_client_url(broker_url: str) -> str:
-    """The redis-py form of a Celery broker URL (Celery says redis+socket://, redis-py unix://)."""
-    if broker_url.startswith("redis+socket://"):
-        return "unix://" + broker_url[len("redis+socket://") :]
-    return broker_url

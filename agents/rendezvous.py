@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agents.contract import RENDEZVOUS_KEY_PREFIX, redis_client_url
+from agents.broker import redis_client
+from agents.contract import RENDEZVOUS_KEY_PREFIX
 
 
 class RendezvousTimeout(Exception):
@@ -49,10 +50,9 @@ class RedisRendezvous(Rendezvous):
     """The port lives under RENDEZVOUS_KEY_PREFIX + id, with a TTL so nothing outlives the probe."""
 
     def __init__(self, url: str, rendezvous_id: str, ttl_s: float, poll_s: float = 0.05):
-        import redis  # the probe subprocess needs it only for this
-
-        # The broker URL may be Celery's redis+socket:// form (agents inside network namespaces).
-        self.client = redis.Redis.from_url(redis_client_url(url), socket_timeout=5, socket_connect_timeout=5)
+        # The broker URL may be Celery's redis+socket:// form (agents inside network namespaces),
+        # hold a password, or be rediss:// with the TLS files named in the environment.
+        self.client = redis_client(url, socket_timeout=5, socket_connect_timeout=5)
         self.key = RENDEZVOUS_KEY_PREFIX + rendezvous_id
         self.ttl_ms = max(1000, int(ttl_s * 1000))
         self.poll_s = poll_s

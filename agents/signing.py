@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.contract import ContractError, check_node_name
+from agents.contract import ContractError, check_node_name, shown
 
 PURPOSES = ("heartbeat", "result", "command")
 DEFAULT_WINDOW_S = 300.0  # clock skew and queueing a signed message may have; nonces are kept this long
@@ -126,7 +126,7 @@ def verify(
         raise SignatureError(f"auth.purpose: signed as a {auth['purpose']}, delivered as a {purpose}")
     named = body.get("node") if isinstance(body, dict) else None
     if named != auth["node"]:
-        raise SignatureError(f"node: signed by {auth['node']} but speaks for {str(named)[:80]!r}")
+        raise SignatureError(f"node: signed by {auth['node']} but speaks for {shown(named)}")
     now = time.time() if now is None else now
     if abs(now - auth["ts"]) > window_s:
         raise SignatureError(f"stale: signed {now - auth['ts']:.0f}s ago, outside the {window_s:.0f}s window")
@@ -139,7 +139,11 @@ def verify(
     secret = secret_for(auth["node"], auth["kid"])
     if secret is None:
         raise SignatureError(f"key: {auth['kid']} is not a current key of {auth['node']} (unknown or revoked)")
-    if not hmac.compare_digest(_mac(secret, auth, body_bytes), auth["sig"]):
+    try:
+        expected = _mac(secret, auth, body_bytes)
+    except (TypeError, ValueError, RecursionError):  # a field added to the envelope holds NaN or an odd type
+        raise SignatureError("auth: not canonical JSON (NaN, infinity or an odd type)") from None
+    if not hmac.compare_digest(expected, auth["sig"]):
         raise SignatureError("bad signature: the body or the envelope was changed, or the key is wrong")
     envelope: dict[str, Any] = auth
     return envelope

@@ -21,7 +21,7 @@ from celery import Celery, signals
 from kombu import Queue
 
 import agents
-from agents import contract, facts, gpu_contract, netinfo, signing
+from agents import broker, contract, facts, gpu_contract, netinfo, signing
 from agents.gpu_check import run_gpu_check
 from agents.runner import failed_result, prewarm, remove_orphaned_dirs, run_probe, shutdown_warm_host
 
@@ -93,6 +93,7 @@ class Agent:
             worker_pool="solo",
             task_time_limit=TASK_TIME_LIMIT_S,
             broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+            broker_use_ssl=broker.celery_ssl(self.broker_url),
             broker_connection_retry=True,
             broker_connection_retry_on_startup=True,
             broker_connection_max_retries=None,
@@ -292,6 +293,11 @@ class Agent:
             self.stopping.set()
             shutdown_warm_host()
 
+        def on_logging(logger: logging.Logger, **_: Any) -> None:  # no broker password in the agent's log
+            broker.redact_logs(logger)
+
+        signals.after_setup_logger.connect(on_logging, weak=False)
+        signals.after_setup_task_logger.connect(on_logging, weak=False)
         signals.worker_ready.connect(on_ready, weak=False)
         signals.worker_shutdown.connect(on_shutdown, weak=False)
         # The worker is built directly rather than through `celery worker`: the command line
@@ -314,5 +320,7 @@ class Agent:
 def run_agent(
     name: str, address: str | None, broker_url: str, loglevel: str = "INFO", key: signing.NodeKey | None = None
 ) -> int:
+    """Serve this node's queue; BrokerConfigError if the broker refuses the credentials or the TLS setup."""
     heartbeat_s = float(os.environ.get("CLUSTER_HEALTH_HEARTBEAT_S", "5"))
+    broker.check_credentials(broker_url)
     return Agent(name, address or pick_address(broker_url), broker_url, heartbeat_s, key=key).run(loglevel)

@@ -13,6 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from agents import broker
 from cluster_health.env import envbool, envfloat, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -45,6 +46,13 @@ else:
     REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
+
+# Redis over TLS (rediss://): the CA, and a client certificate if the broker asks for one, from
+# CLUSTER_HEALTH_REDIS_CA_FILE / _CERT_FILE / _KEY_FILE (agents.broker), for every Redis client below.
+try:
+    REDIS_TLS = broker.tls_options(REDIS_URL)
+except broker.BrokerConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 INSTALLED_APPS = [
     "daphne",
@@ -140,15 +148,22 @@ CHANNEL_LAYERS = {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # A consumer waits for messages in a 5 s BZPOPMIN; redis-py's default 5 s socket
         # timeout would end that wait with an error and drop every idle WebSocket.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 1500, "expiry": 30},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, **REDIS_TLS}],
+            "capacity": 1500,
+            "expiry": 30,
+        },
     }
 }
 
 # The cache holds login-failure counts; Redis, so every web process sees the same counts.
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "OPTIONS": REDIS_TLS}
+}
 
 # Celery: JSON only, no result backend (the UI and CLI read rows, never Celery results).
 CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_USE_SSL = REDIS_TLS or None  # kombu alone would take rediss:// without checking the certificate
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -250,7 +265,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"redact": {"()": "agents.broker.RedactingFilter"}},  # no Redis or database password in a log
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
 }

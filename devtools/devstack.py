@@ -94,7 +94,8 @@ def spawn(args: list[str], log_path: Path, env: dict | None = None, cwd: Path = 
 # The command lines, one place for the demo, the tests and the docs.
 
 
-def redis_args(port: int, workdir: Path, unixsocket: Path | None = None) -> list[str]:
+def redis_args(port: int, workdir: Path, unixsocket: Path | None = None, extra: list[str] | None = None) -> list[str]:
+    """redis-server listening on loopback only, keeping nothing on disk; ``extra``: more options (ACL, TLS)."""
     exe = shutil.which("redis-server")
     if not exe:
         raise RuntimeError("redis-server is not installed: run scripts/setup, or apt-get install redis-server")
@@ -116,7 +117,7 @@ def redis_args(port: int, workdir: Path, unixsocket: Path | None = None) -> list
     if unixsocket is not None:
         # Agents in the namespace test bed reach the broker through the shared file system.
         args += ["--unixsocket", str(unixsocket), "--unixsocketperm", "700"]
-    return args
+    return args + list(extra or [])
 
 
 def web_args(host: str, port: int) -> list[str]:

@@ -6,11 +6,14 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agents import contract
+from kombu import Connection
+
+from agents import broker, contract
 from agents.runner import TMP_PREFIX, run_probe
 from devtools.services import resident_kib  # noqa: F401  (re-exported for test modules)
 
@@ -107,3 +110,26 @@ def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:
         if cwd.name.startswith(TMP_PREFIX):
             found.append((pid, cwd))
     return found
+
+
+def drain_until(url: str, predicate, timeout: float, environ: dict | None = None) -> dict:
+    """The first message on the server queue for which ``predicate(task, body)`` holds.
+
+    ``environ``: where the TLS files of a ``rediss://`` URL are named (agents.broker).
+    """
+    end = time.monotonic() + timeout
+    with Connection(url, ssl=broker.celery_ssl(url, environ)) as conn:
+        queue = conn.SimpleQueue(contract.SERVER_QUEUE)
+        try:
+            while time.monotonic() < end:
+                try:
+                    message = queue.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                message.ack()
+                body = message.decode()[1]
+                if predicate(message.headers["task"], body):
+                    return body
+        finally:
+            queue.close()
+    raise AssertionError(f"no matching message on {contract.SERVER_QUEUE} within {timeout}s")

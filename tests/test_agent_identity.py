@@ -81,6 +81,7 @@ def forgeries(keys):
     yield "a body changed after signing", body, auth
     yield "an envelope that is not an object", body, "sig"
     yield "a malformed envelope", body, {**signing.sign(body, keys["n0"], "heartbeat"), "ts": float("nan")}
+    yield "a NaN added to the envelope", body, {**signing.sign(body, keys["n0"], "heartbeat"), "x": float("nan")}
 
 
 def test_every_forgery_is_rejected_recorded_and_changes_nothing(keys):
@@ -89,7 +90,7 @@ def test_every_forgery_is_rejected_recorded_and_changes_nothing(keys):
         assert tasks.heartbeat(body, auth) == "rejected", why
     assert Node.objects.get(name="n0").address == "10.0.0.1"
     errors = list(RejectedMessage.objects.values_list("error", flat=True))
-    assert len(errors) == 10 and all(e.startswith("signature:") for e in errors)
+    assert len(errors) == 11 and all(e.startswith("signature:") for e in errors)
     assert any("unsigned" in e for e in errors) and any("stale" in e for e in errors)
 
 

@@ -7,30 +7,10 @@ import time
 
 import pytest
 from celery import Celery
-from kombu import Connection
 
 from agents import contract, signing
 from devtools.services import RedisServer, python_env, spawn, stop_process
-from tests.agent_fixtures import command
-
-
-def drain_until(url: str, predicate, timeout: float) -> dict:
-    end = time.monotonic() + timeout
-    with Connection(url) as conn:
-        queue = conn.SimpleQueue(contract.SERVER_QUEUE)
-        try:
-            while time.monotonic() < end:
-                try:
-                    message = queue.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                message.ack()
-                body = message.decode()[1]
-                if predicate(message.headers["task"], body):
-                    return body
-        finally:
-            queue.close()
-    raise AssertionError(f"no matching message on {contract.SERVER_QUEUE} within {timeout}s")
+from tests.agent_fixtures import command, drain_until
 
 
 @pytest.mark.timeout(120)

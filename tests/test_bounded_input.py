@@ -84,6 +84,20 @@ def test_a_nul_in_a_stderr_tail_does_not_lose_the_half(driver, pair):
     assert RejectedMessage.objects.count() == 0
 
 
+def test_a_nul_in_the_evidence_does_not_lose_the_half(driver, pair):
+    sweep, a, b = pair
+    # A stack dump at the deadline may hold NUL; PostgreSQL's jsonb refuses it, so it is removed.
+    assert driver.ingest(result_for(a, evidence={"stack": "frame\x00 1", "sockets\x00": []})) == "applied"
+    assert PairProbe.objects.get(sweep=sweep).half_a["evidence"] == {"stack": "frame 1", "sockets": []}
+    assert RejectedMessage.objects.count() == 0
+
+
+def test_a_message_nested_past_the_recursion_limit_is_rejected_and_recorded():
+    assert ingest.record_heartbeat({**beat({}), "v": nested(5000)}) == "rejected"
+    assert ingest.ingest_result({"v": 1, "evidence": nested(5000)}) == "rejected"
+    assert RejectedMessage.objects.count() == 2
+
+
 def test_a_stage_named_items_does_not_break_the_pair_page(client, driver, pair):
     sweep, a, b = pair
     driver.ingest(result_for(a, stage_times={"items": 0.5, "init": 0.1}))

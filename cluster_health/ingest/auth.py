@@ -22,7 +22,7 @@ import time
 import redis
 from django.conf import settings
 
-from agents import contract, signing
+from agents import broker, signing
 from cluster_health.ingest.outcomes import DUPLICATE
 from cluster_health.ingest.rejects import reject
 from cluster_health.models import AgentKey
@@ -35,7 +35,7 @@ _clients: dict[str, redis.Redis] = {}
 def _redis() -> redis.Redis:
     url = settings.REDIS_URL
     if url not in _clients:
-        _clients[url] = redis.Redis.from_url(contract.redis_client_url(url), socket_connect_timeout=5, socket_timeout=5)
+        _clients[url] = broker.redis_client(url, socket_connect_timeout=5, socket_timeout=5)
     return _clients[url]
 
 

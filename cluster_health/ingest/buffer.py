@@ -29,7 +29,9 @@ import uuid
 import redis
 from django.conf import settings
 
+from agents import broker, contract
 from cluster_health.ingest import results
+from cluster_health.ingest.rejects import reject
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +102,8 @@ return 0
 
 
 def _client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=30)
+    client: redis.Redis = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=30)
+    return client
 
 
 def _lock_ms() -> int:
@@ -118,10 +121,14 @@ def buffer_result(payload, worker: str | None = None) -> str:
     Raises when Redis cannot be reached, so that the task's message stays unacked and
     is delivered again: the half is only acknowledged once it is in the buffer.
     """
+    try:
+        encoded = json.dumps(payload)
+    except (TypeError, ValueError, RecursionError) as exc:  # only in-process callers can build such a value
+        return reject(contract.TASK_RESULT, payload, f"result: not a JSON value ({type(exc).__name__})")
     shard = shard_of(payload)
     client = _client()
     try:
-        client.rpush(pending_key(shard), json.dumps(payload))
+        client.rpush(pending_key(shard), encoded)
         try:
             Drainer(client, worker or this_process()).run(first=shard)
         except Exception:  # the half is safe in the buffer: the next drainer or the reaper applies it

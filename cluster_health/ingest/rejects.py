@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import reprlib
 
 from cluster_health.ingest.outcomes import REJECTED
 from cluster_health.models import RejectedMessage
@@ -12,6 +13,9 @@ log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of the reason kept (the column is a TextField)
 MAX_STORED_JSON = 16 * 1024  # a payload larger than this is kept as a truncated repr
 MAX_RAW_REPR = 8000  # characters of a payload's repr that are kept
+# A bounded repr: a payload nested deeper than Python's recursion limit must still be recorded.
+_RAW = reprlib.Repr()
+_RAW.maxlevel, _RAW.maxdict, _RAW.maxlist, _RAW.maxstring, _RAW.maxother = 8, 64, 64, 2000, 200
 
 
 def _storable(payload):
@@ -23,7 +27,7 @@ def _storable(payload):
     try:
         text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
-        return {"raw": repr(payload)[:MAX_RAW_REPR]}
+        return {"raw": _RAW.repr(payload)[:MAX_RAW_REPR]}
     if len(text) > MAX_STORED_JSON or "\\u0000" in text:
         return {"truncated": text[:MAX_RAW_REPR], "bytes": len(text)}
     return payload if isinstance(payload, (dict, list)) else {"raw": payload}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import redis
 from django.conf import settings
 
-from agents import contract
+from agents import broker, contract
 from cluster_health.ingest import buffer
 
 # A message a worker reserved longer ago than this is not about to be applied: its worker
@@ -127,7 +127,7 @@ def server_backlog() -> Backlog | None:
     holds the very heartbeats and results that LLEN calls drained. One script reads both,
     so a message moving from one to the other is seen once.
     """
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+    client = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
     keys = [
         contract.SERVER_QUEUE,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 
-import redis
 from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+
+from agents import broker
 
 
 def _check_database() -> dict:
@@ -25,7 +26,7 @@ def _check_database() -> dict:
 
 def _check_broker() -> dict:
     started = time.monotonic()
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+    client = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
     try:
         client.ping()
     except Exception as exc:
