@@ -15,12 +15,12 @@ from agents import contract
 
 HISTORY_SWEEPS = 8  # sweeps of a link looked back over
 MIN_FLAPS = 2  # failures within the window that make a link flapping (with passes between them)
-# Drift: one-sided CUSUM of the relative fall below the link's early level.
-DRIFT_SLACK = 0.02  # falls smaller than this share per sweep are noise and do not accumulate
-DRIFT_LIMIT = 0.15  # the accumulated fall that makes a trend
+# Drift: a robust trend line (Theil-Sen) through the link's busbw, judged against the link's own scatter.
 MIN_DRIFT_POINTS = 5
 REFERENCE_POINTS = 3  # the early sweeps whose median is the link's level
-MIN_RECENT_FALL = 0.10  # the latest sweeps' median must sit this far below the level too
+TREND_NOISE_K = 4.0  # the fitted fall must be this many robust standard deviations of the link's scatter
+MIN_TREND_FALL = 0.15  # and at least this share of the level: smaller falls are not worth a night's look
+MIN_RECENT_FALL = 0.10  # the latest two sweeps, and the median of the last three, sit this far below the level
 MAD_TO_SIGMA = 1.4826
 
 
@@ -33,20 +33,41 @@ def flapping(series: list[str]) -> bool:
     return any(not b for b in bad[first : last + 1])
 
 
-def cusum_drop(series: list[float]) -> tuple[float, float] | None:
-    """(accumulated relative fall, level) of a busbw series (oldest first), or None if too short."""
+def trend_fall(series: list[float]) -> tuple[float, float, float] | None:
+    """(fitted fall, level, scatter) of a busbw series (oldest first), or None if too short.
+
+    The fall is what the Theil-Sen line (the median of the pairwise slopes) loses over the
+    series; the scatter a robust standard deviation of the link's own noise, the larger of
+    the residuals' about that line and the sweep-to-sweep steps' (a short series' estimate
+    from one alone runs low). A busy host's sweeps scatter a link's busbw by a fifth either
+    way: a single low sweep, or a cluster of them, is not a trend.
+    """
     if len(series) < MIN_DRIFT_POINTS:
         return None
-    early = series[:REFERENCE_POINTS]
-    level = median(early)
+    level = median(series[:REFERENCE_POINTS])
     if level <= 0:
         return None
-    # A noisy link's early spread widens the slack, so its own scatter never adds up to a trend.
-    slack = max(DRIFT_SLACK, 0.5 * MAD_TO_SIGMA * median(abs(x - level) for x in early) / level)
-    s = 0.0
-    for x in series[REFERENCE_POINTS:]:
-        s = max(0.0, s + (level - x) / level - slack)
-    return s, level
+    n = len(series)
+    slope = median((series[j] - series[i]) / (j - i) for i in range(n) for j in range(i + 1, n))
+    intercept = median(x - slope * i for i, x in enumerate(series))
+    residuals = [abs(x - intercept - slope * i) for i, x in enumerate(series)]
+    steps = [b - a for a, b in zip(series, series[1:])]
+    step_mid = median(steps)
+    scatter = MAD_TO_SIGMA * max(median(residuals), median(abs(d - step_mid) for d in steps) / 2**0.5)
+    return -slope * (n - 1), level, scatter
+
+
+def drifting(series: list[float]) -> tuple[float, float, float] | None:
+    """The trend_fall of a busbw series (oldest first) that falls as a trend: beyond the link's noise, by a share
+    worth a look, and still down at its latest two sweeps; else None."""
+    found = trend_fall(series)
+    if found is None:
+        return None
+    fall, level, scatter = found
+    floor = (1 - MIN_RECENT_FALL) * level
+    steady = fall >= TREND_NOISE_K * scatter and fall >= MIN_TREND_FALL * level
+    still_down = max(series[-2:]) < floor and median(series[-REFERENCE_POINTS:]) < floor
+    return found if steady and still_down else None
 
 
 def link_findings(link: str, statuses: list[str], busbw: list[float]) -> list[dict[str, Any]]:
@@ -67,10 +88,9 @@ def link_findings(link: str, statuses: list[str], busbw: list[float]) -> list[di
                 "detail": {"evidence": statuses, "next_step": "watch the ports' error counters across a few sweeps"},
             }
         )
-    drop = cusum_drop(busbw)
-    recent = median(busbw[-REFERENCE_POINTS:]) if len(busbw) >= REFERENCE_POINTS else None
-    if drop and drop[0] >= DRIFT_LIMIT and recent is not None and recent < (1 - MIN_RECENT_FALL) * drop[1]:
-        s, level = drop
+    trend = drifting(busbw)
+    if trend:
+        fall, level, scatter = trend
         out.append(
             {
                 "severity": "warn",
@@ -78,7 +98,8 @@ def link_findings(link: str, statuses: list[str], busbw: list[float]) -> list[di
                 "subject": link,
                 "text": (
                     f"{link} is trending down: busbw fell from {level:.3g} to {busbw[-1]:.3g} GB/s over its "
-                    f"last {len(busbw)} sweeps (cumulative fall {s:.0%} beyond noise): it may fail soon"
+                    f"last {len(busbw)} sweeps, a steady fall of {fall / level:.0%} against a sweep-to-sweep scatter of "
+                    f"{scatter / level:.0%}: it may fail soon"
                 ),
                 "pairs": [link],
                 "detail": {

@@ -1,0 +1,67 @@
+"""A busy host's scatter is no slow link and no trend: the baseline and drift rules against measured noise.
+
+The series below are busbw values (GB/s) that links of a healthy four-host namespace bed
+reached in nightly sweeps with every core busy (benchmarks/false_alarms.py): each link
+scatters by a fifth either way from one sweep to the next.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_health.core import baselines, history
+
+RATIO = 0.9  # CLUSTER_HEALTH_DEGRADED_RATIO's default
+
+
+@pytest.mark.parametrize(
+    "busbw, usual, mad, samples",
+    [
+        (0.343, 0.396, 0.0071, 5),  # 13 % under a quiet link's median of five sweeps
+        (0.312, 0.366, 0.0065, 5),  # 15 % under
+        (0.320, 0.395, 0.0, 1),  # 19 % under a rolling median of one sweep
+        (0.372, 0.436, 0.01, 2),  # 15 % under a rolling median of two
+    ],
+)
+def test_a_loaded_hosts_scatter_is_not_below_its_rolling_baseline(busbw, usual, mad, samples):
+    assert busbw >= baselines.threshold(usual, mad, samples, RATIO)
+
+
+@pytest.mark.parametrize(
+    "busbw, usual, mad, samples",
+    [
+        (0.29, 0.396, 0.0071, 5),  # 27 % under a link that never moves
+        (0.30, 0.40, 0.01, 2),  # 25 % under a young rolling median
+        (0.20, 0.40, 0.02, 5),  # half: beyond a noisy link's band (4 robust sigma: 30 %)
+    ],
+)
+def test_a_link_that_lost_a_quarter_is_below_its_rolling_baseline(busbw, usual, mad, samples):
+    assert busbw < baselines.threshold(usual, mad, samples, RATIO)
+    assert "by more than" in baselines.slow_text(busbw, usual, mad, samples, RATIO)
+
+
+def test_a_baseline_sweep_named_by_hand_keeps_the_configured_ratio():
+    assert baselines.threshold(0.40, None, 1, RATIO) == pytest.approx(0.36)
+    assert "below 0.9 x the baseline 0.4 GB/s" in baselines.slow_text(0.35, 0.40, None, 1, RATIO)
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        [0.467, 0.452, 0.48, 0.41, 0.47, 0.39, 0.43, 0.335],  # one low sweep at the end
+        [0.474, 0.479, 0.46, 0.41, 0.38, 0.36, 0.40, 0.547],  # low for a while, then back
+        [0.523, 0.50, 0.46, 0.52, 0.41, 0.47, 0.38, 0.433],  # scattered by a fifth
+        [0.39, 0.41, 0.37, 0.36, 0.40, 0.35, 0.37, 0.349],  # a few percent under, within its noise
+    ],
+)
+def test_a_loaded_hosts_scatter_is_no_trend(series):
+    assert history.drifting(series) is None
+    assert [f["code"] for f in history.link_findings("a<->b", ["ok"] * len(series), series)] == []
+
+
+def test_a_link_losing_a_few_percent_a_night_is_trending_down():
+    series = [1.0, 1.01, 0.99, 0.96, 0.93, 0.9, 0.87, 0.84]
+    fall, level, scatter = history.drifting(series) or (0.0, 0.0, 0.0)
+    assert level == 1.0 and fall == pytest.approx(0.21, abs=0.02) and scatter < 0.02
+    (finding,) = history.link_findings("a<->b", ["ok"] * len(series), series)
+    assert finding["code"] == "drift" and "fell from 1 to 0.84 GB/s over its last 8 sweeps" in finding["text"]
