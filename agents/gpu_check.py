@@ -326,64 +326,50 @@ def run_gpu_check(
             runner._stop_group(probe)
         events += runner._read_events(events_path, offset)[0]
         output, written = runner.child_output(result_path, output_path)
-    return _result(cmd, written, events, output, killed, probe.returncode, time.monotonic() - started)
-
-
-def _result(
-    cmd: dict[str, Any],
-    written: dict[str, Any] | None,
-    events: list[dict[str, Any]],
-    output: str,
-    killed: bool,
-    returncode: int | None,
-    elapsed: float,
-) -> dict[str, Any]:
     stages = [e for e in events if e.get("event") == "stage"]
     stage = stages[-1]["stage"] if stages else "init"
-    where = f" on GPU {stages[-1]['gpu']}" if stages and stages[-1].get("gpu") is not None else ""
-    result = {
-        "v": contract.VERSION,
-        "kind": gpu_contract.KIND,
-        "probe_id": cmd["probe_id"],
-        "sweep_id": cmd["sweep_id"],
-        "node": cmd["node"],
-    }
-    if written is not None:
-        result.update(written)
-    elif killed:
-        result.update(
-            status="timeout",
-            stage=stage,
-            reason="gpu_error",
-            hint=(
-                f"the gpu check on {cmd['node']} was stopped at its {cmd['deadline_s']:.0f}s deadline in stage "
-                f"{stage}{where}: the GPU may be hung (look for Xid errors in dmesg)"
-            ),
-        )
-    else:
-        result.update(
-            status="failed",
-            stage=stage,
-            reason="probe_crashed",
-            hint=f"the gpu check on {cmd['node']} exited with code {returncode} in stage {stage}{where} "
-            "without a result",
-        )
-    from agents import runner  # as in run_gpu_check: the child stays light
-
+    gpu_index = stages[-1].get("gpu") if stages else None
+    result = _unstamped_result(cmd, written, stage, gpu_index, killed, probe.returncode)
     return runner.closed_result(
         result,
         output,
-        elapsed,
+        time.monotonic() - started,
         gpu_contract.validate_result,
-        lambda e: dict(
-            {k: result[k] for k in ("v", "kind", "probe_id", "sweep_id", "node")},
-            status="failed",
-            stage=stage,
-            reason="probe_crashed",
-            hint=f"the gpu check wrote an invalid result: {e}",
-            finished_at=time.time(),
+        lambda e: gpu_contract.failed_result(
+            cmd, "probe_crashed", f"the gpu check wrote an invalid result: {e}", stage, finished_at=time.time()
         ),
     )
+
+
+def _unstamped_result(
+    cmd: dict[str, Any],
+    written: dict[str, Any] | None,
+    stage: str,
+    gpu_index: int | None,
+    killed: bool,
+    returncode: int | None,
+) -> dict[str, Any]:
+    """The check's own result, or one saying how the child ended without it (stopped at the deadline, or crashed).
+
+    stage and gpu_index: where the child's stage log ends.
+    """
+    if written is not None:
+        return dict(gpu_contract.addressed(cmd), **written)
+    where = f" on GPU {gpu_index}" if gpu_index is not None else ""
+    if killed:
+        status, reason, hint = (
+            "timeout",
+            "gpu_error",
+            f"the gpu check on {cmd['node']} was stopped at its {cmd['deadline_s']:.0f}s deadline in stage "
+            f"{stage}{where}: the GPU may be hung (look for Xid errors in dmesg)",
+        )
+    else:
+        status, reason, hint = (
+            "failed",
+            "probe_crashed",
+            f"the gpu check on {cmd['node']} exited with code {returncode} in stage {stage}{where} without a result",
+        )
+    return dict(gpu_contract.addressed(cmd), status=status, stage=stage, reason=reason, hint=hint)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,22 @@ def default_deadline(timeouts: dict[str, float], gpus: int = 8) -> float:
     return round(min(contract.MAX_DEADLINE_S, timeouts["init"] + gpus * per_gpu + 15.0), 1)
 
 
+def addressed(cmd: dict[str, Any]) -> dict[str, Any]:
+    """The fields that address a result to a validated command's probe and node."""
+    return {
+        "v": contract.VERSION,
+        "kind": KIND,
+        "probe_id": cmd["probe_id"],
+        "sweep_id": cmd["sweep_id"],
+        "node": cmd["node"],
+    }
+
+
+def failed_result(cmd: dict[str, Any], reason: str, hint: str, stage: str = "init", **more: Any) -> dict[str, Any]:
+    """A failed result for a validated command, written by the agent when the check itself could not say."""
+    return dict(addressed(cmd), status="failed", stage=stage, reason=reason, hint=hint, **more)
+
+
 def _addressed(msg: Any, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Check a message's version and kind; return it with the validated fields that address it (probe, node)."""
     msg = _obj(msg, what)
