@@ -12,6 +12,7 @@ then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -156,17 +157,16 @@ _Probe = _ColdProbe | _WarmProbe
 
 def _stop_group(probe: _Probe) -> None:
     for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(probe.pid, sig)
-        except ProcessLookupError:
-            pass
+        _signal_group(probe.pid, sig)
         if probe.wait(wait):
             break
     # The leader may be gone while children linger in the group.
-    try:
-        os.killpg(probe.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    _signal_group(probe.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(pid, sig)
 
 
 # -- the warm probe process ---------------------------------------------------------------
