@@ -91,6 +91,11 @@ class StageFailure(Exception):
         super().__init__(hint)
         self.reason, self.hint, self.detail, self.status = reason, hint, detail, status
 
+    @classmethod
+    def timed_out(cls, reason: str, hint: str, cause: BaseException | None = None) -> StageFailure:
+        """A stage that ran out of time; the first line of cause (the error that said so) is the detail."""
+        return cls(reason, hint, detail=first_line(cause) if cause is not None else None, status="timeout")
+
 
 class StageLog:
     """Append-only JSON lines, flushed per event: readable after a SIGKILL."""
@@ -299,25 +304,23 @@ class Probe(StagedChild):
 
     def timeout_hint(self, stage: str, limit: float) -> str:
         peer = self.others_label()
-        if stage == "resolve":
-            return f"{self.name} could not resolve {self.cmd['master_address']} within {limit:.1f}s: check DNS or /etc/hosts"
-        if stage == "connect":
-            return (
-                f"{self.name} could not reach {peer} within {limit:.1f}s: a firewall may be dropping TCP; "
-                "open the store port and Gloo's ephemeral range"
-            )
-        if stage == "store":
-            return f"{self.name} waited {limit:.1f}s for {peer} in the store: the peer never arrived or cannot reach the store"
-        if stage == "init":
-            return (
-                f"{self.name} formed the store with {peer} but the {self.cmd['backend']} process group did not connect "
-                f"within {limit:.1f}s on interface {self.interface or 'default'}: a firewall may block Gloo/NCCL's "
-                "ephemeral ports, or a peer advertises an address others cannot reach (set GLOO_SOCKET_IFNAME / "
-                "NCCL_SOCKET_IFNAME to the interface that routes between the hosts)"
-            )
-        return (
+        by_stage = {
+            "resolve": f"{self.name} could not resolve {self.cmd['master_address']} within {limit:.1f}s: "
+            "check DNS or /etc/hosts",
+            "connect": f"{self.name} could not reach {peer} within {limit:.1f}s: a firewall may be dropping TCP; "
+            "open the store port and Gloo's ephemeral range",
+            "store": f"{self.name} waited {limit:.1f}s for {peer} in the store: the peer never arrived or cannot "
+            "reach the store",
+            "init": f"{self.name} formed the store with {peer} but the {self.cmd['backend']} process group did not "
+            f"connect within {limit:.1f}s on interface {self.interface or 'default'}: a firewall may block "
+            "Gloo/NCCL's ephemeral ports, or a peer advertises an address others cannot reach (set "
+            "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface that routes between the hosts)",
+        }
+        # collective and bandwidth: a peer that stopped mid-collective
+        return by_stage.get(
+            stage,
             f"{self.name}: an all_reduce with {peer} did not complete within {limit:.1f}s: a peer stopped "
-            "responding mid-collective (process stopped or dead, or the link dropped)"
+            "responding mid-collective (process stopped or dead, or the link dropped)",
         )
 
     def result_fields(self, status: str) -> dict[str, Any]:
@@ -562,11 +565,10 @@ class Probe(StagedChild):
         try:
             return self.dist.TCPStore(self.master_ip, self.port, self.n, False, timeout=timedelta(seconds=t["store"]))
         except Exception as e:
-            raise StageFailure(
+            raise StageFailure.timed_out(
                 "store_timeout",
                 f"{self.name} reached {self.master_label()} but could not join its store within {t['store']:.1f}s",
-                detail=first_line(e),
-                status="timeout",
+                e,
             ) from None
 
     def bind_failure(self, e: Exception, ip: str, port: int) -> StageFailure:
@@ -605,11 +607,10 @@ class Probe(StagedChild):
                     "on that port (the master's store is not up, or a firewall rejects it)",
                 ) from None
             except TimeoutError:
-                raise StageFailure(
+                raise StageFailure.timed_out(
                     "connect_timeout",
                     f"{self.name} could not reach {where} within {limit:.1f}s: a "
                     "firewall may be dropping TCP; open the store port and Gloo's ephemeral range",
-                    status="timeout",
                 ) from None
             except OSError as e:
                 raise StageFailure(
@@ -638,12 +639,10 @@ class Probe(StagedChild):
             names = ", ".join(f"{self.peer_name(r)} (rank {r})" for r in missing)
             if "store" in self.evidence:
                 self.evidence["store"]["connected"] = False
-            raise StageFailure(
+            raise StageFailure.timed_out(
                 "store_timeout",
-                f"{self.name} waited {self.t['store']:.1f}s in the store on "
-                f"{self.master_label()} for {names}: never arrived",
-                detail=first_line(e),
-                status="timeout",
+                f"{self.name} waited {self.t['store']:.1f}s in the store on {self.master_label()} for {names}: never arrived",
+                e,
             ) from None
         self.joined = list(range(self.n))
         if "store" in self.evidence:
@@ -934,12 +933,11 @@ class Probe(StagedChild):
                 timedelta(seconds=attempt + contract.DISCOVER_LOCKSTEP_S + 1.0),
             )
         except Exception as e:
-            raise StageFailure(
+            raise StageFailure.timed_out(
                 "transport",
                 f"{peers[1 - self.rank]['node']} stopped answering during interface "
                 f"discovery (combination {row['rank0_interface']}-{row['rank1_interface']})",
-                detail=first_line(e),
-                status="timeout",
+                e,
             ) from None
         return dict(row)
 
