@@ -240,22 +240,22 @@ def run_checks(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def build_parser(sub: Any) -> None:  # argparse's subparsers action
-    from agents.cli import local_node_name
+    from agents.cli import add_env_options, local_node_name
 
     p = sub.add_parser("check", help="this node's health in seconds (scheduler health check / prolog)")
     p.add_argument("--json", action="store_true", help='print {"checks": [...], "verdict": ...}')
-    p.add_argument(
-        "--server",
-        default=os.environ.get("CLUSTER_HEALTH_SERVER_URL"),
-        help="server URL to fetch the expected versions and interface from (GET /api/expected)",
+    add_env_options(
+        p,
+        (
+            "--server",
+            "CLUSTER_HEALTH_SERVER_URL",
+            None,
+            "server URL to fetch the expected versions and interface from (GET /api/expected)",
+        ),
+        ("--name", "CLUSTER_HEALTH_NODE_NAME", local_node_name(), "this node's name on the server"),
     )
     p.add_argument("--expect", help="a JSON file with the expected set instead of the server")
     p.add_argument("--token-file", help="API token for --server (env CLUSTER_HEALTH_API_TOKEN[_FILE])")
-    p.add_argument(
-        "--name",
-        default=os.environ.get("CLUSTER_HEALTH_NODE_NAME") or local_node_name(),
-        help="this node's name on the server",
-    )
     p.add_argument("--interface", help="the interface the cluster uses (default: the expected set's)")
     p.add_argument("--no-agent", action="store_true", help="do not require a running agent")
 

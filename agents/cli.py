@@ -43,30 +43,45 @@ def local_node_name() -> str:
     return name or "node"
 
 
+def add_env_options(parser: argparse.ArgumentParser, *options: tuple[str, str, str | None, str]) -> None:
+    """Options that default to an environment variable (how a service unit or a job prolog sets them).
+
+    options: (flag, variable, fallback when the variable is unset or empty, help) rows.
+    """
+    for flag, variable, fallback, text in options:
+        parser.add_argument(flag, default=os.environ.get(variable) or fallback, help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agents", description="cluster-health node agent")
     sub = parser.add_subparsers(dest="action", required=True)
 
     run = sub.add_parser("run", help="serve this node's probe queue (a Celery worker)")
-    run.add_argument("--name", default=os.environ.get("CLUSTER_HEALTH_NODE_NAME"), help="node name (queue agent.NAME)")
-    run.add_argument(
-        "--address",
-        default=os.environ.get("CLUSTER_HEALTH_NODE_ADDRESS"),
-        help="address peers use to reach this node (default: the interface that routes to the broker)",
-    )
     run.add_argument(
         "--broker",
         help="Redis URL of the broker, without a password (default: CLUSTER_HEALTH_BROKER_URL, which may hold one)",
     )
-    run.add_argument(
-        "--broker-file",
-        default=os.environ.get("CLUSTER_HEALTH_BROKER_URL_FILE"),
-        help="a file holding the broker URL, password included (mode 0600)",
-    )
-    run.add_argument(
-        "--key-file",
-        default=os.environ.get("CLUSTER_HEALTH_AGENT_KEY_FILE"),
-        help="this node's key from `manage.py enroll` (mode 0600); every message is signed with it",
+    add_env_options(
+        run,
+        ("--name", "CLUSTER_HEALTH_NODE_NAME", None, "node name (queue agent.NAME)"),
+        (
+            "--address",
+            "CLUSTER_HEALTH_NODE_ADDRESS",
+            None,
+            "address peers use to reach this node (default: the interface that routes to the broker)",
+        ),
+        (
+            "--broker-file",
+            "CLUSTER_HEALTH_BROKER_URL_FILE",
+            None,
+            "a file holding the broker URL, password included (mode 0600)",
+        ),
+        (
+            "--key-file",
+            "CLUSTER_HEALTH_AGENT_KEY_FILE",
+            None,
+            "this node's key from `manage.py enroll` (mode 0600); every message is signed with it",
+        ),
     )
     run.add_argument("--loglevel", default="INFO")
 

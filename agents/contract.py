@@ -12,7 +12,8 @@ import json
 import math
 import re
 import reprlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 VERSION = 1
 
@@ -124,7 +125,6 @@ DEFAULT_LATENCY_ITERATIONS = 20
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _RDV_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
-_IFNAME_RE = re.compile(r"^[A-Za-z0-9._@:-]{1,32}$")
 
 
 class ContractError(ValueError):
@@ -152,13 +152,19 @@ def check_node_name(name: Any, field: str = "node") -> str:
     return name
 
 
+def _object(val: Any, where: str, expected: str = "an object") -> dict[str, Any]:
+    """val, when it is a JSON object; where names it in the error."""
+    if not isinstance(val, dict):
+        raise ContractError(f"{where}: expected {expected}")
+    return val
+
+
 def _obj(msg: Any, what: str) -> dict[str, Any]:
-    if not isinstance(msg, dict):
-        raise ContractError(f"{what}: expected a JSON object, got {type(msg).__name__}")
-    v = msg.get("v")
+    obj = _object(msg, what, f"a JSON object, got {type(msg).__name__}")
+    v = obj.get("v")
     if v != VERSION:
         raise ContractError(f"{what}.v: unsupported contract version {shown(v)} (this side speaks {VERSION})")
-    return msg
+    return obj
 
 
 def _num(
@@ -183,8 +189,8 @@ def _num(
             val = int(val)
         else:
             raise ContractError(f"{field}: expected an integer, got {shown(val)}")
-    if isinstance(val, float) and not math.isfinite(val):
-        raise ContractError(f"{field}: {shown(val)} is not finite")
+    if isinstance(val, float):
+        _finite(val, field)
     if not lo <= val <= hi:
         raise ContractError(f"{field}: {val} is outside the allowed range {lo}..{hi}")
     return val
@@ -199,65 +205,69 @@ def _choice(msg: dict[str, Any], field: str, choices: Any, *, optional: bool = F
     return val
 
 
-def _text(msg: dict[str, Any], field: str, limit: int = MAX_TEXT, *, optional: bool = True) -> str | None:
+def _text(msg: dict[str, Any], field: str, limit: int = MAX_TEXT) -> str | None:
+    """An optional text field, NUL removed and cut to limit characters (a stderr tail keeps its end)."""
     val = msg.get(field)
     if val is None:
-        if optional:
-            return None
-        raise ContractError(f"{field}: required")
+        return None
     if not isinstance(val, str):
         raise ContractError(f"{field}: expected a string, got {type(val).__name__}")
     val = val.replace("\x00", "")  # real probe output can hold NUL; PostgreSQL text cannot
     return val[-limit:] if field == "stderr_tail" else val[:limit]
 
 
-def bounded_json(
-    val: Any,
-    field: str,
-    *,
-    depth: int = MAX_FACTS_DEPTH,
-    entries: int = MAX_FACTS_ENTRIES,
-    string: int = MAX_FACTS_STRING,
-) -> Any:
+def _finite(val: float, field: str) -> float:
+    if not math.isfinite(val):
+        raise ContractError(f"{field}: {shown(val)} is not finite")
+    return val
+
+
+class JsonBounds(NamedTuple):
+    """How deep a free-form JSON value may nest, how many entries each object or list may hold, how long a string."""
+
+    depth: int
+    entries: int
+    string: int
+
+
+FACTS_BOUNDS = JsonBounds(MAX_FACTS_DEPTH, MAX_FACTS_ENTRIES, MAX_FACTS_STRING)
+DETAIL_BOUNDS = JsonBounds(4, MAX_DETAIL_ENTRIES, MAX_TEXT)  # versions, stage_times, timings, extra of a result
+EVIDENCE_BOUNDS = JsonBounds(MAX_EVIDENCE_DEPTH, MAX_EVIDENCE_BYTES, MAX_EVIDENCE_BYTES)  # the size check comes first
+
+
+def bounded_json(val: Any, field: str, bounds: JsonBounds = FACTS_BOUNDS) -> Any:
     """A copy of a free-form JSON value with NUL removed; refuses NaN, odd types and anything too deep or long."""
     if isinstance(val, str):
-        if len(val) > string:
-            raise ContractError(f"{field}: a string of {len(val)} characters, at most {string} allowed")
+        if len(val) > bounds.string:
+            raise ContractError(f"{field}: a string of {len(val)} characters, at most {bounds.string} allowed")
         return val.replace("\x00", "")
     if val is None or isinstance(val, (bool, int)):
         if isinstance(val, int) and not isinstance(val, bool) and abs(val) > 2**63:
             raise ContractError(f"{field}: integer out of range")
         return val
     if isinstance(val, float):
-        if not math.isfinite(val):
-            raise ContractError(f"{field}: {shown(val)} is not finite")
-        return val
-    if depth <= 0 and isinstance(val, (dict, list)):
+        return _finite(val, field)
+    if not isinstance(val, (dict, list)):
+        raise ContractError(f"{field}: {type(val).__name__} is not a JSON value")
+    if bounds.depth <= 0:
         raise ContractError(f"{field}: nested too deep")
-    if isinstance(val, dict):
-        if len(val) > entries:
-            raise ContractError(f"{field}: {len(val)} entries, at most {entries} allowed")
-        out = {}
-        for k, v in val.items():
-            if not isinstance(k, str) or len(k) > 256:
-                raise ContractError(f"{field}: keys must be strings of at most 256 characters")
-            key = k.replace("\x00", "")
-            out[key] = bounded_json(v, f"{field}.{key[:64]}", depth=depth - 1, entries=entries, string=string)
-        return out
+    if len(val) > bounds.entries:
+        raise ContractError(f"{field}: {len(val)} entries, at most {bounds.entries} allowed")
+    inner = bounds._replace(depth=bounds.depth - 1)
     if isinstance(val, list):
-        if len(val) > entries:
-            raise ContractError(f"{field}: {len(val)} entries, at most {entries} allowed")
-        return [
-            bounded_json(v, f"{field}[{i}]", depth=depth - 1, entries=entries, string=string) for i, v in enumerate(val)
-        ]
-    raise ContractError(f"{field}: {type(val).__name__} is not a JSON value")
+        return [bounded_json(v, f"{field}[{i}]", inner) for i, v in enumerate(val)]
+    out = {}
+    for k, v in val.items():
+        if not isinstance(k, str) or len(k) > 256:
+            raise ContractError(f"{field}: keys must be strings of at most 256 characters")
+        key = k.replace("\x00", "")
+        out[key] = bounded_json(v, f"{field}.{key[:64]}", inner)
+    return out
 
 
 def validate_facts(facts: Any) -> dict[str, Any]:
     """A node's facts: a bounded JSON object (depth, entries, strings, encoded size), env at most MAX_FACTS_ENV."""
-    if not isinstance(facts, dict):
-        raise ContractError("facts: expected an object")
-    out: dict[str, Any] = bounded_json(facts, "facts")
+    out: dict[str, Any] = bounded_json(_object(facts, "facts"), "facts")
     env = out.get("env")
     if env is not None and (not isinstance(env, dict) or len(env) > MAX_FACTS_ENV):
         raise ContractError(f"facts.env: expected an object of at most {MAX_FACTS_ENV} variables")
@@ -272,7 +282,7 @@ def validate_details(msg: dict[str, Any], field: str) -> dict[str, Any]:
     val = msg.get(field) or {}
     if not isinstance(val, dict) or len(val) > MAX_DETAIL_ENTRIES:
         raise ContractError(f"{field}: expected an object of at most {MAX_DETAIL_ENTRIES} entries")
-    details: dict[str, Any] = bounded_json(val, field, depth=4, entries=MAX_DETAIL_ENTRIES, string=MAX_TEXT)
+    details: dict[str, Any] = bounded_json(val, field, DETAIL_BOUNDS)
     return details
 
 
@@ -304,16 +314,24 @@ def validate_sizes(sizes: Any) -> list[int]:
 
 
 def validate_timeouts(timeouts: Any) -> dict[str, float]:
-    merged = dict(DEFAULT_TIMEOUTS)
-    if timeouts is None:
+    """A probe's per-stage timeouts: the defaults, with the given ones (None: none) in their place."""
+    return merged_timeouts(timeouts, DEFAULT_TIMEOUTS, {"bandwidth": MAX_BANDWIDTH_BUDGET_S})
+
+
+def merged_timeouts(given: Any, defaults: dict[str, float], limits: dict[str, float] | None = None) -> dict[str, float]:
+    """defaults (stage -> seconds, in stage order) with the given stages' timeouts in their place.
+
+    Each given timeout is at most its stage's entry in limits, else MAX_STAGE_TIMEOUT_S; given is None for none.
+    """
+    merged = dict(defaults)
+    if given is None:
         return merged
-    if not isinstance(timeouts, dict):
+    if not isinstance(given, dict):
         raise ContractError("timeouts: expected an object of stage -> seconds")
-    for stage in timeouts:
-        if stage not in DEFAULT_TIMEOUTS:
-            raise ContractError(f"timeouts.{stage}: unknown stage (stages: {', '.join(STAGES)})")
-        hi = MAX_BANDWIDTH_BUDGET_S if stage == "bandwidth" else MAX_STAGE_TIMEOUT_S
-        merged[stage] = float(_num(timeouts, stage, 0.1, hi))
+    for stage in given:
+        if stage not in defaults:
+            raise ContractError(f"timeouts.{stage}: unknown stage (stages: {', '.join(defaults)})")
+        merged[stage] = float(_num(given, stage, 0.1, (limits or {}).get(stage, MAX_STAGE_TIMEOUT_S)))
     return merged
 
 
@@ -400,16 +418,11 @@ def validate_env(env: Any) -> dict[str, str]:
 
 def validate_command(msg: Any) -> dict[str, Any]:
     """Validate a probe command sent to one agent (one half of a pair, or one rank of a group)."""
-    msg = _obj(msg, "command")
-    kind = _choice(msg, "kind", PROBE_KINDS)
-    out: dict[str, Any] = {"v": VERSION, "kind": kind}
-    out["probe_id"] = _num(msg, "probe_id", 0, 2**62, integer=True)
-    out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
+    msg, out = addressed(msg, "command", PROBE_KINDS)
     rdv = msg.get("rendezvous")
     if not isinstance(rdv, str) or not _RDV_RE.match(rdv):
         raise ContractError(f"rendezvous: {shown(rdv)} is not a rendezvous id (8-64 of [A-Za-z0-9_-])")
     out["rendezvous"] = rdv
-    out["node"] = check_node_name(msg.get("node"), "node")
     out["world_size"] = _num(msg, "world_size", 2, MAX_WORLD_SIZE, integer=True, default=2)
     out["rank"] = _num(msg, "rank", 0, out["world_size"] - 1, integer=True)
     out["backend"] = _choice(msg, "backend", BACKENDS, default="gloo")
@@ -421,8 +434,7 @@ def validate_command(msg: Any) -> dict[str, Any]:
         raise ContractError("peers: expected a list of {name, address}")
     out["peers"] = []
     for i, p in enumerate(peers):
-        if not isinstance(p, dict):
-            raise ContractError(f"peers[{i}]: expected an object")
+        _object(p, f"peers[{i}]")
         out["peers"].append(
             {"name": check_node_name(p.get("name"), f"peers[{i}].name"), "address": _address(p, "address")}
         )
@@ -441,9 +453,45 @@ def validate_command(msg: Any) -> dict[str, Any]:
     return out
 
 
+def addressed(
+    msg: Any, what: str, kinds: tuple[str, ...], default_kind: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Check a message's version and kind; return it with the validated fields that address it (probe, node)."""
+    msg = _obj(msg, what)
+    out: dict[str, Any] = {"v": VERSION, "kind": _choice(msg, "kind", kinds, default=default_kind)}
+    out["probe_id"] = _num(msg, "probe_id", 0, 2**62, integer=True)
+    out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
+    out["node"] = check_node_name(msg.get("node"))
+    return msg, out
+
+
+def validate_outcome(msg: dict[str, Any], stages: tuple[str, ...], needs_reason: tuple[str, ...]) -> dict[str, Any]:
+    """A result's status, stage, reason (required for the statuses in needs_reason), hint, detail and stderr tail."""
+    out = {
+        "status": _choice(msg, "status", STATUSES),
+        "stage": _choice(msg, "stage", stages),
+        "reason": _choice(msg, "reason", REASONS, optional=True),
+    }
+    if out["status"] in needs_reason and out["reason"] is None:
+        raise ContractError(f"reason: required when status is {out['status']}")
+    out["hint"] = _text(msg, "hint")
+    out["detail"] = _text(msg, "detail")
+    out["stderr_tail"] = _text(msg, "stderr_tail", MAX_STDERR_TAIL)
+    return out
+
+
+def validate_list(
+    msg: dict[str, Any], field: str, limit: int, what: str, validate_entry: Callable[[Any, int], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A result's list of objects (per-size results, GPUs): at most limit, each passed to validate_entry(entry, i)."""
+    entries = msg.get(field) or []
+    if not isinstance(entries, list) or len(entries) > limit:
+        raise ContractError(f"{field}: expected a list of at most {limit} {what}")
+    return [validate_entry(e, i) for i, e in enumerate(entries)]
+
+
 def validate_size_result(entry: Any, i: int) -> dict[str, Any]:
-    if not isinstance(entry, dict):
-        raise ContractError(f"sizes[{i}]: expected an object")
+    entry = _object(entry, f"sizes[{i}]")
     return {
         "bytes": _num(entry, "bytes", MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES, integer=True),
         "time_us": _num(entry, "time_us", 0, 1e12),
@@ -455,28 +503,13 @@ def validate_size_result(entry: Any, i: int) -> dict[str, Any]:
 
 def validate_result(msg: Any) -> dict[str, Any]:
     """Validate one agent's half of a probe result."""
-    msg = _obj(msg, "result")
-    out: dict[str, Any] = {"v": VERSION}
-    out["kind"] = _choice(msg, "kind", PROBE_KINDS, default="pair")
-    out["probe_id"] = _num(msg, "probe_id", 0, 2**62, integer=True)
-    out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
-    out["node"] = check_node_name(msg.get("node"))
+    msg, out = addressed(msg, "result", PROBE_KINDS, default_kind="pair")
     out["rank"] = _num(msg, "rank", 0, MAX_WORLD_SIZE - 1, integer=True)
-    out["status"] = _choice(msg, "status", STATUSES)
-    out["stage"] = _choice(msg, "stage", STAGES)
-    out["reason"] = _choice(msg, "reason", REASONS, optional=True)
-    if out["status"] in ("failed", "timeout") and out["reason"] is None:
-        raise ContractError(f"reason: required when status is {out['status']}")
-    out["hint"] = _text(msg, "hint")
-    out["detail"] = _text(msg, "detail")
-    out["stderr_tail"] = _text(msg, "stderr_tail", MAX_STDERR_TAIL)
+    out.update(validate_outcome(msg, STAGES, ("failed", "timeout")))
     out["interface"] = _text(msg, "interface", 64)
     out["latency_us_p50"] = _num(msg, "latency_us_p50", 0, 1e10, optional=True)
     out["latency_us_p99"] = _num(msg, "latency_us_p99", 0, 1e10, optional=True)
-    sizes = msg.get("sizes") or []
-    if not isinstance(sizes, list) or len(sizes) > MAX_SIZES:
-        raise ContractError(f"sizes: expected a list of at most {MAX_SIZES} per-size results")
-    out["sizes"] = [validate_size_result(e, i) for i, e in enumerate(sizes)]
+    out["sizes"] = validate_list(msg, "sizes", MAX_SIZES, "per-size results", validate_size_result)
     out["algbw_gbps"] = _num(msg, "algbw_gbps", 0, 1e5, optional=True)
     out["busbw_gbps"] = _num(msg, "busbw_gbps", 0, 1e5, optional=True)
     for field in ("versions", "peer_versions", "stage_times", "timings", "extra"):
@@ -500,9 +533,7 @@ def validate_evidence(evidence: Any) -> dict[str, Any]:
     if size > MAX_EVIDENCE_BYTES:
         raise ContractError(f"evidence: {size} bytes encoded, at most {MAX_EVIDENCE_BYTES} allowed")
     # A copy without NUL (a stack dump may hold one; PostgreSQL's jsonb cannot).
-    cleaned: dict[str, Any] = bounded_json(
-        evidence, "evidence", depth=MAX_EVIDENCE_DEPTH, entries=MAX_EVIDENCE_BYTES, string=MAX_EVIDENCE_BYTES
-    )
+    cleaned: dict[str, Any] = bounded_json(evidence, "evidence", EVIDENCE_BOUNDS)
     return cleaned
 
 

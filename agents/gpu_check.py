@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from agents import contract, gpu, gpu_contract
-from agents.probe import StageLog, first_line
+from agents.probe import StagedChild, StageLog, first_line, run_child
 
 PROCESS_STARTED = time.time()
 CHUNK_BYTES = 2**30  # memory is taken in 1 GiB pieces: one refused piece does not lose the others
 TOUCH_PATTERN = 0xA5
-WATCHDOG_GRACE_S = 0.75
 
 
 class GpuStageFailure(Exception):
@@ -44,27 +41,19 @@ def worst(statuses: Iterable[str]) -> str:
     return out
 
 
-class GpuCheck:
+class GpuCheck(StagedChild):
     """One node's check; every exit goes through finish(), which writes the result once."""
 
-    def __init__(self, spec: dict[str, Any], log: StageLog, nvml_facts: dict[str, Any] | None = None):
-        self.spec, self.cmd, self.log = spec, spec["command"], log
-        self.name = self.cmd["node"]
+    def __init__(self, spec: dict[str, Any], log: StageLog):
+        super().__init__(spec, log, "init")
+        # The agent's own NVML reading, passed in the spec (read here when it has none).
+        nvml_facts = spec.get("nvml")
         self.nvml_facts = nvml_facts if nvml_facts is not None else gpu.collect()
         self.devices: list[dict[str, Any]] = []
-        self.stage = "init"
         self.gpu_index: int | None = None
-        self.stage_started = time.monotonic()
-        self.stage_limit: float | None = None
-        self.stage_times: dict[str, float] = {}
-        self.versions: dict[str, Any] = {}
-        self.lock = threading.Lock()
-        self.finished = False
-        self.torch: Any = None  # the torch module, once import_torch() has run
 
     def enter(self, stage: str, gpu_index: int | None = None) -> None:
-        now = time.monotonic()
-        self.stage_times[self.stage] = round(self.stage_times.get(self.stage, 0.0) + now - self.stage_started, 4)
+        now = self.close_stage()
         self.stage, self.gpu_index, self.stage_started = stage, gpu_index, now
         self.stage_limit = self.cmd["timeouts"][stage]
         self.log.emit(event="stage", stage=stage, gpu=gpu_index, limit_s=self.stage_limit)
@@ -73,8 +62,8 @@ class GpuCheck:
         """A stage that overruns its timeout ends the check with a named result (a hung GPU never returns)."""
         while True:
             time.sleep(0.05)
-            limit = self.stage_limit
-            if limit is None or time.monotonic() - self.stage_started <= limit + WATCHDOG_GRACE_S:
+            limit = self.overrun_limit()
+            if limit is None:
                 continue
             where = f"GPU {self.gpu_index}" if self.gpu_index is not None else "CUDA"
             hint = (
@@ -85,35 +74,23 @@ class GpuCheck:
                 os._exit(3)
             return
 
-    def finish(
-        self, status: str, reason: str | None = None, hint: str | None = None, detail: str | None = None
-    ) -> bool:
-        with self.lock:
-            if self.finished:
-                return False
-            self.finished = True
-            self.stage_limit = None
-        self.stage_times[self.stage] = round(
-            self.stage_times.get(self.stage, 0.0) + time.monotonic() - self.stage_started, 4
-        )
-        result = {
-            "status": status,
-            "stage": self.stage,
-            "reason": reason,
-            "hint": hint,
-            "detail": detail,
+    def result_fields(self, status: str) -> dict[str, Any]:
+        return {
             "devices": self.devices,
             "versions": self.versions,
             "stage_times": self.stage_times,
             "timings": {"total_s": round(time.time() - PROCESS_STARTED, 4)},
             "extra": {"nvml_error": self.nvml_facts.get("error"), "driver": self.nvml_facts.get("driver")},
         }
-        tmp = self.spec["result_path"] + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f)
-        os.replace(tmp, self.spec["result_path"])
-        self.log.emit(event="finished", status=status, stage=self.stage, reason=reason)
-        return True
+
+    def fail(self, e: BaseException) -> None:
+        if isinstance(e, GpuStageFailure):
+            self.finish(e.status, e.reason, e.hint)
+            return
+        import traceback
+
+        traceback.print_exc()
+        self.finish_crashed("gpu_error", "the gpu check", e)
 
     # -- the stages ---------------------------------------------------------------
     def run(self) -> None:
@@ -306,31 +283,8 @@ class GpuCheck:
         return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with open(argv[0]) as f:
-        spec = json.load(f)
-    log = StageLog(spec["events_path"])
-    log.emit(event="started", pid=os.getpid())
-    check = GpuCheck(spec, log, spec.get("nvml"))
-    threading.Thread(target=check.watchdog, daemon=True, name="stage-watchdog").start()
-    try:
-        check.run()
-    except GpuStageFailure as f:
-        check.finish(f.status, f.reason, f.hint)
-    except BaseException as e:  # the result must say what went wrong, whatever it was
-        import traceback
-
-        traceback.print_exc()
-        check.finish(
-            "failed",
-            "gpu_error",
-            f"the gpu check on {check.name} failed in stage {check.stage}: {first_line(e)}",
-            detail=first_line(e),
-        )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+def main(argv: list[str] | None = None) -> None:
+    run_child(argv, GpuCheck)
 
 
 # -- the agent side ---------------------------------------------------------------
@@ -372,64 +326,50 @@ def run_gpu_check(
             runner._stop_group(probe)
         events += runner._read_events(events_path, offset)[0]
         output, written = runner.child_output(result_path, output_path)
-    return _result(cmd, written, events, output, killed, probe.returncode, time.monotonic() - started)
-
-
-def _result(
-    cmd: dict[str, Any],
-    written: dict[str, Any] | None,
-    events: list[dict[str, Any]],
-    output: str,
-    killed: bool,
-    returncode: int | None,
-    elapsed: float,
-) -> dict[str, Any]:
     stages = [e for e in events if e.get("event") == "stage"]
     stage = stages[-1]["stage"] if stages else "init"
-    where = f" on GPU {stages[-1]['gpu']}" if stages and stages[-1].get("gpu") is not None else ""
-    result = {
-        "v": contract.VERSION,
-        "kind": gpu_contract.KIND,
-        "probe_id": cmd["probe_id"],
-        "sweep_id": cmd["sweep_id"],
-        "node": cmd["node"],
-    }
-    if written is not None:
-        result.update(written)
-    elif killed:
-        result.update(
-            status="timeout",
-            stage=stage,
-            reason="gpu_error",
-            hint=(
-                f"the gpu check on {cmd['node']} was stopped at its {cmd['deadline_s']:.0f}s deadline in stage "
-                f"{stage}{where}: the GPU may be hung (look for Xid errors in dmesg)"
-            ),
-        )
-    else:
-        result.update(
-            status="failed",
-            stage=stage,
-            reason="probe_crashed",
-            hint=f"the gpu check on {cmd['node']} exited with code {returncode} in stage {stage}{where} "
-            "without a result",
-        )
-    from agents import runner  # as in run_gpu_check: the child stays light
-
+    gpu_index = stages[-1].get("gpu") if stages else None
+    result = _unstamped_result(cmd, written, stage, gpu_index, killed, probe.returncode)
     return runner.closed_result(
         result,
         output,
-        elapsed,
+        time.monotonic() - started,
         gpu_contract.validate_result,
-        lambda e: dict(
-            {k: result[k] for k in ("v", "kind", "probe_id", "sweep_id", "node")},
-            status="failed",
-            stage=stage,
-            reason="probe_crashed",
-            hint=f"the gpu check wrote an invalid result: {e}",
-            finished_at=time.time(),
+        lambda e: gpu_contract.failed_result(
+            cmd, "probe_crashed", f"the gpu check wrote an invalid result: {e}", stage, finished_at=time.time()
         ),
     )
+
+
+def _unstamped_result(
+    cmd: dict[str, Any],
+    written: dict[str, Any] | None,
+    stage: str,
+    gpu_index: int | None,
+    killed: bool,
+    returncode: int | None,
+) -> dict[str, Any]:
+    """The check's own result, or one saying how the child ended without it (stopped at the deadline, or crashed).
+
+    stage and gpu_index: where the child's stage log ends.
+    """
+    if written is not None:
+        return dict(gpu_contract.addressed(cmd), **written)
+    where = f" on GPU {gpu_index}" if gpu_index is not None else ""
+    if killed:
+        status, reason, hint = (
+            "timeout",
+            "gpu_error",
+            f"the gpu check on {cmd['node']} was stopped at its {cmd['deadline_s']:.0f}s deadline in stage "
+            f"{stage}{where}: the GPU may be hung (look for Xid errors in dmesg)",
+        )
+    else:
+        status, reason, hint = (
+            "failed",
+            "probe_crashed",
+            f"the gpu check on {cmd['node']} exited with code {returncode} in stage {stage}{where} without a result",
+        )
+    return dict(gpu_contract.addressed(cmd), status=status, stage=stage, reason=reason, hint=hint)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents import contract
-from agents.contract import ContractError, _choice, _num, _obj, _text
+from agents.contract import ContractError, _choice, _num, _object, _text
 
 KIND = "gpu"
 STAGES = ("init", "memory", "matmul", "copy")
@@ -43,28 +43,26 @@ def default_deadline(timeouts: dict[str, float], gpus: int = 8) -> float:
     return round(min(contract.MAX_DEADLINE_S, timeouts["init"] + gpus * per_gpu + 15.0), 1)
 
 
-def _addressed(msg: Any, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Check a message's version and kind; return it with the validated fields that address it (probe, node)."""
-    msg = _obj(msg, what)
-    _choice(msg, "kind", (KIND,))
-    out: dict[str, Any] = {"v": contract.VERSION, "kind": KIND}
-    out["probe_id"] = _num(msg, "probe_id", 0, 2**62, integer=True)
-    out["sweep_id"] = _num(msg, "sweep_id", 0, 2**62, integer=True, optional=True)
-    out["node"] = contract.check_node_name(msg.get("node"))
-    return msg, out
+def addressed(cmd: dict[str, Any]) -> dict[str, Any]:
+    """The fields that address a result to a validated command's probe and node."""
+    return {
+        "v": contract.VERSION,
+        "kind": KIND,
+        "probe_id": cmd["probe_id"],
+        "sweep_id": cmd["sweep_id"],
+        "node": cmd["node"],
+    }
+
+
+def failed_result(cmd: dict[str, Any], reason: str, hint: str, stage: str = "init", **more: Any) -> dict[str, Any]:
+    """A failed result for a validated command, written by the agent when the check itself could not say."""
+    return dict(addressed(cmd), status="failed", stage=stage, reason=reason, hint=hint, **more)
 
 
 def validate_command(msg: Any) -> dict[str, Any]:
     """Validate a gpu check command for one node."""
-    msg, out = _addressed(msg, "command")
-    timeouts = dict(DEFAULT_TIMEOUTS)
-    given = msg.get("timeouts") or {}
-    if not isinstance(given, dict):
-        raise ContractError("timeouts: expected an object of stage -> seconds")
-    for stage in given:
-        if stage not in DEFAULT_TIMEOUTS:
-            raise ContractError(f"timeouts.{stage}: unknown stage (stages: {', '.join(STAGES)})")
-        timeouts[stage] = float(_num(given, stage, 0.1, contract.MAX_STAGE_TIMEOUT_S))
+    msg, out = contract.addressed(msg, "command", (KIND,))
+    timeouts = contract.merged_timeouts(msg.get("timeouts") or {}, DEFAULT_TIMEOUTS)
     out["timeouts"] = timeouts
     out["memory_fraction"] = float(_num(msg, "memory_fraction", 0.05, 0.95, default=DEFAULT_MEMORY_FRACTION))
     out["matmul_n"] = _num(msg, "matmul_n", 128, 16384, integer=True, default=DEFAULT_MATMUL_N)
@@ -81,9 +79,8 @@ def validate_command(msg: Any) -> dict[str, Any]:
 
 
 def _device(entry: Any, i: int) -> dict[str, Any]:
-    if not isinstance(entry, dict):
-        raise ContractError(f"devices[{i}]: expected an object")
     where = f"devices[{i}]"
+    entry = _object(entry, where)
     try:
         out = {
             "index": _num(entry, "index", 0, MAX_GPUS - 1, integer=True),
@@ -114,19 +111,9 @@ def _device(entry: Any, i: int) -> dict[str, Any]:
 
 def validate_result(msg: Any) -> dict[str, Any]:
     """Validate one node's gpu check result (node-level status, then one entry per GPU)."""
-    msg, out = _addressed(msg, "result")
-    out["status"] = _choice(msg, "status", contract.STATUSES)
-    out["stage"] = _choice(msg, "stage", STAGES)
-    out["reason"] = _choice(msg, "reason", contract.REASONS, optional=True)
-    if out["status"] in ("failed", "timeout", "skipped") and out["reason"] is None:
-        raise ContractError(f"reason: required when status is {out['status']}")
-    out["hint"] = _text(msg, "hint")
-    out["detail"] = _text(msg, "detail")
-    out["stderr_tail"] = _text(msg, "stderr_tail", contract.MAX_STDERR_TAIL)
-    devices = msg.get("devices") or []
-    if not isinstance(devices, list) or len(devices) > MAX_GPUS:
-        raise ContractError(f"devices: expected a list of at most {MAX_GPUS} GPUs")
-    out["devices"] = [_device(d, i) for i, d in enumerate(devices)]
+    msg, out = contract.addressed(msg, "result", (KIND,))
+    out.update(contract.validate_outcome(msg, STAGES, ("failed", "timeout", "skipped")))
+    out["devices"] = contract.validate_list(msg, "devices", MAX_GPUS, "GPUs", _device)
     for field in ("versions", "stage_times", "timings", "extra"):
         out[field] = contract.validate_details(msg, field)
     out["duration_s"] = _num(msg, "duration_s", 0, 1e5, optional=True)

@@ -130,63 +130,58 @@ def count_findings(fleet: dict[str, dict[str, Any]]) -> list[Finding]:
             why = gpu_facts(fleet[node]).get("error") or "no devices"
             out.append(finding("fail", node, f"{node} reports no GPUs ({why}) where its peers have {usual}"))
         elif 0 < c < usual:
-            out.append(
-                finding(
-                    "fail",
-                    node,
-                    f"{node} has {c} GPUs where its peers have {usual}: a GPU is missing "
-                    "(fallen off the bus, Xid 79) or hidden",
-                )
-            )
+            fewer = f"{node} has {c} GPUs where its peers have {usual}"
+            out.append(finding("fail", node, f"{fewer}: a GPU is missing (fallen off the bus, Xid 79) or hidden"))
     return out
 
 
 def device_findings(node: str, dev: dict[str, Any]) -> list[Finding]:
     """One GPU's own health: ECC errors, retired pages and remapped rows."""
-    out = []
     gpu = _gpu(node, dev)
-    if dev.get("error"):
-        out.append(finding("fail", node, f"NVML cannot open {gpu}: {dev['error']}"))
     ecc = dev.get("ecc") or {}
     vol = (ecc.get("volatile") or {}).get("uncorrected") or 0
     agg = (ecc.get("aggregate") or {}).get("uncorrected") or 0
-    if vol:
-        out.append(
-            finding(
-                "fail",
-                node,
-                f"uncorrectable ECC errors on {gpu} ({vol} since the last reset, {agg} in "
-                "its lifetime): drain the node and reset the GPU",
-            )
-        )
-    elif agg:
-        out.append(
-            finding(
-                "warn",
-                node,
-                f"{gpu} has had {agg} uncorrectable ECC errors in its lifetime (none since the last reset): watch it",
-            )
-        )
     corrected = (ecc.get("volatile") or {}).get("corrected") or 0
-    if corrected:
-        out.append(finding("info", node, f"{gpu} corrected {corrected} ECC errors since the last reset"))
     rows = dev.get("remapped_rows") or {}
     pages = dev.get("retired_pages") or {}
-    if rows.get("failure"):
-        out.append(finding("fail", node, f"row remapping failed on {gpu}: it has no spare rows left; replace it"))
-    if rows.get("pending") or pages.get("pending"):
-        what = "remapped rows" if rows.get("pending") else "retired pages"
-        out.append(
-            finding(
-                "warn",
-                node,
-                f"{what} pending on {gpu}: they take effect only after a GPU reset "
-                "(nvidia-smi -r, or a reboot); until then the faulty memory is in use",
-            )
-        )
-    if rows.get("uncorrectable"):
-        out.append(finding("info", node, f"{gpu} has {rows['uncorrectable']} rows remapped for uncorrectable errors"))
-    return out
+    pending = "remapped rows" if rows.get("pending") else "retired pages"
+    # (whether it applies, severity, text), in the order the findings are listed
+    checks = (
+        (dev.get("error"), "fail", f"NVML cannot open {gpu}: {dev.get('error')}"),
+        (
+            vol,
+            "fail",
+            f"uncorrectable ECC errors on {gpu} ({vol} since the last reset, {agg} in its lifetime): "
+            "drain the node and reset the GPU",
+        ),
+        (
+            agg and not vol,
+            "warn",
+            f"{gpu} has had {agg} uncorrectable ECC errors in its lifetime (none since the last reset): watch it",
+        ),
+        (corrected, "info", f"{gpu} corrected {corrected} ECC errors since the last reset"),
+        (rows.get("failure"), "fail", f"row remapping failed on {gpu}: it has no spare rows left; replace it"),
+        (
+            rows.get("pending") or pages.get("pending"),
+            "warn",
+            f"{pending} pending on {gpu}: they take effect only after a GPU reset "
+            "(nvidia-smi -r, or a reboot); until then the faulty memory is in use",
+        ),
+        (
+            rows.get("uncorrectable"),
+            "info",
+            f"{gpu} has {rows.get('uncorrectable')} rows remapped for uncorrectable errors",
+        ),
+    )
+    return [finding(severity, node, text) for applies, severity, text in checks if applies]
+
+
+def _by_model(devices: list[tuple[str, dict[str, Any]]]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """(node, device) pairs grouped by GPU model name, in the order given."""
+    by_model: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for node, dev in devices:
+        by_model[dev.get("name") or "?"].append((node, dev))
+    return by_model
 
 
 def _modal(values: list[Any]) -> Any:
@@ -199,11 +194,8 @@ def pcie_findings(fleet: dict[str, dict[str, Any]]) -> list[Finding]:
     The generation compared is the link's maximum (the current one drops at idle to save power);
     the width is the current one, which stays where the link trained.
     """
-    by_model: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for node, dev in _devices(fleet):
-        by_model[dev.get("name") or "?"].append((node, dev))
     out = []
-    for model, devs in by_model.items():
+    for model, devs in _by_model(_devices(fleet)).items():
         links = [(d.get("pcie") or {}) for _, d in devs]
         peer_gen = _modal([p.get("max_gen") for p in links if p.get("max_gen")])
         peer_width = _modal([p.get("width") for p in links if p.get("width")])
@@ -212,17 +204,12 @@ def pcie_findings(fleet: dict[str, dict[str, Any]]) -> list[Finding]:
             gen, width, max_width = p.get("max_gen"), p.get("width"), p.get("max_width")
             slower = (peer_gen and gen and gen < peer_gen) or (peer_width and width and width < peer_width)
             if slower and len(devs) >= 2:
-                out.append(
-                    finding(
-                        "warn",
-                        node,
-                        (
-                            f"{_gpu(node, dev)} runs PCIe Gen{gen} x{width} where its peers ({model}) run Gen{peer_gen} "
-                            f"x{peer_width}: host copies top out at {pcie_gbps(gen, width)} GB/s instead of "
-                            f"{pcie_gbps(peer_gen, peer_width)}; reseat the card or riser, check the slot"
-                        ),
-                    )
+                text = (
+                    f"{_gpu(node, dev)} runs PCIe Gen{gen} x{width} where its peers ({model}) run Gen{peer_gen} "
+                    f"x{peer_width}: host copies top out at {pcie_gbps(gen, width)} GB/s instead of "
+                    f"{pcie_gbps(peer_gen, peer_width)}; reseat the card or riser, check the slot"
                 )
+                out.append(finding("warn", node, text))
             elif width and max_width and width < max_width:
                 out.append(
                     finding("warn", node, f"{_gpu(node, dev)} trained its PCIe link at x{width} of x{max_width}")
@@ -232,28 +219,19 @@ def pcie_findings(fleet: dict[str, dict[str, Any]]) -> list[Finding]:
 
 def nvlink_findings(fleet: dict[str, dict[str, Any]]) -> list[Finding]:
     """NVLink links down: inactive links on a GPU, or fewer active ones than its model's peers."""
-    by_model: dict[str, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for node, dev in _devices(fleet):
-        if dev.get("nvlink"):
-            by_model[dev.get("name") or "?"].append((node, dev))
     out = []
-    for devs in by_model.values():
+    for devs in _by_model([(node, dev) for node, dev in _devices(fleet) if dev.get("nvlink")]).values():
         usual = _modal([d["nvlink"].get("active", 0) for _, d in devs])
         for node, dev in devs:
             link = dev["nvlink"]
             down, active = link.get("inactive") or [], link.get("active", 0)
             if down or active < usual:
                 which = f"links {', '.join(map(str, down))}" if down else f"{usual - active} links"
-                out.append(
-                    finding(
-                        "fail",
-                        node,
-                        (
-                            f"NVLink {which} down on {_gpu(node, dev)} ({active} active where its peers have {usual}): "
-                            "collectives fall back to PCIe or hang; reset the GPU or drain the node"
-                        ),
-                    )
+                text = (
+                    f"NVLink {which} down on {_gpu(node, dev)} ({active} active where its peers have {usual}): "
+                    "collectives fall back to PCIe or hang; reset the GPU or drain the node"
                 )
+                out.append(finding("fail", node, text))
     return out
 
 

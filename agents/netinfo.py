@@ -12,12 +12,13 @@ import fcntl
 import ipaddress
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
 from collections.abc import Callable
 from typing import Any, TypedDict
+
+from agents import run_tool
 
 SIOCGIFADDR = 0x8915
 
@@ -40,12 +41,9 @@ class Candidate(TypedDict):
 
 
 def _ip_json(run: Runner = subprocess.run) -> list[dict[str, Any]] | None:
-    exe = shutil.which("ip")
-    if not exe:
-        return None
     try:
-        out = run([exe, "-j", "addr", "show"], capture_output=True, text=True, timeout=5)
-        return json.loads(out.stdout) if out.returncode == 0 else None
+        out = run_tool("ip", ["-j", "addr", "show"], 5, run)
+        return json.loads(out.stdout) if out is not None and out.returncode == 0 else None
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
 

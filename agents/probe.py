@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -90,6 +91,11 @@ class StageFailure(Exception):
         super().__init__(hint)
         self.reason, self.hint, self.detail, self.status = reason, hint, detail, status
 
+    @classmethod
+    def timed_out(cls, reason: str, hint: str, cause: BaseException | None = None) -> StageFailure:
+        """A stage that ran out of time; the first line of cause (the error that said so) is the detail."""
+        return cls(reason, hint, detail=first_line(cause) if cause is not None else None, status="timeout")
+
 
 class StageLog:
     """Append-only JSON lines, flushed per event: readable after a SIGKILL."""
@@ -112,42 +118,134 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:400]
 
 
+class StagedChild:
+    """What a probe rank and the gpu check share: the stage clock the watchdog reads, and a result written once.
+
+    A subclass implements run() (the ladder), watchdog() (a daemon thread holding each stage
+    to its limit) and fail() (the result for whatever ended run()); run_child() drives them.
+    """
+
+    def __init__(self, spec: dict[str, Any], log: StageLog, stage: str):
+        self.spec, self.cmd, self.log = spec, spec["command"], log
+        self.name = self.cmd["node"]
+        self.stage = stage
+        self.stage_started = time.monotonic()
+        self.stage_limit: float | None = None
+        self.stage_times: dict[str, float] = {}
+        self.versions: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.finished = False
+        self.torch: Any = None  # the torch module, imported in run() (never at module level)
+
+    def close_stage(self) -> float:
+        """Add the time spent in the current stage to stage_times; returns the monotonic now."""
+        now = time.monotonic()
+        self.stage_times[self.stage] = round(self.stage_times.get(self.stage, 0.0) + now - self.stage_started, 4)
+        return now
+
+    def overrun_limit(self) -> float | None:
+        """The current stage's limit once the stage has run past it (and the grace), else None."""
+        limit = self.stage_limit
+        if limit is None or time.monotonic() - self.stage_started <= limit + WATCHDOG_GRACE_S:
+            return None
+        return limit
+
+    def finish(
+        self, status: str, reason: str | None = None, hint: str | None = None, detail: str | None = None
+    ) -> bool:
+        """Write the result once: False when it was already written (the watchdog and the main thread may race here)."""
+        with self.lock:
+            if self.finished:
+                return False
+            self.finished = True
+            self.stage_limit = None
+        self.close_stage()
+        result = {
+            "status": status,
+            "stage": self.stage,
+            "reason": reason,
+            "hint": hint,
+            "detail": detail,
+            **self.result_fields(status),
+        }
+        # Replaced in one step: the runner may read it at any time.
+        tmp = self.spec["result_path"] + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, self.spec["result_path"])
+        self.log.emit(event="finished", status=status, stage=self.stage, reason=reason)
+        return True
+
+    def result_fields(self, status: str) -> dict[str, Any]:
+        """What the result carries besides its status, stage, reason, hint and detail."""
+        raise NotImplementedError
+
+    def finish_crashed(self, reason: str, what: str, e: BaseException) -> None:
+        """Finish with an exception no stage named: where it happened and its first line."""
+        self.finish(
+            "failed",
+            reason,
+            f"{what} on {self.name} failed in stage {self.stage}: {first_line(e)}",
+            detail=first_line(e),
+        )
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def watchdog(self) -> None:
+        raise NotImplementedError
+
+    def fail(self, e: BaseException) -> None:
+        """Write the result for an exception that ended run()."""
+        raise NotImplementedError
+
+    def linger(self) -> None:
+        """Wait, after the result, for whatever peers still need from this process; none by default."""
+
+
+def run_child(argv: list[str] | None, make: Callable[[dict[str, Any], StageLog], StagedChild]) -> None:
+    """The child's entry point: `python -m MODULE SPEC.json` runs make(spec, log) and never returns."""
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    log = StageLog(spec["events_path"])
+    log.emit(event="started", pid=os.getpid())
+    child = make(spec, log)
+    threading.Thread(target=child.watchdog, daemon=True, name="stage-watchdog").start()
+    try:
+        child.run()
+    except BaseException as e:  # the result must say what went wrong, whatever it was
+        child.fail(e)
+    child.linger()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: destroying a process group whose peer is gone can block.
+    os._exit(0)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, int(round(q / 100.0 * len(ordered) + 0.5)) - 1))]
 
 
-class Probe:
+class Probe(StagedChild):
     """State of one rank climbing the ladder; every exit goes through finish()."""
 
     def __init__(self, spec: dict[str, Any], log: StageLog):
-        self.spec = spec
-        self.cmd = spec["command"]
-        self.log = log
+        super().__init__(spec, log, "resolve")
         self.rank = self.cmd["rank"]
         self.n = self.cmd["world_size"]
-        self.name = self.cmd["node"]
         self.t = self.cmd["timeouts"]
-        self.stage = "resolve"
-        self.stage_started = time.monotonic()
-        self.stage_limit: float | None = None
-        self.stage_times: dict[str, float] = {}
         self.timings: dict[str, float] = {"spawn_s": round(PROCESS_STARTED - spec["spawned_at"], 4)}
         self.extra: dict[str, Any] = {}
         # What the classification of this half rests on (agents/evidence.py; contract.validate_evidence).
         self.evidence: dict[str, Any] = {"rank": self.rank, "node": self.name}
         self.peer_ip: str | None = None
-        self.versions: dict[str, Any] = {}
         self.peer_versions: dict[str, Any] = {}
         self.interface: str | None = None
         self.master_ip: str | None = None
         self.port: int | None = None
-        self.lock = threading.Lock()
-        self.finished = False
-        self.result_path = spec["result_path"]
-        # torch and torch.distributed, imported in run() (never at module level: see the module docstring).
-        self.torch: Any = None
-        self.dist: Any = None
+        self.dist: Any = None  # torch.distributed, imported with torch in run()
         self.store = None
         self.joined: list[int] = []  # ranks seen in the store: the ones rank 0 waits for before it leaves
 
@@ -174,8 +272,7 @@ class Probe:
 
     # -- stages ---------------------------------------------------------------
     def enter(self, stage: str, limit_s: float, step: str | None = None) -> None:
-        now = time.monotonic()
-        self.stage_times[self.stage] = round(self.stage_times.get(self.stage, 0.0) + now - self.stage_started, 4)
+        now = self.close_stage()
         self.stage, self.stage_started, self.stage_limit = stage, now, limit_s
         self.log.emit(event="stage", stage=stage, step=step, limit_s=limit_s)
 
@@ -188,8 +285,8 @@ class Probe:
             time.sleep(0.05)
             if time.time() > orphan_deadline or os.getppid() != parent or (runner and not pid_alive(runner)):
                 os._exit(4)  # nobody is left to read a result
-            limit = self.stage_limit
-            if limit is None or time.monotonic() - self.stage_started <= limit + WATCHDOG_GRACE_S:
+            limit = self.overrun_limit()
+            if limit is None:
                 continue
             failure = StageFailure(
                 TIMEOUT_REASONS[self.stage],
@@ -207,49 +304,32 @@ class Probe:
 
     def timeout_hint(self, stage: str, limit: float) -> str:
         peer = self.others_label()
-        if stage == "resolve":
-            return f"{self.name} could not resolve {self.cmd['master_address']} within {limit:.1f}s: check DNS or /etc/hosts"
-        if stage == "connect":
-            return (
-                f"{self.name} could not reach {peer} within {limit:.1f}s: a firewall may be dropping TCP; "
-                "open the store port and Gloo's ephemeral range"
-            )
-        if stage == "store":
-            return f"{self.name} waited {limit:.1f}s for {peer} in the store: the peer never arrived or cannot reach the store"
-        if stage == "init":
-            return (
-                f"{self.name} formed the store with {peer} but the {self.cmd['backend']} process group did not connect "
-                f"within {limit:.1f}s on interface {self.interface or 'default'}: a firewall may block Gloo/NCCL's "
-                "ephemeral ports, or a peer advertises an address others cannot reach (set GLOO_SOCKET_IFNAME / "
-                "NCCL_SOCKET_IFNAME to the interface that routes between the hosts)"
-            )
-        return (
+        by_stage = {
+            "resolve": f"{self.name} could not resolve {self.cmd['master_address']} within {limit:.1f}s: "
+            "check DNS or /etc/hosts",
+            "connect": f"{self.name} could not reach {peer} within {limit:.1f}s: a firewall may be dropping TCP; "
+            "open the store port and Gloo's ephemeral range",
+            "store": f"{self.name} waited {limit:.1f}s for {peer} in the store: the peer never arrived or cannot "
+            "reach the store",
+            "init": f"{self.name} formed the store with {peer} but the {self.cmd['backend']} process group did not "
+            f"connect within {limit:.1f}s on interface {self.interface or 'default'}: a firewall may block "
+            "Gloo/NCCL's ephemeral ports, or a peer advertises an address others cannot reach (set "
+            "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME to the interface that routes between the hosts)",
+        }
+        # collective and bandwidth: a peer that stopped mid-collective
+        return by_stage.get(
+            stage,
             f"{self.name}: an all_reduce with {peer} did not complete within {limit:.1f}s: a peer stopped "
-            "responding mid-collective (process stopped or dead, or the link dropped)"
+            "responding mid-collective (process stopped or dead, or the link dropped)",
         )
 
-    def finish(
-        self, status: str, reason: str | None = None, hint: str | None = None, detail: str | None = None
-    ) -> bool:
-        """Write the result once; the watchdog and the main thread may race here."""
-        with self.lock:
-            if self.finished:
-                return False
-            self.finished = True
-            self.stage_limit = None
-        now = time.monotonic()
-        self.stage_times[self.stage] = round(self.stage_times.get(self.stage, 0.0) + now - self.stage_started, 4)
+    def result_fields(self, status: str) -> dict[str, Any]:
         self.timings["total_s"] = round(time.time() - PROCESS_STARTED, 4)
         if status not in contract.HARMLESS_STATUSES:
             # Where the bytes stopped: sockets to the peer with unacknowledged data, retransmitting.
             self.evidence["sockets"] = evidence.peer_sockets(self.peer_ip)
         self.evidence["stage_times"] = dict(self.stage_times)
-        result = {
-            "status": status,
-            "stage": self.stage,
-            "reason": reason,
-            "hint": hint,
-            "detail": detail,
+        return {
             "interface": self.interface,
             "versions": self.versions,
             "peer_versions": self.peer_versions,
@@ -257,14 +337,8 @@ class Probe:
             "timings": self.timings,
             "extra": self.extra,
             "evidence": self.evidence,
+            **getattr(self, "measured", {}),
         }
-        result.update(getattr(self, "measured", {}))
-        tmp = self.result_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f)
-        os.replace(tmp, self.result_path)
-        self.log.emit(event="finished", status=status, stage=self.stage, reason=reason)
-        return True
 
     def linger(self) -> None:
         """Keep the store up until every rank is done with it; a rank that leaves says so first."""
@@ -282,6 +356,20 @@ class Probe:
 
     def finish_failure(self, f: StageFailure) -> bool:
         return self.finish(f.status, f.reason, f.hint, f.detail)
+
+    def fail(self, e: BaseException) -> None:
+        if isinstance(e, StageFailure):
+            self.finish_failure(e)
+            return
+        if named := self.nccl_failure(e):  # e.g. torch.cuda.set_device on an unusable GPU
+            self.finish_failure(named)
+        import traceback
+
+        traceback.print_exc()
+        if self.stage in ("collective", "bandwidth"):
+            self.finish_failure(self.collective_failure(e))
+        else:
+            self.finish_crashed("probe_crashed", "the probe", e)
 
     # -- ladder ---------------------------------------------------------------
     def run(self) -> None:
@@ -477,11 +565,10 @@ class Probe:
         try:
             return self.dist.TCPStore(self.master_ip, self.port, self.n, False, timeout=timedelta(seconds=t["store"]))
         except Exception as e:
-            raise StageFailure(
+            raise StageFailure.timed_out(
                 "store_timeout",
                 f"{self.name} reached {self.master_label()} but could not join its store within {t['store']:.1f}s",
-                detail=first_line(e),
-                status="timeout",
+                e,
             ) from None
 
     def bind_failure(self, e: Exception, ip: str, port: int) -> StageFailure:
@@ -520,11 +607,10 @@ class Probe:
                     "on that port (the master's store is not up, or a firewall rejects it)",
                 ) from None
             except TimeoutError:
-                raise StageFailure(
+                raise StageFailure.timed_out(
                     "connect_timeout",
                     f"{self.name} could not reach {where} within {limit:.1f}s: a "
                     "firewall may be dropping TCP; open the store port and Gloo's ephemeral range",
-                    status="timeout",
                 ) from None
             except OSError as e:
                 raise StageFailure(
@@ -553,12 +639,10 @@ class Probe:
             names = ", ".join(f"{self.peer_name(r)} (rank {r})" for r in missing)
             if "store" in self.evidence:
                 self.evidence["store"]["connected"] = False
-            raise StageFailure(
+            raise StageFailure.timed_out(
                 "store_timeout",
-                f"{self.name} waited {self.t['store']:.1f}s in the store on "
-                f"{self.master_label()} for {names}: never arrived",
-                detail=first_line(e),
-                status="timeout",
+                f"{self.name} waited {self.t['store']:.1f}s in the store on {self.master_label()} for {names}: never arrived",
+                e,
             ) from None
         self.joined = list(range(self.n))
         if "store" in self.evidence:
@@ -849,12 +933,11 @@ class Probe:
                 timedelta(seconds=attempt + contract.DISCOVER_LOCKSTEP_S + 1.0),
             )
         except Exception as e:
-            raise StageFailure(
+            raise StageFailure.timed_out(
                 "transport",
                 f"{peers[1 - self.rank]['node']} stopped answering during interface "
                 f"discovery (combination {row['rank0_interface']}-{row['rank1_interface']})",
-                detail=first_line(e),
-                status="timeout",
+                e,
             ) from None
         return dict(row)
 
@@ -918,38 +1001,8 @@ def gloo_default_address() -> dict[str, Any]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    with open(argv[0]) as f:
-        spec = json.load(f)
-    log = StageLog(spec["events_path"])
-    log.emit(event="started", pid=os.getpid())
-    probe = Probe(spec, log)
-    threading.Thread(target=probe.watchdog, daemon=True, name="stage-watchdog").start()
-    try:
-        probe.run()
-    except StageFailure as f:
-        probe.finish_failure(f)
-    except BaseException as e:  # the result must say what went wrong, whatever it was
-        if named := probe.nccl_failure(e):  # e.g. torch.cuda.set_device on an unusable GPU
-            probe.finish_failure(named)
-        import traceback
-
-        traceback.print_exc()
-        if probe.stage in ("collective", "bandwidth"):
-            probe.finish_failure(probe.collective_failure(e))
-        else:
-            probe.finish(
-                "failed",
-                "probe_crashed",
-                f"the probe on {probe.name} failed in stage {probe.stage}: {first_line(e)}",
-                detail=first_line(e),
-            )
-    probe.linger()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: destroying a process group whose peer is gone can block.
-    os._exit(0)
+def main(argv: list[str] | None = None) -> None:
+    run_child(argv, Probe)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ then SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agents import child_env, contract, evidence
+from agents import child_env, contract, evidence, run_tool
 from agents.probe import TIMEOUT_REASONS, pid_alive
 from agents.warmhost import DEFAULT_IDLE_S, WarmHost, WarmHostError
 
@@ -91,14 +92,11 @@ def _read_events(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
 
 
 def _py_spy_dump(pid: int) -> str | None:
-    exe = shutil.which("py-spy")
-    if not exe:
-        return None
     try:
-        out = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=PY_SPY_TIMEOUT_S)
-        return (out.stdout + out.stderr)[-STACK_LIMIT:]
+        out = run_tool("py-spy", ["dump", "--pid", str(pid)], PY_SPY_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"py-spy dump failed: {e}"
+    return (out.stdout + out.stderr)[-STACK_LIMIT:] if out is not None else None
 
 
 class _ColdProbe:
@@ -156,17 +154,16 @@ _Probe = _ColdProbe | _WarmProbe
 
 def _stop_group(probe: _Probe) -> None:
     for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(probe.pid, sig)
-        except ProcessLookupError:
-            pass
+        _signal_group(probe.pid, sig)
         if probe.wait(wait):
             break
     # The leader may be gone while children linger in the group.
-    try:
-        os.killpg(probe.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    _signal_group(probe.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group is gone already
+        os.killpg(pid, sig)
 
 
 # -- the warm probe process ---------------------------------------------------------------
@@ -286,15 +283,15 @@ def failed_result(
     command: dict[str, Any], reason: str, hint: str, detail: str | None = None, stage: str = "resolve"
 ) -> dict[str, Any]:
     """A result for a command that never reached a probe (refused, expired, crashed runner)."""
-    return dict(
-        base_result(command),
-        status="failed",
-        stage=stage,
-        reason=reason,
-        hint=hint,
-        detail=detail,
-        finished_at=time.time(),
-    )
+    return {
+        **base_result(command),
+        "status": "failed",
+        "stage": stage,
+        "reason": reason,
+        "hint": hint,
+        "detail": detail,
+        "finished_at": time.time(),
+    }
 
 
 @contextmanager

@@ -30,9 +30,12 @@ PURPOSES = ("heartbeat", "result", "command")
 DEFAULT_WINDOW_S = 300.0  # clock skew and queueing a signed message may have; nonces are kept this long
 MAX_SIGNED_BYTES = 1024 * 1024  # no agent message is larger: bigger ones are refused before any work
 KEY_FILE_VERSION = 1
-_KID_RE = re.compile(r"^[0-9a-f]{16}$")
-_NONCE_RE = re.compile(r"^[0-9a-f]{32}$")
-_SIG_RE = re.compile(r"^[0-9a-f]{64}$")
+# The auth fields that are lowercase hex, and how many digits each has.
+HEX_DIGITS = {"kid": 16, "nonce": 32, "sig": 64}
+
+
+def _is_hex(val: Any, digits: int) -> bool:
+    return isinstance(val, str) and re.match(f"^[0-9a-f]{{{digits}}}$", val) is not None
 
 
 class SignatureError(ContractError):
@@ -95,9 +98,8 @@ def check_envelope(auth: Any) -> dict[str, Any]:
         check_node_name(auth.get("node"), "auth.node")
     except ContractError as exc:
         raise SignatureError(str(exc)) from None
-    for field, pattern in (("kid", _KID_RE), ("nonce", _NONCE_RE), ("sig", _SIG_RE)):
-        val = auth.get(field)
-        if not isinstance(val, str) or not pattern.match(val):
+    for field, digits in HEX_DIGITS.items():
+        if not _is_hex(auth.get(field), digits):
             raise SignatureError(f"auth.{field}: malformed")
     if auth.get("purpose") not in PURPOSES:
         raise SignatureError("auth.purpose: malformed")
@@ -191,7 +193,7 @@ def load_key_file(path: str | os.PathLike[str], node: str | None = None) -> Node
     if not isinstance(data, dict) or data.get("v") != KEY_FILE_VERSION:
         raise SignatureError(f"key file {path}: not a cluster-health key file")
     key = NodeKey(str(data.get("node")), str(data.get("key_id")), str(data.get("secret")))
-    if not _KID_RE.match(key.key_id) or len(key.secret) < 32:
+    if not _is_hex(key.key_id, HEX_DIGITS["kid"]) or len(key.secret) < 32:
         raise SignatureError(f"key file {path}: malformed key")
     if node is not None and key.node != node:
         raise SignatureError(f"key file {path}: made for node {key.node}, not {node}")

@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -136,14 +137,8 @@ class Agent:
             return None
         if isinstance(command, dict) and command.get("kind") == gpu_contract.KIND:
             return self.handle_gpu_check(command)
-        try:
-            cmd = contract.validate_command(command)
-        except contract.ContractError as e:
-            log.error("refused a probe command: %s", e)
-            self.report_refusal(command, e)
-            return None
-        if cmd["expires_at"] is not None and time.time() > cmd["expires_at"]:
-            log.warning("dropped probe %s: it expired %.0fs ago", cmd["probe_id"], time.time() - cmd["expires_at"])
+        cmd = self.accepted("probe", contract.validate_command, command, self.report_refusal)
+        if cmd is None:
             return None
         log.info(
             "probe %s (%s, rank %s of %s, %s) starting",
@@ -153,51 +148,71 @@ class Agent:
             cmd["world_size"],
             cmd["backend"],
         )
-        self.busy = True
-        try:
-            result = run_probe(cmd, self.broker_url)
-        except Exception as e:  # the runner itself failed: still tell the server
-            log.exception("probe %s could not run", cmd["probe_id"])
-            result = contract.validate_result(
+        return self.run_and_report(
+            "probe",
+            cmd,
+            lambda: run_probe(cmd, self.broker_url),
+            lambda e: contract.validate_result(
                 failed_result(cmd, "probe_crashed", f"agent {self.name} could not start the probe: {e}", detail=str(e))
-            )
-        finally:
-            self.busy = False
-        log.info("probe %s: %s at %s (%s)", cmd["probe_id"], result["status"], result["stage"], result["reason"])
-        self.send_result(result)
-        return result
+            ),
+        )
 
     def handle_gpu_check(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """The local gpu check: one per node, no peer; its result has its own contract (agents.gpu_contract)."""
+        cmd = self.accepted("gpu check", gpu_contract.validate_command, command)
+        if cmd is None:
+            return None
+        return self.run_and_report(
+            "gpu check",
+            cmd,
+            lambda: run_gpu_check(cmd, nvml_facts=(self.facts or {}).get("gpus")),
+            lambda e: gpu_contract.validate_result(
+                gpu_contract.failed_result(
+                    cmd, "probe_crashed", f"agent {self.name} could not start the gpu check: {e}"
+                )
+            ),
+        )
+
+    def accepted(
+        self,
+        what: str,
+        validate: Callable[[Any], dict[str, Any]],
+        command: Any,
+        refused: Callable[[Any, Exception], None] | None = None,
+    ) -> dict[str, Any] | None:
+        """The validated command, or None (logged, and passed to refused if invalid) when it is invalid or expired."""
         try:
-            cmd = gpu_contract.validate_command(command)
+            cmd = validate(command)
         except contract.ContractError as e:
-            log.error("refused a gpu check command: %s", e)
+            log.error("refused a %s command: %s", what, e)
+            if refused is not None:
+                refused(command, e)
             return None
         if cmd["expires_at"] is not None and time.time() > cmd["expires_at"]:
-            log.warning("dropped gpu check %s: it expired", cmd["probe_id"])
+            log.warning("dropped %s %s: it expired %.0fs ago", what, cmd["probe_id"], time.time() - cmd["expires_at"])
             return None
+        return cmd
+
+    def run_and_report(
+        self,
+        what: str,
+        cmd: dict[str, Any],
+        run: Callable[[], dict[str, Any]],
+        unstarted: Callable[[Exception], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Run one accepted command with the agent marked busy, and send its result.
+
+        A runner that raises still reports: unstarted(error) is the result then.
+        """
         self.busy = True
         try:
-            result = run_gpu_check(cmd, nvml_facts=(self.facts or {}).get("gpus"))
-        except Exception as e:  # the check could not even start: still tell the server
-            log.exception("gpu check %s could not run", cmd["probe_id"])
-            result = gpu_contract.validate_result(
-                {
-                    "v": contract.VERSION,
-                    "kind": gpu_contract.KIND,
-                    "probe_id": cmd["probe_id"],
-                    "sweep_id": cmd["sweep_id"],
-                    "node": cmd["node"],
-                    "status": "failed",
-                    "stage": "init",
-                    "reason": "probe_crashed",
-                    "hint": f"agent {self.name} could not start the gpu check: {e}",
-                }
-            )
+            result = run()
+        except Exception as e:  # the runner itself failed: still tell the server
+            log.exception("%s %s could not run", what, cmd["probe_id"])
+            result = unstarted(e)
         finally:
             self.busy = False
-        log.info("gpu check %s: %s at %s (%s)", cmd["probe_id"], result["status"], result["stage"], result["reason"])
+        log.info("%s %s: %s at %s (%s)", what, cmd["probe_id"], result["status"], result["stage"], result["reason"])
         self.send_result(result)
         return result
 

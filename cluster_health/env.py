@@ -8,7 +8,8 @@ from a file named by ``NAME_FILE`` (Docker and Kubernetes secrets).
 from __future__ import annotations
 
 import os
-from typing import overload
+from collections.abc import Callable
+from typing import TypeVar, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -45,30 +46,35 @@ def envbool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}: expected a boolean (1/0, true/false, yes/no), got {raw!r}")
 
 
+Number = TypeVar("Number", int, float)
+
+
 def envint(name: str, default: int, lo: int | None = None, hi: int | None = None) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        val = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}: expected an integer, got {raw!r}") from None
-    if (lo is not None and val < lo) or (hi is not None and val > hi):
-        raise ImproperlyConfigured(f"{name}: {val} is outside {lo}..{hi}")
-    return val
+    return _envnumber(name, default, lo, hi, int, "an integer")
 
 
 def envfloat(name: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
+    return _envnumber(name, default, lo, hi, float, "a number")
+
+
+def _envnumber(
+    name: str, default: Number, lo: Number | None, hi: Number | None, parse: Callable[[str], Number], expected: str
+) -> Number:
+    """The variable parsed as a number within lo..hi (either may be None: no bound); unset or blank: default."""
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
-    try:
-        val = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}") from None
+    val = _parsed(name, raw, parse, expected)
     if (lo is not None and val < lo) or (hi is not None and val > hi):
         raise ImproperlyConfigured(f"{name}: {val} is outside {lo}..{hi}")
     return val
+
+
+def _parsed(name: str, raw: str, parse: Callable[[str], Number], expected: str) -> Number:
+    try:
+        return parse(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected {expected}, got {raw!r}") from None
 
 
 def envlist(name: str, default: list[str] | None = None) -> list[str]:

@@ -6,6 +6,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from cluster_health.defaults import create_task_once
+
 OFFLINE_TASK_NAME = "alerts: offline agents"
 OFFLINE_CHECK_EVERY_S = 60
 
@@ -30,26 +32,21 @@ def ensure_env_channels() -> None:
 
 
 def ensure_offline_schedule() -> None:
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+    from django_celery_beat.models import IntervalSchedule
 
     from cluster_health.actions.tasks import TASK_OFFLINE
 
     interval, _ = IntervalSchedule.objects.get_or_create(every=OFFLINE_CHECK_EVERY_S, period=IntervalSchedule.SECONDS)
-    if not PeriodicTask.objects.filter(name=OFFLINE_TASK_NAME).exists():
-        PeriodicTask.objects.create(
-            name=OFFLINE_TASK_NAME,
-            task=TASK_OFFLINE,
-            interval=interval,
-            queue="server",
-            expire_seconds=OFFLINE_CHECK_EVERY_S,
-            description="Alert when an agent stays silent past CLUSTER_HEALTH_ALERT_OFFLINE_AFTER_S.",
-        )
+    create_task_once(
+        OFFLINE_TASK_NAME,
+        interval=interval,
+        task=TASK_OFFLINE,
+        expire_seconds=OFFLINE_CHECK_EVERY_S,
+        description="Alert when an agent stays silent past CLUSTER_HEALTH_ALERT_OFFLINE_AFTER_S.",
+    )
 
 
-def on_post_migrate(sender, using="default", **kwargs):
-    from django.db import DEFAULT_DB_ALIAS
-
-    if using != DEFAULT_DB_ALIAS:
-        return
+def ensure_defaults() -> None:
+    """Every row the actions start with (run after each migrate by the app's config)."""
     ensure_env_channels()
     ensure_offline_schedule()

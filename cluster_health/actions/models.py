@@ -6,6 +6,13 @@ from django.db import models
 from django.utils import timezone
 
 
+def sweep_reference(blank: bool = True) -> models.ForeignKey:
+    """A row's link to the sweep that opened, resolved or drained it; kept, as NULL, when that sweep is deleted."""
+    return models.ForeignKey(
+        "cluster_health.Sweep", null=True, blank=blank, on_delete=models.SET_NULL, related_name="+"
+    )
+
+
 class AlertChannel(models.Model):
     """Where alerts go: a JSON webhook, a Slack-compatible webhook or an e-mail address list."""
 
@@ -42,12 +49,8 @@ class Alert(models.Model):
     text = models.TextField(blank=True, default="")
     url = models.CharField(max_length=500, blank=True, default="")
     status = models.CharField(max_length=8, choices=STATUS_CHOICES, default="open", db_index=True)
-    opened_by = models.ForeignKey(
-        "cluster_health.Sweep", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    resolved_by = models.ForeignKey(
-        "cluster_health.Sweep", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    opened_by = sweep_reference()
+    resolved_by = sweep_reference()
     data = models.JSONField(default=dict, blank=True)  # what resolving needs (the verdict before, for one)
     opened = models.DateTimeField(default=timezone.now)
     resolved = models.DateTimeField(null=True, blank=True)
@@ -96,12 +99,10 @@ class SlurmDrain(models.Model):
     ]
     node = models.CharField(max_length=63, db_index=True)  # cluster-health's name
     slurm_node = models.CharField(max_length=200)
-    sweep = models.ForeignKey("cluster_health.Sweep", null=True, on_delete=models.SET_NULL, related_name="+")
+    sweep = sweep_reference(blank=False)
     reason = models.CharField(max_length=300)
     status = models.CharField(max_length=8, choices=STATUS_CHOICES, default="drained", db_index=True)
-    resumed_by = models.ForeignKey(
-        "cluster_health.Sweep", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    resumed_by = sweep_reference()
     drained = models.DateTimeField(default=timezone.now)
     ended = models.DateTimeField(null=True, blank=True)
 

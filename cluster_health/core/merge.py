@@ -10,7 +10,7 @@ Measurements take the pessimistic side too (the higher latency, the lower bandwi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 from agents import contract
 from cluster_health.core import evidence
@@ -34,6 +34,41 @@ class PairResult(TypedDict):
     evidence: dict[str, Any] | None
 
 
+Measurement = Literal["latency_us_p50", "latency_us_p99", "algbw_gbps", "busbw_gbps"]
+# A passed pair's measurements, each taken from its halves the pessimistic way.
+MEASUREMENTS: tuple[tuple[Measurement, Callable[[list[float]], float]], ...] = (
+    ("latency_us_p50", max),
+    ("latency_us_p99", max),
+    ("algbw_gbps", min),
+    ("busbw_gbps", min),
+)
+
+
+def _unmeasured(
+    status: str,
+    stage: str | None,
+    sizes: list[int],
+    duration_s: float | None,
+    pair_evidence: dict[str, Any] | None,
+    reason: str | None = None,
+    hint: str | None = None,
+) -> PairResult:
+    """A pair's result without measurements (merge_halves adds them where the pair passed)."""
+    return {
+        "status": status,
+        "stage": stage,
+        "reason": reason,
+        "hint": hint,
+        "latency_us_p50": None,
+        "latency_us_p99": None,
+        "sizes": sizes,
+        "algbw_gbps": None,
+        "busbw_gbps": None,
+        "duration_s": duration_s,
+        "evidence": pair_evidence,
+    }
+
+
 def _badness(half: dict[str, Any]) -> tuple[int, int, int]:
     # Higher is worse. Broken halves rank by how early they stopped, then by severity.
     severity, early = contract.STATUS_SEVERITY[half["status"]], -STAGE_ORDER.get(half.get("stage") or "", 0)
@@ -50,25 +85,19 @@ def _pick(values: Iterable[float | None], fn: Callable[[list[float]], float]) ->
 def merge_halves(half_a: dict[str, Any], half_b: dict[str, Any]) -> PairResult:
     """The pair's result from both validated halves (rank 0's and rank 1's)."""
     worse, better = (half_a, half_b) if _badness(half_a) >= _badness(half_b) else (half_b, half_a)
-    out: PairResult = {
-        "status": worse["status"],
-        "stage": worse.get("stage"),
-        "reason": worse.get("reason") or (better.get("reason") if better["status"] == worse["status"] else None),
-        "hint": worse.get("hint") or better.get("hint"),
-        "sizes": worse.get("sizes") or better.get("sizes") or [],
-        "duration_s": _pick((half_a.get("duration_s"), half_b.get("duration_s")), max),
-        "latency_us_p50": None,
-        "latency_us_p99": None,
-        "algbw_gbps": None,
-        "busbw_gbps": None,
-        "evidence": evidence.pair_evidence(half_a, half_b),
-    }
+    out = _unmeasured(
+        worse["status"],
+        worse.get("stage"),
+        sizes=worse.get("sizes") or better.get("sizes") or [],
+        duration_s=_pick((half_a.get("duration_s"), half_b.get("duration_s")), max),
+        pair_evidence=evidence.pair_evidence(half_a, half_b),
+        reason=worse.get("reason") or (better.get("reason") if better["status"] == worse["status"] else None),
+        hint=worse.get("hint") or better.get("hint"),
+    )
     out = evidence.size_stall(out, out["evidence"]) or out  # type: ignore[assignment]
     if worse["status"] in contract.PASSED_STATUSES:
-        out["latency_us_p50"] = _pick((half_a.get("latency_us_p50"), half_b.get("latency_us_p50")), max)
-        out["latency_us_p99"] = _pick((half_a.get("latency_us_p99"), half_b.get("latency_us_p99")), max)
-        out["algbw_gbps"] = _pick((half_a.get("algbw_gbps"), half_b.get("algbw_gbps")), min)
-        out["busbw_gbps"] = _pick((half_a.get("busbw_gbps"), half_b.get("busbw_gbps")), min)
+        for key, pessimistic in MEASUREMENTS:
+            out[key] = _pick((half_a.get(key), half_b.get(key)), pessimistic)
     return out
 
 
@@ -91,19 +120,13 @@ def close_unanswered(
     gone = [n for n, h, off in zip(names, halves, offline) if h is None and off]
     arrived = next((h for h in halves if h is not None), None)
     failed = arrived if arrived and arrived["status"] not in contract.HARMLESS_STATUSES else None
-    out: PairResult = {
-        "status": "timeout",
-        "stage": (arrived or {}).get("stage"),
-        "reason": None,
-        "hint": None,
-        "latency_us_p50": None,
-        "latency_us_p99": None,
-        "algbw_gbps": None,
-        "busbw_gbps": None,
-        "sizes": (arrived or {}).get("sizes") or [],
-        "duration_s": (arrived or {}).get("duration_s"),
-        "evidence": evidence.pair_evidence(half_a, half_b),
-    }
+    out = _unmeasured(
+        "timeout",
+        (arrived or {}).get("stage"),
+        sizes=(arrived or {}).get("sizes") or [],
+        duration_s=(arrived or {}).get("duration_s"),
+        pair_evidence=evidence.pair_evidence(half_a, half_b),
+    )
     if failed:
         # The probe ran and the side that reported saw it fail: that is the pair's result,
         # also when the silent side's agent died mid-probe (its node is blamed by the findings).

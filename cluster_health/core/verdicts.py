@@ -35,13 +35,11 @@ def _describe(p: dict[str, Any]) -> str:
 def _absent_node(node: str, silence: str, mine: list[dict[str, Any]], mine_bad: list[dict[str, Any]]) -> dict[str, Any]:
     """Fail finding for a node that was already offline when the sweep was planned."""
     probed = f"; {len(mine_bad)} of its {len(mine)} pairs could not be probed" if mine else ""
-    return finding(
-        "fail",
-        "node_offline",
-        node,
+    text = (
         f"{node} is offline, {silence}: it is in the fleet but its agent sends no "
-        f"heartbeats{probed}. Start its agent, or retire the node if it is gone",
+        f"heartbeats{probed}. Start its agent, or retire the node if it is gone"
     )
+    return finding("fail", "node_offline", node, text)
 
 
 def _node_culprit(
@@ -55,12 +53,9 @@ def _node_culprit(
     if not mine_bad:
         return None
     if went_offline and any(p["status"] == "offline" for p in mine_bad):
+        lost = f"{len(mine_bad)} of its {len(mine)} pairs could not be probed"
         return finding(
-            "fail",
-            "node_offline",
-            node,
-            f"{node} went offline: its agent stopped sending heartbeats; "
-            f"{len(mine_bad)} of its {len(mine)} pairs could not be probed",
+            "fail", "node_offline", node, f"{node} went offline: its agent stopped sending heartbeats; {lost}"
         )
     if len(mine) >= 2 and len(mine_bad) == len(mine) and not everything_bad:
         reason, n = Counter(p.get("reason") or p["status"] for p in mine_bad).most_common(1)[0]
@@ -90,16 +85,14 @@ def _all_pairs_failed(pairs: list[dict[str, Any]], bad_pairs: list[dict[str, Any
 
 def _link_failures(links: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fail findings for failed links no blamed node explains, capped at MAX_LINK_FINDINGS."""
-    out = [finding("fail", "link_failed", _link(p), f"{_link(p)} {_describe(p)}") for p in links[:MAX_LINK_FINDINGS]]
+    return _link_findings("fail", "link_failed", links, "failing links (see the matrix)")
+
+
+def _link_findings(severity: str, code: str, links: list[dict[str, Any]], more: str) -> list[dict[str, Any]]:
+    """A finding per link, the first MAX_LINK_FINDINGS of them, then one counting the rest ("and N more <more>")."""
+    out = [finding(severity, code, _link(p), f"{_link(p)} {_describe(p)}") for p in links[:MAX_LINK_FINDINGS]]
     if len(links) > MAX_LINK_FINDINGS:
-        out.append(
-            finding(
-                "fail",
-                "link_failed",
-                "links",
-                f"and {len(links) - MAX_LINK_FINDINGS} more failing links (see the matrix)",
-            )
-        )
+        out.append(finding(severity, code, "links", f"and {len(links) - MAX_LINK_FINDINGS} more {more}"))
     return out
 
 
@@ -142,12 +135,7 @@ def culprit_findings(
 
 def degraded_findings(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     slow = [p for p in pairs if p["status"] == "degraded"]
-    out = [finding("warn", "below_baseline", _link(p), f"{_link(p)} {_describe(p)}") for p in slow[:MAX_LINK_FINDINGS]]
-    if len(slow) > MAX_LINK_FINDINGS:
-        out.append(
-            finding("warn", "below_baseline", "links", f"and {len(slow) - MAX_LINK_FINDINGS} more links below baseline")
-        )
-    return out
+    return _link_findings("warn", "below_baseline", slow, "links below baseline")
 
 
 def group_findings(group: dict[str, Any] | None, blamed: Iterable[str] = ()) -> list[dict[str, Any]]:

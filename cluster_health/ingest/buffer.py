@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import uuid
+from functools import partial
 
 import redis
 from django.conf import settings
@@ -42,16 +43,14 @@ KEY_PREFIX = "cluster_health:ingest"
 BUFFERED = "buffered"  # the outcome of a half appended for the drainer
 
 
-def pending_key(shard: int) -> str:
-    return f"{KEY_PREFIX}:{shard}:pending"
+def shard_key(shard: int, role: str) -> str:
+    """A shard's Redis key: its pending list, the processing list of the batch being applied, or its drainer lock."""
+    return f"{KEY_PREFIX}:{shard}:{role}"
 
 
-def processing_key(shard: int) -> str:
-    return f"{KEY_PREFIX}:{shard}:processing"
-
-
-def lock_key(shard: int) -> str:
-    return f"{KEY_PREFIX}:{shard}:lock"
+pending_key = partial(shard_key, role="pending")
+processing_key = partial(shard_key, role="processing")
+lock_key = partial(shard_key, role="lock")
 
 
 def slot_key(drainer: str) -> str:

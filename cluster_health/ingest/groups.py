@@ -7,7 +7,7 @@ from django.db import transaction
 from agents import contract
 from cluster_health.core import merge
 from cluster_health.ingest.outcomes import APPLIED, DUPLICATE, FINAL, LATE
-from cluster_health.ingest.rejects import reject
+from cluster_health.ingest.rejects import other_sweep, reject
 from cluster_health.models import OPEN_PAIR_STATUSES, GroupProbe
 from cluster_health.sweeps import closing, lifecycle
 
@@ -18,12 +18,8 @@ def ingest_group(result: dict, payload) -> str:
         group = GroupProbe.objects.select_for_update().filter(pk=result["probe_id"]).first()
         if group is None or group.kind != result["kind"]:
             return reject(contract.TASK_RESULT, payload, f"probe_id: no {result['kind']} probe {result['probe_id']}")
-        if result["sweep_id"] is not None and result["sweep_id"] != group.sweep_id:
-            return reject(
-                contract.TASK_RESULT,
-                payload,
-                f"sweep_id: probe {group.pk} belongs to sweep {group.sweep_id}, not {result['sweep_id']}",
-            )
+        if error := other_sweep(result, group):
+            return reject(contract.TASK_RESULT, payload, error)
         rank = result["rank"]
         if rank >= len(group.nodes) or group.nodes[rank] != result["node"]:
             return reject(

@@ -45,3 +45,10 @@ def reject(task: str, payload, error: str, node: str = "") -> str:
     RejectedMessage.objects.create(task=task[:40], node=node, error=error, payload=_storable(payload))
     log.warning("rejected %s from %r: %s", task, node, error[:300])
     return REJECTED
+
+
+def other_sweep(result: dict, probe) -> str | None:
+    """Why a result naming another sweep than its probe row's cannot be applied (None: it names that one, or none)."""
+    if result["sweep_id"] is not None and result["sweep_id"] != probe.sweep_id:
+        return f"sweep_id: probe {probe.pk} belongs to sweep {probe.sweep_id}, not {result['sweep_id']}"
+    return None

@@ -23,7 +23,7 @@ from cluster_health import bulk
 from cluster_health.core import merge
 from cluster_health.ingest import groups
 from cluster_health.ingest.outcomes import APPLIED, DUPLICATE, FINAL, LATE
-from cluster_health.ingest.rejects import reject
+from cluster_health.ingest.rejects import other_sweep, reject
 from cluster_health.models import OPEN_PAIR_STATUSES, PairProbe
 from cluster_health.sweeps import closing, lifecycle
 from cluster_health.sweeps.closing import OPEN_WHERE, ProbeRow
@@ -168,12 +168,8 @@ def _refuse_half(result: dict, payload, row: ProbeRow | None) -> str | None:
     """Why a half cannot be stored (rejected, late), or None if it may be claimed."""
     if row is None:
         return reject(contract.TASK_RESULT, payload, f"probe_id: no pair probe {result['probe_id']}")
-    if result["sweep_id"] is not None and result["sweep_id"] != row.sweep_id:
-        return reject(
-            contract.TASK_RESULT,
-            payload,
-            f"sweep_id: probe {row.pk} belongs to sweep {row.sweep_id}, not {result['sweep_id']}",
-        )
+    if error := other_sweep(result, row):
+        return reject(contract.TASK_RESULT, payload, error)
     names = (row.a, row.b)
     if result["node"] not in names:
         return reject(

@@ -150,19 +150,20 @@ def server_deadline_s(command_deadline_s: float) -> float:
 
 
 def build_commands(
-    *,
+    sweep,
     kind: str,
-    probe_id: int,
-    sweep_id: int,
-    backend: str,
+    probe,
     members: list[tuple[str, str]],
     settings: dict,
-    rendezvous: str,
+    *,
     master_port: int | None = None,
     env: dict | None = None,
-    multi_group: bool = False,
 ) -> list[dict]:
-    """One command per member (name, address); rank = position, rank 0 hosts the store."""
+    """The commands of one probe row of a sweep: one per member (name, address); rank = position, rank 0 hosts the store.
+
+    settings: probe_settings(); the backend and multi_group come from the sweep's row, the rendezvous
+    from the probe's. master_port and env: what a rehearsed job's launch sets.
+    """
     expires_at = time.time() + START_GRACE_S
     peers = [{"name": n, "address": a} for n, a in members]
     commands = []
@@ -170,18 +171,18 @@ def build_commands(
         cmd = {
             "v": contract.VERSION,
             "kind": kind,
-            "probe_id": probe_id,
-            "sweep_id": sweep_id,
-            "rendezvous": rendezvous,
+            "probe_id": probe.pk,
+            "sweep_id": sweep.pk,
+            "rendezvous": probe.rendezvous,
             "node": name,
             "rank": rank,
             "world_size": len(members),
-            "backend": backend,
+            "backend": sweep.backend,
             "bind_address": address,
             "master_address": members[0][1],
             "peers": [p for p in peers if p["name"] != name],
             "expires_at": expires_at,
-            "multi_group": multi_group,
+            "multi_group": bool(sweep.params.get("multi_group")),
             **settings,
         }
         if master_port is not None:

@@ -8,6 +8,7 @@ Sends happen after the commit, through ``dispatch``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import redis
@@ -161,26 +162,28 @@ def _fail_broken(sweep_id: int, step: str, exc: Exception) -> None:
 
 def advance_or_fail(sweep_id: int) -> bool:
     """advance(), isolated: a sweep that cannot go on ends failed with the reason; others carry on."""
-    try:
+
+    def step() -> bool:
         advance(sweep_id)
         return True
-    except TRANSIENT_ERRORS:
-        log.warning("sweep %s: advancing it met a transient error; the reaper tries again", sweep_id, exc_info=True)
-        return False
-    except Exception as exc:
-        _fail_broken(sweep_id, "advancing the sweep", exc)
-        return False
+
+    return _isolated(sweep_id, "advancing", step)
 
 
 def start_or_fail(sweep_id: int) -> bool:
     """start_sweep(), isolated the same way."""
+    return _isolated(sweep_id, "starting", lambda: start_sweep(sweep_id))
+
+
+def _isolated(sweep_id: int, doing: str, step: Callable[[], bool]) -> bool:
+    """step()'s answer; False after a transient error (the reaper tries again) or any other (the sweep fails)."""
     try:
-        return start_sweep(sweep_id)
+        return step()
     except TRANSIENT_ERRORS:
-        log.warning("sweep %s: starting it met a transient error; the reaper tries again", sweep_id, exc_info=True)
+        log.warning("sweep %s: %s it met a transient error; the reaper tries again", sweep_id, doing, exc_info=True)
         return False
     except Exception as exc:
-        _fail_broken(sweep_id, "starting the sweep", exc)
+        _fail_broken(sweep_id, f"{doing} the sweep", exc)
         return False
 
 

@@ -53,33 +53,25 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
                 now + wait,
             )
             commands += dispatch.build_commands(
-                kind=kind,
-                probe_id=probe.pk,
-                sweep_id=sweep.pk,
-                backend=sweep.backend,
-                members=[(a.name, a.address), (b.name, b.address)],
-                settings=settings_,
-                rendezvous=probe.rendezvous,
-                multi_group=bool(sweep.params.get("multi_group")),
+                sweep, kind, probe, [(a.name, a.address), (b.name, b.address)], settings_
             )
         updated.append(probe)
-    bulk.conditional_update(
-        PairProbe,
-        {p.pk: {"rendezvous": p.rendezvous} for p in updated if p.status == "running"},
-        where="t.status = %s",
-        where_params=["pending"],
-        constants={"status": "running", "started": now, "deadline": now + wait},
-    )
-    bulk.conditional_update(
-        PairProbe,
-        {p.pk: {"hint": p.hint} for p in updated if p.status == "offline"},
-        where="t.status = %s",
-        where_params=["pending"],
-        constants={"status": "offline", "reason": "agent_offline", "finished": now},
-    )
+    _write_if_pending(updated, "running", "rendezvous", {"started": now, "deadline": now + wait})
+    _write_if_pending(updated, "offline", "hint", {"reason": "agent_offline", "finished": now})
     transaction.on_commit(lambda: dispatch.send_commands(commands))
     broadcast.sweep_update(sweep, [serializers.pair_dict_of(p) for p in updated], throttle=True)
     return any(p.status == "running" for p in updated)
+
+
+def _write_if_pending(probes: list[PairProbe], status: str, own_field: str, constants: dict) -> None:
+    """Save the probes now in status (each its own_field, all the constants) whose rows are still pending."""
+    bulk.conditional_update(
+        PairProbe,
+        {p.pk: {own_field: getattr(p, own_field)} for p in probes if p.status == status},
+        where="t.status = %s",
+        where_params=["pending"],
+        constants={"status": status, **constants},
+    )
 
 
 def _dispatch_group(sweep: Sweep, online: set, now, offline_hint) -> bool:
@@ -102,16 +94,13 @@ def _dispatch_group(sweep: Sweep, online: set, now, offline_hint) -> bool:
     last_stage = "collective" if kind == "preflight" else sweep.last_stage
     settings_ = dispatch.probe_settings(sweep.params, last_stage)
     commands = dispatch.build_commands(
-        kind=kind,
-        probe_id=group.pk,
-        sweep_id=sweep.pk,
-        backend=sweep.backend,
-        members=[(n, addresses[n]) for n in members],
-        settings=settings_,
-        rendezvous=group.rendezvous,
+        sweep,
+        kind,
+        group,
+        [(n, addresses[n]) for n in members],
+        settings_,
         master_port=sweep.params.get("master_port") if kind == "preflight" else None,
         env=sweep.params.get("env"),
-        multi_group=bool(sweep.params.get("multi_group")),
     )
     deadline = now + timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
     GroupProbe.objects.filter(pk=group.pk).update(status="running", deadline=deadline)

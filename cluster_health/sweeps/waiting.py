@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from django.core.management.base import CommandError
 
+from agents import contract
 from cluster_health.models import Sweep
 
 POLL_S = 0.5  # how often the row is re-read while waiting: a person watching, not a tight loop
@@ -65,3 +66,32 @@ def wait_or_cancel(sweep: Sweep, timeout: float, on_progress: Callable[[str], No
         sweeps.cancel(sweep.pk)
         sweep.refresh_from_db()
     return ended
+
+
+# -- what the sweep commands share: their options, and the exit code of a sweep they waited for
+
+
+def add_assignments_option(parser, flag: str, metavar: str, help: str) -> None:
+    """A repeatable NAME=VALUE option, gathered in a list (assignments() reads it)."""
+    parser.add_argument(flag, action="append", default=[], metavar=metavar, help=help)
+
+
+def assignments(items: list[str], flag: str, form: str) -> dict[str, str]:
+    """The NAME=VALUE items of a repeatable option as a dict (a later name wins); one without "=" is a CommandError."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise CommandError(f"{flag}: {item!r} is not {form}")
+        out[name] = value
+    return out
+
+
+def node_names(text: str | None) -> list[str] | None:
+    """A --nodes option's comma-separated names (None when it was not given)."""
+    return [n.strip() for n in text.split(",") if n.strip()] if text else None
+
+
+def exit_code(sweep: Sweep) -> int:
+    """The verdict's exit code (contract.VERDICT_EXIT_CODES) of a finished sweep; 3 for any other end."""
+    return contract.VERDICT_EXIT_CODES[sweep.verdict] if sweep.status == "finished" else 3

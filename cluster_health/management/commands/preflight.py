@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import sys
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from agents import contract
 from cluster_health.core import textmatrix
-from cluster_health.sweeps.waiting import request_or_error, wait_or_cancel
+from cluster_health.sweeps import waiting
 from cluster_health.web import serializers
 
 
@@ -26,34 +26,24 @@ class Command(BaseCommand):
             "--nodes", help="comma-separated nodes of the job (default: every active node; an offline one fails it)"
         )
         parser.add_argument("--backend", default="gloo", choices=contract.BACKENDS)
-        parser.add_argument(
-            "--env",
-            action="append",
-            default=[],
-            metavar="NAME=VALUE",
-            help="launch variable the job sets, e.g. GLOO_SOCKET_IFNAME=eth0 (repeatable)",
+        waiting.add_assignments_option(
+            parser, "--env", "NAME=VALUE", "launch variable the job sets, e.g. GLOO_SOCKET_IFNAME=eth0 (repeatable)"
         )
         parser.add_argument("--timeout", type=float, default=300.0)
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **opts):
-        env = {}
-        for item in opts["env"]:
-            if "=" not in item:
-                raise CommandError(f"--env: {item!r} is not NAME=VALUE")
-            k, v = item.split("=", 1)
-            env[k] = v
         request = {
             "kind": "preflight",
             "backend": opts["backend"],
             "master": opts["master"],
             "master_port": opts["port"],
-            "env": env,
+            "env": waiting.assignments(opts["env"], "--env", "NAME=VALUE"),
         }
         if opts["nodes"]:
-            request["nodes"] = [n.strip() for n in opts["nodes"].split(",") if n.strip()]
-        sweep = request_or_error(**request)
-        wait_or_cancel(sweep, opts["timeout"])
+            request["nodes"] = waiting.node_names(opts["nodes"])
+        sweep = waiting.request_or_error(**request)
+        waiting.wait_or_cancel(sweep, opts["timeout"])
         report = serializers.sweep_json(sweep)
         self.stdout.write(json.dumps(report) if opts["json"] else textmatrix.render(report))
-        sys.exit(contract.VERDICT_EXIT_CODES[sweep.verdict] if sweep.status == "finished" else 3)
+        sys.exit(waiting.exit_code(sweep))

@@ -13,21 +13,21 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents import contract
 from cluster_health.core import textmatrix
-from cluster_health.sweeps.waiting import request_or_error, wait_or_cancel
+from cluster_health.sweeps import waiting
 from cluster_health.web import serializers
+
+REQUESTABLE_KINDS = [k for k in contract.SWEEP_KINDS if k != "preflight"]  # a preflight has its own command
+KIND_HELP = (
+    "discover: try every interface combination of every pair and name the "
+    "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node"
+)
 
 
 class Command(BaseCommand):
     help = "Request a sweep of the cluster; with --wait print the matrix or JSON and exit 0/1/2/3."
 
     def add_arguments(self, parser):
-        parser.add_argument(
-            "--kind",
-            default="full",
-            choices=[k for k in contract.SWEEP_KINDS if k != "preflight"],
-            help="discover: try every interface combination of every pair and name the "
-            "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node",
-        )
+        parser.add_argument("--kind", default="full", choices=REQUESTABLE_KINDS, help=KIND_HELP)
         parser.add_argument(
             "--nodes", help="comma-separated node names (default: every active node; an offline one fails it)"
         )
@@ -35,12 +35,8 @@ class Command(BaseCommand):
         parser.add_argument("--backend", default="gloo", choices=contract.BACKENDS)
         parser.add_argument("--sizes", help="message sizes in bytes, comma-separated")
         parser.add_argument("--iterations", type=int)
-        parser.add_argument(
-            "--stage-timeout",
-            action="append",
-            default=[],
-            metavar="STAGE=S",
-            help="per-stage timeout, e.g. connect=2 (repeatable)",
+        waiting.add_assignments_option(
+            parser, "--stage-timeout", "STAGE=S", "per-stage timeout, e.g. connect=2 (repeatable)"
         )
         parser.add_argument("--baseline", help="none, rolling (default), sweep:<id> or baseline:<id>")
         parser.add_argument("--wait", action="store_true", help="block until the sweep ends")
@@ -55,7 +51,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         request = {"kind": opts["kind"], "backend": opts["backend"]}
         if opts["nodes"]:
-            request["nodes"] = [n.strip() for n in opts["nodes"].split(",") if n.strip()]
+            request["nodes"] = waiting.node_names(opts["nodes"])
         if opts["pairs"]:
             request["pairs"] = [p.split(":", 1) for p in opts["pairs"].split(",") if ":" in p]
         if opts["sizes"]:
@@ -66,13 +62,14 @@ class Command(BaseCommand):
         if opts["iterations"] is not None:
             request["iterations"] = opts["iterations"]
         if opts["stage_timeout"]:
+            timeouts = waiting.assignments(opts["stage_timeout"], "--stage-timeout", "STAGE=SECONDS")
             try:
-                request["timeouts"] = {k: float(v) for k, v in (t.split("=", 1) for t in opts["stage_timeout"])}
+                request["timeouts"] = {stage: float(seconds) for stage, seconds in timeouts.items()}
             except ValueError:
                 raise CommandError("--stage-timeout: expected STAGE=SECONDS") from None
         if opts["baseline"]:
             request["baseline"] = opts["baseline"]
-        sweep = request_or_error(**request)
+        sweep = waiting.request_or_error(**request)
         if not opts["wait"]:
             if opts["json"]:
                 self.stdout.write(json.dumps(serializers.sweep_json(sweep, with_pairs=False)))
@@ -82,7 +79,7 @@ class Command(BaseCommand):
         show = None
         if not opts["json"] and sys.stderr.isatty():
             show = lambda line: self.stderr.write(line)
-        ended = wait_or_cancel(sweep, opts["timeout"], show)
+        ended = waiting.wait_or_cancel(sweep, opts["timeout"], show)
         report = serializers.sweep_json(sweep)
         if opts["json"]:
             self.stdout.write(json.dumps(report))
@@ -90,5 +87,4 @@ class Command(BaseCommand):
             self.stdout.write(textmatrix.render(report))
             if not ended:
                 self.stdout.write(f"gave up after {opts['timeout']:.0f}s; sweep {sweep.pk} cancelled")
-        code = contract.VERDICT_EXIT_CODES[sweep.verdict] if sweep.status == "finished" else 3
-        sys.exit(code)
+        sys.exit(waiting.exit_code(sweep))
