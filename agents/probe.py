@@ -153,26 +153,31 @@ class StagedChild:
     def finish(
         self, status: str, reason: str | None = None, hint: str | None = None, detail: str | None = None
     ) -> bool:
-        """Write the result once: False when it was already written (the watchdog and the main thread may race here)."""
+        """Write the result once: False when it was already written (the watchdog and the main thread may race here).
+
+        The result is on disk before either returns: the one that lost waits under the lock
+        while the other writes, since it goes on to end the process (os._exit), and a process
+        ended mid-write would leave no result at all.
+        """
         with self.lock:
             if self.finished:
                 return False
             self.finished = True
             self.stage_limit = None
-        self.close_stage()
-        result = {
-            "status": status,
-            "stage": self.stage,
-            "reason": reason,
-            "hint": hint,
-            "detail": detail,
-            **self.result_fields(status),
-        }
-        # Replaced in one step: the runner may read it at any time.
-        tmp = self.spec["result_path"] + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f)
-        os.replace(tmp, self.spec["result_path"])
+            self.close_stage()
+            result = {
+                "status": status,
+                "stage": self.stage,
+                "reason": reason,
+                "hint": hint,
+                "detail": detail,
+                **self.result_fields(status),
+            }
+            # Replaced in one step: the runner may read it at any time.
+            tmp = self.spec["result_path"] + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(result, f)
+            os.replace(tmp, self.spec["result_path"])
         self.log.emit(event="finished", status=status, stage=self.stage, reason=reason)
         return True
 
