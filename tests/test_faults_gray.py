@@ -7,37 +7,24 @@ finding that names the culprit, its hint and the pairs that support it. (This ke
 sch_netem, so loss is an nft rule on the host's bridge port.)
 """
 
-import time
+from functools import partial
 
 import pytest
 
-from tests.fault_bed import TimedSweep, cell, record, start_agents, wait_online
+from tests.fault_bed import agent_bed, cell, fault, record
+from tests.sweep_setup import TimedSweep, sweep_flags
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 NAMES = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
 TIMEOUTS = ["--stage-timeout", "connect=3", "--stage-timeout", "store=5", "--stage-timeout", "init=8"]
 CONNECTIVITY = ["--kind", "connectivity", "--iterations", "3", *TIMEOUTS]
-BANDWIDTH = [
-    "--kind",
-    "pairs",
-    "--sizes",
-    "65536,1048576",
-    "--iterations",
-    "3",
-    "--baseline",
-    "none",
-    "--stage-timeout",
-    "bandwidth=10",
-    *TIMEOUTS,
-]
+BANDWIDTH = ["--kind", "pairs", "--baseline", "none", *sweep_flags("65536,1048576", 3, bandwidth=10), *TIMEOUTS]
 
 
 @pytest.fixture(scope="module")
 def bed(make_module_testbed, stack):
-    bed = make_module_testbed(4, names=NAMES)
-    start_agents(bed, stack)
-    return bed
+    return agent_bed(make_module_testbed(4, names=NAMES), stack)
 
 
 def sweep(stack, injected, *args, timeout=150):
@@ -58,13 +45,8 @@ def findings(report, code):
 
 @pytest.mark.timeout(240)
 def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.lose("rack2-n1", 5)
-    try:
+    with fault(NAMES, lambda: bed.lose("rack2-n1", 5), lambda: bed.unlose("rack2-n1")) as injected:
         rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
-    finally:
-        bed.unlose("rack2-n1")
     lossy = findings(report, "lossy")
     assert [f["subject"] for f in lossy] == ["rack2-n1"], report["findings"]
     text = lossy[0]["text"]
@@ -86,37 +68,25 @@ def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
     )
 
 
-def _size_stall(bed, stack, inject, clear, fault):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    inject()
-    try:
+def _size_stall(bed, stack, inject, clear, what):
+    with fault(NAMES, inject, clear) as injected:
         rc, report, took = sweep(
             stack,
             injected,
             *BANDWIDTH[:2],
-            "--sizes",
-            "256,1024,65536",
-            "--iterations",
-            "2",
             "--baseline",
             "none",
-            "--stage-timeout",
-            "bandwidth=4",
-            "--stage-timeout",
-            "collective=3",
+            *sweep_flags("256,1024,65536", 2, bandwidth=4, collective=3),
             *TIMEOUTS,
             "--pairs",
             "rack1-n2:rack2-n2",
         )
-    finally:
-        clear()
     p = cell(report, "rack1-n2", "rack2-n2")
     assert (p["status"], p["stage"], p["reason"]) == ("timeout", "bandwidth", "size_stall"), p
     assert "transfers of 64 KiB and more stall between rack1-n2 (MTU" in p["hint"], p["hint"]
     assert "while 1 KiB completed" in p["hint"] and "MTU" in p["hint"], p["hint"]
     assert p["evidence"]["largest_ok_bytes"] == 1024 and p["evidence"]["stalled_bytes"] == 65536, p["evidence"]
-    record(fault, took, p["hint"][:110], status=p["status"], stage=p["stage"], reason=p["reason"])
+    record(what, took, p["hint"][:110], status=p["status"], stage=p["stage"], reason=p["reason"])
     return p
 
 
@@ -147,13 +117,9 @@ def test_it_names_a_size_stall_between_jumbo_hosts_on_a_smaller_path(bed, stack)
 
 
 def _inbound(bed, stack, stateful: bool):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.block_inbound("rack1-n2", stateful=stateful)
-    try:
+    block = partial(bed.block_inbound, "rack1-n2", stateful=stateful)
+    with fault(NAMES, block, partial(bed.unblock_inbound, "rack1-n2")) as injected:
         rc, report, took = sweep(stack, injected, *CONNECTIVITY)
-    finally:
-        bed.unblock_inbound("rack1-n2")
     assert rc == 2, report
     # rack1-n2 hosts the store for rack2-n1 and rack2-n2 (rank 0) and connects out to rack1-n1's.
     for peer in ("rack2-n1", "rack2-n2"):
@@ -191,17 +157,18 @@ def test_it_blames_the_node_that_accepts_no_inbound_connection_stateless(bed, st
 
 @pytest.mark.timeout(180)
 def test_it_names_the_segment_between_two_racks(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    for dst in ("rack2-n1", "rack2-n2"):
-        for src in ("rack1-n1", "rack1-n2"):
-            bed.drop(src, dst)
-    try:
+    crossing = [(src, dst) for dst in ("rack2-n1", "rack2-n2") for src in ("rack1-n1", "rack1-n2")]
+
+    def cut():
+        for link in crossing:
+            bed.drop(*link)
+
+    def mend():
+        for link in crossing:
+            bed.undrop(*link)
+
+    with fault(NAMES, cut, mend) as injected:
         rc, report, took = sweep(stack, injected, *CONNECTIVITY)
-    finally:
-        for dst in ("rack2-n1", "rack2-n2"):
-            for src in ("rack1-n1", "rack1-n2"):
-                bed.undrop(src, dst)
     assert rc == 2, report
     seg = findings(report, "segment")
     assert [(f["severity"], f["subject"]) for f in seg] == [("fail", "rack1<->rack2")], report["findings"]
@@ -222,13 +189,8 @@ def test_it_names_the_segment_between_two_racks(bed, stack):
 
 @pytest.mark.timeout(240)
 def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.shape("rack1-n1", 200)
-    try:
+    with fault(NAMES, lambda: bed.shape("rack1-n1", 200), lambda: bed.unshape("rack1-n1")) as injected:
         rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
-    finally:
-        bed.unshape("rack1-n1")
     assert report["baseline"] is None
     slow = findings(report, "slow_node")
     measured = {f"{p['a']}-{p['b']}": (p["status"], p["busbw_gbps"]) for p in report["pairs"]}
