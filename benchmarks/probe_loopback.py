@@ -24,6 +24,7 @@ sys.path.insert(0, ROOT)
 
 from agents import contract  # noqa: E402
 from agents.runner import run_probe  # noqa: E402
+from devtools.probe_commands import loopback_pair  # noqa: E402
 
 SIZE = 64 * 2**20
 
@@ -87,21 +88,8 @@ def run_bare(iterations: int, warmup: int) -> dict:
 
 def run_probe_pair(iterations: int, warmup: int) -> tuple[dict, dict]:
     timeouts = dict(contract.DEFAULT_TIMEOUTS, bandwidth=60.0)
-    base = {
-        "v": contract.VERSION,
-        "kind": "pair",
-        "probe_id": 1,
-        "rendezvous": "bench-" + os.urandom(4).hex(),
-        "world_size": 2,
-        "bind_address": "127.0.0.1",
-        "master_address": "127.0.0.1",
-        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-        "sizes": list(contract.DEFAULT_SIZES),
-        "iterations": iterations,
-        "warmup": warmup,
-        "timeouts": timeouts,
-        "deadline_s": 120.0,
-    }
+    rdv = "bench-" + os.urandom(4).hex()
+    sized = {"sizes": list(contract.DEFAULT_SIZES), "iterations": iterations, "warmup": warmup, "deadline_s": 120.0}
     listening, results = threading.Event(), {}
     port = {}
 
@@ -111,12 +99,12 @@ def run_probe_pair(iterations: int, warmup: int) -> tuple[dict, dict]:
             listening.set()
 
     def rank0():
-        results[0] = run_probe(dict(base, rank=0, node="n0"), on_event=on_event)
+        results[0] = run_probe(loopback_pair(0, rdv, timeouts=timeouts, **sized), on_event=on_event)
 
     thread = threading.Thread(target=rank0)
     thread.start()
     listening.wait(60)
-    results[1] = run_probe(dict(base, rank=1, node="n1"), port=port["port"])
+    results[1] = run_probe(loopback_pair(1, rdv, timeouts=timeouts, **sized), port=port["port"])
     thread.join()
     return results[0], results[1]
 

@@ -32,30 +32,21 @@ sys.path.insert(0, str(ROOT))
 
 from agents import contract, runner  # noqa: E402
 from devtools.environ import restore_env  # noqa: E402
+from devtools.probe_commands import loopback_pair  # noqa: E402
 from devtools.services import RedisServer  # noqa: E402
 
 SPLIT = ("spawn_s", "import_wait_s", "rendezvous_s", "init_s", "collectives_s")
 
 
 def command(rank: int, rendezvous: str) -> dict:
-    return {
-        "v": contract.VERSION,
-        "kind": "pair",
-        "probe_id": 1,
-        "sweep_id": 1,
-        "rendezvous": rendezvous,
-        "node": f"n{rank}",
-        "rank": rank,
-        "world_size": 2,
-        "backend": "gloo",
-        "bind_address": "127.0.0.1",
-        "master_address": "127.0.0.1",
-        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-        "last_stage": "collective",
-        "sizes": list(contract.DEFAULT_SIZES)[:1],
-        "timeouts": dict(contract.DEFAULT_TIMEOUTS),
-        "deadline_s": 60.0,
-    }
+    return loopback_pair(
+        rank,
+        rendezvous,
+        last_stage="collective",
+        sizes=list(contract.DEFAULT_SIZES)[:1],
+        timeouts=dict(contract.DEFAULT_TIMEOUTS),
+        deadline_s=60.0,
+    )
 
 
 def one_round(broker_url: str) -> dict:

@@ -10,12 +10,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agents import contract
 from agents.runner import TMP_PREFIX, run_probe
+from devtools.probe_commands import loopback_pair
 from devtools.services import resident_kib  # noqa: F401  (re-exported for test modules)
 
 SMALL_SIZES = [1024, 4096, 16384, 65536, 262144]
 SHORT_TIMEOUTS = {"resolve": 2.0, "connect": 2.0, "store": 6.0, "init": 6.0, "collective": 4.0, "bandwidth": 4.0}
+# What makes a probe command test-sized: few small sizes, few iterations, short stage timeouts and deadline.
+TEST_SIZED = {
+    "probe_id": 7,
+    "sweep_id": 3,
+    "sizes": SMALL_SIZES,
+    "iterations": 3,
+    "warmup": 1,
+    "latency_iterations": 10,
+    "deadline_s": 30.0,
+}
 
 
 @contextmanager
@@ -29,28 +39,8 @@ def held_port() -> Iterator[int]:
 
 def command(rank: int, rendezvous: str | None = None, **overrides) -> dict:
     """One half of a loopback pair probe: node n<rank>, small sizes, short timeouts."""
-    cmd = {
-        "v": contract.VERSION,
-        "kind": "pair",
-        "probe_id": 7,
-        "sweep_id": 3,
-        "rendezvous": rendezvous or "t" + secrets.token_hex(8),
-        "node": f"n{rank}",
-        "rank": rank,
-        "world_size": 2,
-        "backend": "gloo",
-        "bind_address": "127.0.0.1",
-        "master_address": "127.0.0.1",
-        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-        "sizes": SMALL_SIZES,
-        "iterations": 3,
-        "warmup": 1,
-        "latency_iterations": 10,
-        "timeouts": dict(SHORT_TIMEOUTS),
-        "deadline_s": 30.0,
-    }
-    cmd.update(overrides)
-    return cmd
+    fields = {**TEST_SIZED, "timeouts": dict(SHORT_TIMEOUTS), **overrides}  # timeouts copied: a test may change them
+    return loopback_pair(rank, rendezvous or "t" + secrets.token_hex(8), **fields)
 
 
 def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict]:
