@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -89,7 +90,12 @@ def run_bare(iterations: int, warmup: int) -> dict:
 def run_probe_pair(iterations: int, warmup: int) -> tuple[dict, dict]:
     timeouts = dict(contract.DEFAULT_TIMEOUTS, bandwidth=60.0)
     rdv = "bench-" + os.urandom(4).hex()
-    sized = {"sizes": list(contract.DEFAULT_SIZES), "iterations": iterations, "warmup": warmup, "deadline_s": 120.0}
+    sized: dict[str, Any] = {
+        "sizes": list(contract.DEFAULT_SIZES),
+        "iterations": iterations,
+        "warmup": warmup,
+        "deadline_s": 120.0,
+    }
     listening, results = threading.Event(), {}
     port = {}
 

@@ -129,6 +129,16 @@ Row = tuple[str, str, str, str, str]
 Target = tuple[str, str, Any, str, Callable[[Any], bool], str]
 
 
+def at_most(limit: float, also: bool = True) -> Callable[[float], bool]:
+    """Met when the figure is no more than ``limit`` (and ``also`` holds)."""
+    return lambda v: v <= limit and also
+
+
+def within(share: float) -> Callable[[float], bool]:
+    """Met when a ratio to the reference is within ``share`` of 1."""
+    return lambda v: abs(v - 1) <= share
+
+
 def targets(fig: dict, nodes: int) -> list[Row]:
     """(target, goal, measured, reference, met) rows; missing figures stay missing."""
     rows: list[Row] = []
@@ -175,8 +185,8 @@ def _control_plane_rows(fig: dict, nodes: int) -> list[Target]:
     return [
         (f"planner, {nodes} nodes, all rounds", "< 1 s", p.get("plan_s"), " s", lambda v: v < 1, ""),
         (ingest, ">= 2,000 results/s", i.get("results_per_s"), " results/s", lambda v: v >= 2000, single_ref),
-        (f"matrix API, {nodes} nodes", "<= 300 ms", matrix_ms, " ms", lambda v: v <= 300, rows_ref),
-        (f"overview page drawn, {nodes} nodes", "<= 2 s", overview_ms, " ms", lambda v: v <= 2000, pages_ref),
+        (f"matrix API, {nodes} nodes", "<= 300 ms", matrix_ms, " ms", at_most(300), rows_ref),
+        (f"overview page drawn, {nodes} nodes", "<= 2 s", overview_ms, " ms", at_most(2000), pages_ref),
         ("live updates at 500 results/s reach an open page", "no loss", live, "", lambda v: lossless, ""),
         ("result arrival to its cell changing in the browser", "(reported)", p50, " ms", lambda v: True, p95_ref),
     ]
@@ -202,14 +212,12 @@ def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
             else ""
         )
         name = f"overhead per round, {n} simulated agents, {k} server worker(s)"
-        rows.append(
-            (name, f"<= {goal} s", r.get("overhead_per_round_s"), " s", lambda v, g=goal, e=every: v <= g and e, beside)
-        )
+        rows.append((name, f"<= {goal} s", r.get("overhead_per_round_s"), " s", at_most(goal, every), beside))
     full = next((r for r in runs if r["nodes"] == 1024), {})
     every_pair = full.get("pairs_ok") == full.get("pairs")
     full_ref = f"{fmt(full.get('pairs_ok'))} of {fmt(full.get('pairs'))} pairs ok" if full else ""
     name = "full sweep, 1,024 simulated agents, 0-s probes"
-    rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", lambda v: v <= 600 and every_pair, full_ref))
+    rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", at_most(600, every_pair), full_ref))
     return rows
 
 
@@ -221,7 +229,7 @@ def _probe_rows(fig: dict, nodes: int) -> list[Target]:
         f"cold start: {fmt(cold, ' s')} ({ratio(cold, warm)} slower); worst warm round "
         f"{fmt(o.get('warm_overhead_max_s'), ' s')}"
     )
-    return [("probe overhead per round (warm probe process)", "<= 0.3 s", warm, " s", lambda v: v <= 0.3, cold_ref)]
+    return [("probe overhead per round (warm probe process)", "<= 0.3 s", warm, " s", at_most(0.3), cold_ref)]
 
 
 def _bed_rows(fig: dict, nodes: int) -> list[Target]:
@@ -241,17 +249,10 @@ def _bed_rows(fig: dict, nodes: int) -> list[Target]:
             f"({fmt(w.get('round_s'), ' s')}): {fmt(w.get(f'ratio_{n}'), ' x')}"
         )
         name = f"full connectivity sweep, namespace bed, N = {n}"
-        rows.append((name, goal, w.get(f"ratio_one_round_{n}"), " x", lambda v: v <= 1.2, beside))
+        rows.append((name, goal, w.get(f"ratio_one_round_{n}"), " x", at_most(1.2), beside))
     overhead = w.get("overhead_per_round_s")
-    rows.append(
-        ("probe overhead per round inside namespace sweeps", "<= 0.3 s", overhead, " s", lambda v: v <= 0.3, "")
-    )
+    rows.append(("probe overhead per round inside namespace sweeps", "<= 0.3 s", overhead, " s", at_most(0.3), ""))
     return rows
-
-
-def within(share: float) -> Callable[[float], bool]:
-    """Met when a ratio to the reference is within ``share`` of 1."""
-    return lambda v: abs(v - 1) <= share
 
 
 def _link_rows(fig: dict, nodes: int) -> list[Target]:
@@ -268,7 +269,7 @@ def _link_rows(fig: dict, nodes: int) -> list[Target]:
     for mode, label in (("drop", "nft drop both ways"), ("down", "interface down")):
         cell = f"{k.get(f'{mode}_status', '')} at {k.get(f'{mode}_stage', '')}, {k.get(f'{mode}_reason', '')}"
         seconds, cell_ref = k.get(f"{mode}_to_failed_cell_s"), cell if k.get(f"{mode}_status") else ""
-        rows.append((f"dead link ({label}) to a failed cell", "<= 15 s", seconds, " s", lambda v: v <= 15, cell_ref))
+        rows.append((f"dead link ({label}) to a failed cell", "<= 15 s", seconds, " s", at_most(15), cell_ref))
     return rows
 
 
@@ -285,10 +286,9 @@ def _alarm_rows(fig: dict, nodes: int) -> list[Target]:
         if measured
         else ""
     )
-    none = lambda v: (
-        f["sweeps"] >= 20 and f["false_alarm_sweeps"] == 0 and f.get("false_pairs") == 0 and codes == "none"
-    )
-    return [("false alarms on a healthy loaded bed", "none in 20 sweeps", not_pass, "", none, beside)]
+    quiet = measured and f["sweeps"] >= 20 and f["false_alarm_sweeps"] == 0 and f.get("false_pairs") == 0
+    name = "false alarms on a healthy loaded bed"
+    return [(name, "none in 20 sweeps", not_pass, "", lambda v: quiet and codes == "none", beside)]
 
 
 def _agent_rows(fig: dict, nodes: int) -> list[Target]:
@@ -299,16 +299,10 @@ def _agent_rows(fig: dict, nodes: int) -> list[Target]:
         f"probes); bare Python: {fmt(a.get('python_rss_mib'), ' MiB')}"
     )
     cpu_ref = f"warm probe process: {fmt(a.get('warm_cpu_pct'), ' %')}"
+    rss_mib = a.get("agent_rss_mib")
     return [
-        (
-            "agent idle resident memory",
-            "<= 80 MB",
-            a.get("agent_rss_mib"),
-            " MiB",
-            lambda v: v * 1.048576 <= 80,
-            rss_ref,
-        ),
-        ("agent idle CPU", "<= 1% of a core", a.get("agent_cpu_pct"), " %", lambda v: v <= 1, cpu_ref),
+        ("agent idle resident memory", "<= 80 MB", rss_mib, " MiB", lambda v: v * 1.048576 <= 80, rss_ref),  # MiB, MB
+        ("agent idle CPU", "<= 1% of a core", a.get("agent_cpu_pct"), " %", at_most(1), cpu_ref),
     ]
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from devtools.devstack import ROOT, python_env, spawn, stop_process
+from devtools.devstack import ROOT, python_env, run_to_end, spawn, stack_env, stop_process
 
 if TYPE_CHECKING:
     from devtools.devstack import Supervisor
@@ -160,26 +160,17 @@ class TestBed:
     def _build_host(self, host: Host) -> None:
         sh("ip", "netns", "add", host.ns)
         self._in(host.ns, "ip", "link", "set", "lo", "up")
-        self._in(
-            host.ns,
-            "ip",
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            f"v{host.index}",
-            "netns",
-            self.bridge_ns,
-        )
-        self._in(self.bridge_ns, "ip", "link", "set", f"v{host.index}", "master", "br0", "up")
-        self._in(host.ns, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
-        self._in(host.ns, "ip", "link", "set", "eth0", "up")
+        self._plug(host, "eth0", f"v{host.index}", "br0", host.address)
         if host.dead_address:
             self.add_dead_interface(host.name)
         self.write_hosts_file(host)
+
+    def _plug(self, host: Host, ifname: str, port: str, bridge: str, address: str) -> None:
+        """A veth pair: ``ifname`` in the host, up with ``address``/24; ``port`` on the bridge namespace's ``bridge``."""
+        self._in(host.ns, "ip", "link", "add", ifname, "type", "veth", "peer", "name", port, "netns", self.bridge_ns)
+        self._in(self.bridge_ns, "ip", "link", "set", port, "master", bridge, "up")
+        self._in(host.ns, "ip", "addr", "add", f"{address}/24", "dev", ifname)
+        self._in(host.ns, "ip", "link", "set", ifname, "up")
 
     def write_hosts_file(self, host: Host, self_address: str | None = None) -> None:
         """The host's /etc/hosts: every test host by name, its own name on its own address."""
@@ -414,23 +405,7 @@ class TestBed:
         host.dead_address = host.dead_address or f"{DEAD_SUBNET}.{10 + host.index}"
         if "br1" not in self._in(self.bridge_ns, "ip", "-br", "link", "show"):
             self._in(self.bridge_ns, "ip", "link", "add", "br1", "type", "bridge")
-        self._in(
-            host.ns,
-            "ip",
-            "link",
-            "add",
-            "eth1",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            f"w{host.index}",
-            "netns",
-            self.bridge_ns,
-        )
-        self._in(self.bridge_ns, "ip", "link", "set", f"w{host.index}", "master", "br1", "up")
-        self._in(host.ns, "ip", "addr", "add", f"{host.dead_address}/24", "dev", "eth1")
-        self._in(host.ns, "ip", "link", "set", "eth1", "up")
+        self._plug(host, "eth1", f"w{host.index}", "br1", host.dead_address)
         return host.dead_address
 
     def remove_dead_interface(self, name: str) -> None:
@@ -687,14 +662,7 @@ def _prepare_database(env: dict, bed: TestBed) -> str:
         ],
         ["enroll", *(h.name for h in bed.hosts), "--rotate", "--out", str(bed.workdir / "keys")],
     ):
-        out = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        out = run_to_end([sys.executable, str(ROOT / "manage.py"), *args], env=env, timeout=300)
         if out.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
     return password
@@ -759,13 +727,7 @@ def _up(opts) -> int:
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     socket_url = f"redis+socket://{var / 'redis.sock'}"
     agent_env = {"CLUSTER_HEALTH_HEARTBEAT_S": "2"}
-    env = python_env(
-        DJANGO_SETTINGS_MODULE="cluster_health.settings",
-        REDIS_URL=redis_url,
-        CLUSTER_HEALTH_BROKER_URL=redis_url,
-        CLUSTER_HEALTH_VAR_DIR=str(var),
-        **agent_env,
-    )
+    env = stack_env(redis_url, var, **agent_env)
     sup = Supervisor(var / "logs", env)
     bed = TestBed(opts.hosts, workdir=var / "bed", tag="demo", second_interface=opts.second_interface)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
