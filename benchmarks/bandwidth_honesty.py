@@ -114,20 +114,8 @@ def measure_link(
 
 def probe_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     """busbw (GB/s) at ``size`` of one pair probe run with the pair CLI, one rank per host."""
-    common = [
-        sys.executable,
-        "-m",
-        "agents",
-        "pair",
-        "--sizes",
-        str(size),
-        "--iterations",
-        str(iterations),
-        "--warmup",
-        str(warmup),
-        "--timeout",
-        "bandwidth=60",
-    ]
+    sized = ["--sizes", str(size), *probe_loopback.loop_flags(iterations, warmup), "--timeout", "bandwidth=60"]
+    common = [sys.executable, "-m", "agents", "pair", *sized]
     master = bed.host("host1").address
     rank0 = in_host(
         bed,
@@ -174,24 +162,9 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
         in_host(
             bed,
             host,
-            [
-                sys.executable,
-                probe_loopback.__file__,
-                "--bare-rank",
-                str(rank),
-                "--port",
-                str(port),
-                "--address",
-                master,
-                "--ifname",
-                "eth0",
-                "--size",
-                str(size),
-                "--iterations",
-                str(iterations),
-                "--warmup",
-                str(warmup),
-            ],
+            probe_loopback.bare_rank_args(
+                rank, port, iterations, warmup, "--address", master, "--ifname", "eth0", "--size", str(size)
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -211,15 +184,12 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     return json.loads(lines[-1])["busbw_gbps"]
 
 
+# The command line: each flag with argparse's keywords, its value passed to run() by name.
+OPTIONS: dict[str, dict] = {
+    "--runs": {"type": int, "default": 3},
+    "--iterations": {"type": int, "default": 10},
+    "--warmup": {"type": int, "default": 2},
+}
+
 if __name__ == "__main__":
-    sys.exit(
-        main_for(
-            run,
-            __doc__,
-            {
-                "--runs": {"type": int, "default": 3},
-                "--iterations": {"type": int, "default": 10},
-                "--warmup": {"type": int, "default": 2},
-            },
-        )
-    )
+    sys.exit(main_for(run, __doc__, OPTIONS))

@@ -57,6 +57,25 @@ def bare_rank(
     dist.destroy_process_group()
 
 
+def loop_flags(iterations: int, warmup: int) -> list[str]:
+    """The timed and warm-up iteration counts, as both the bare loop and the probe's pair CLI take them."""
+    return ["--iterations", str(iterations), "--warmup", str(warmup)]
+
+
+def bare_rank_args(rank: int, port: int, iterations: int, warmup: int, *more: str) -> list[str]:
+    """The command line of one rank of the bare loop: this file again, with ``--bare-rank``."""
+    return [
+        sys.executable,
+        __file__,
+        "--bare-rank",
+        str(rank),
+        "--port",
+        str(port),
+        *loop_flags(iterations, warmup),
+        *more,
+    ]
+
+
 def run_bare(iterations: int, warmup: int) -> dict:
     import socket
 
@@ -65,18 +84,7 @@ def run_bare(iterations: int, warmup: int) -> dict:
         port = s.getsockname()[1]
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "--bare-rank",
-                str(r),
-                "--port",
-                str(port),
-                "--iterations",
-                str(iterations),
-                "--warmup",
-                str(warmup),
-            ],
+            bare_rank_args(r, port, iterations, warmup),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -22,7 +22,6 @@ import secrets
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents import contract, runner  # noqa: E402
 from devtools.environ import restore_env  # noqa: E402
-from devtools.probe_commands import loopback_pair  # noqa: E402
+from devtools.probe_commands import loopback_pair, run_ranks  # noqa: E402
 from devtools.services import RedisServer  # noqa: E402
 
 SPLIT = ("spawn_s", "import_wait_s", "rendezvous_s", "init_s", "collectives_s")
@@ -51,25 +50,17 @@ def command(rank: int, rendezvous: str) -> dict:
 
 def one_round(broker_url: str) -> dict:
     rdv = "bench" + secrets.token_hex(6)
-    results: dict[int, dict] = {}
-    threads = [
-        threading.Thread(target=lambda r=r: results.__setitem__(r, runner.run_probe(command(r, rdv), broker_url)))
-        for r in (0, 1)
-    ]
     began = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = run_ranks([command(0, rdv), command(1, rdv)], broker_url)
     wall = time.perf_counter() - began
-    for r in results.values():
+    for r in results:
         if r["status"] != "ok":
             raise RuntimeError(f"a benchmark probe failed: {r['reason']}: {r['hint']}")
-    inside = max(r["timings"].get("collectives_s", 0.0) for r in results.values())
+    inside = max(r["timings"].get("collectives_s", 0.0) for r in results)
     return {
         "wall_s": wall,
         "overhead_s": wall - inside,
-        "split": {k: max(r["timings"].get(k, 0.0) for r in results.values()) for k in SPLIT},
+        "split": {k: max(r["timings"].get(k, 0.0) for r in results) for k in SPLIT},
     }
 
 

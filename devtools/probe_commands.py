@@ -1,10 +1,15 @@
-"""Pair probe commands between two nodes on loopback, as the server sends them: for the tests and benchmarks."""
+"""Pair probe commands between two nodes on loopback, as the server sends them, and both halves run at once.
+
+For the tests and the benchmarks: ``run_ranks`` runs each half through ``agents.runner.run_probe`` in a thread.
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from agents import contract
+from agents.runner import run_probe
 
 
 def loopback_pair(rank: int, rendezvous: str, names: tuple[str, str] = ("n0", "n1"), **fields: Any) -> dict:
@@ -28,3 +33,26 @@ def loopback_pair(rank: int, rendezvous: str, names: tuple[str, str] = ("n0", "n
         "peers": [{"name": name, "address": "127.0.0.1"} for name in names],
         **fields,
     }
+
+
+def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict]:
+    """Run every rank's half at once through the Redis rendezvous; results in rank order."""
+    results: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def one(cmd):
+        try:
+            results[cmd["rank"]] = run_probe(
+                cmd, broker_url, on_event=(lambda e: on_event(cmd["rank"], e)) if on_event else None
+            )
+        except BaseException as e:  # surfaced below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=one, args=(c,)) for c in commands]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return [results[c["rank"]] for c in commands]

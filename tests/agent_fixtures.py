@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from agents.runner import TMP_PREFIX, run_probe
-from devtools.probe_commands import loopback_pair
+from agents import contract
+from agents.probe import Probe, StageLog
+from agents.runner import TMP_PREFIX
+from devtools.probe_commands import loopback_pair, run_ranks
 from devtools.services import resident_kib  # noqa: F401  (re-exported for test modules)
 
 SMALL_SIZES = [1024, 4096, 16384, 65536, 262144]
@@ -43,33 +45,22 @@ def command(rank: int, rendezvous: str | None = None, **overrides) -> dict:
     return loopback_pair(rank, rendezvous or "t" + secrets.token_hex(8), **fields)
 
 
-def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict]:
-    """Run every rank's half at once through the Redis rendezvous; results in rank order."""
-    results: dict[int, dict] = {}
-    errors: list[BaseException] = []
-
-    def one(cmd):
-        try:
-            results[cmd["rank"]] = run_probe(
-                cmd, broker_url, on_event=(lambda e: on_event(cmd["rank"], e)) if on_event else None
-            )
-        except BaseException as e:  # surfaced below, in the test's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=one, args=(c,)) for c in commands]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return [results[c["rank"]] for c in commands]
-
-
 def pair(broker_url: str, on_event=None, **overrides) -> tuple[dict, dict]:
     rdv = "t" + secrets.token_hex(8)
     r0, r1 = run_ranks([command(0, rdv, **overrides), command(1, rdv, **overrides)], broker_url, on_event)
     return r0, r1
+
+
+def probe_in(tmp_path: Path, rank: int = 0, **overrides) -> Probe:
+    """A probe for rank ``rank``'s half of ``command(rank, **overrides)``, its files in ``tmp_path``; not started."""
+    spec = {
+        "command": contract.validate_command(command(rank, **overrides)),
+        "rendezvous": {"kind": "manual"},
+        "events_path": str(tmp_path / "stages.jsonl"),
+        "result_path": str(tmp_path / "result.json"),
+        "spawned_at": time.time(),
+    }
+    return Probe(spec, StageLog(spec["events_path"]))
 
 
 def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:
