@@ -17,8 +17,6 @@ floor any Python process pays.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bed import main_for  # noqa: E402
 from devtools.services import RedisServer, agent_args, resident_kib, spawn, stop_process  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -141,6 +140,4 @@ def run(seconds: float = 60.0) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
-    print(json.dumps(run(parser.parse_args().seconds), indent=2))
+    sys.exit(main_for(run, __doc__, {"--seconds": {"type": float, "default": 60.0}}))

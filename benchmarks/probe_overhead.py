@@ -15,8 +15,6 @@ busy machine hurts both alike; the cold figure is the reference.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import secrets
 import statistics
@@ -30,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents import contract, runner  # noqa: E402
+from benchmarks.bed import main_for  # noqa: E402
 from devtools.environ import restore_env  # noqa: E402
 from devtools.probe_commands import loopback_pair, run_ranks  # noqa: E402
 from devtools.services import RedisServer  # noqa: E402
@@ -110,6 +109,4 @@ def run(rounds: int = 8) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=8)
-    print(json.dumps(run(parser.parse_args().rounds), indent=2))
+    sys.exit(main_for(run, __doc__, {"--rounds": {"type": int, "default": 8}}))

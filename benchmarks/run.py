@@ -387,11 +387,8 @@ def load_figures() -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--database",
-        default=os.environ.get("BENCH_DATABASE_URL"),
-        help="postgres:// server URL for scratch databases (default: scratch SQLite)",
-    )
+    scratch = "postgres:// server URL for scratch databases (default: scratch SQLite)"
+    parser.add_argument("--database", default=os.environ.get("BENCH_DATABASE_URL"), help=scratch)
     parser.add_argument("--nodes", type=int, default=1024)
     parser.add_argument("--only", nargs="+", default=None, help="benchmark names to run")
     parser.add_argument("--skip", nargs="+", default=(), help="benchmark names not to run")

@@ -271,6 +271,14 @@ class TestBed:
 
     # faults
 
+    def _nft_load(self, ns: str, rules: str) -> None:
+        """Load an nft ruleset (tables, chains, rules) in the namespace."""
+        sh("ip", "netns", "exec", ns, "nft", "-f", "-", input=rules)
+
+    def _nft_delete(self, ns: str, family: str, table: str) -> None:
+        """Remove one of the namespace's nft tables, and with it its rules; nothing happens where it is gone."""
+        sh("ip", "netns", "exec", ns, "nft", "delete", "table", family, table, check=False)
+
     def drop(self, src: str, dst: str) -> None:
         """Drop every packet from src to dst, on dst's input (a firewall on dst)."""
         d = self.host(dst)
@@ -280,11 +288,10 @@ class TestBed:
             f"  chain input {{ type filter hook input priority 0; policy accept;\n"
             f"    ip saddr {self.host(src).address} drop\n  }}\n}}\n"
         )
-        sh("ip", "netns", "exec", d.ns, "nft", "-f", "-", input=rules)
+        self._nft_load(d.ns, rules)
 
     def undrop(self, src: str, dst: str) -> None:
-        d = self.host(dst)
-        sh("ip", "netns", "exec", d.ns, "nft", "delete", "table", "inet", f"chf_{self.host(src).index}", check=False)
+        self._nft_delete(self.host(dst).ns, "inet", f"chf_{self.host(src).index}")
 
     def firewall_between(self, a: str, b: str) -> None:
         self.drop(a, b)
@@ -330,21 +337,10 @@ class TestBed:
             f"  type filter hook forward priority 0; policy accept;\n"
             f'  iifname "v{host.index}" numgen random mod 1000 < {per_mille} drop\n }}\n}}\n'
         )
-        sh("ip", "netns", "exec", self.bridge_ns, "nft", "-f", "-", input=rules)
+        self._nft_load(self.bridge_ns, rules)
 
     def unlose(self, name: str) -> None:
-        sh(
-            "ip",
-            "netns",
-            "exec",
-            self.bridge_ns,
-            "nft",
-            "delete",
-            "table",
-            "bridge",
-            f"chloss_{self.host(name).index}",
-            check=False,
-        )
+        self._nft_delete(self.bridge_ns, "bridge", f"chloss_{self.host(name).index}")
 
     def set_mtu(self, name: str, mtu: int) -> None:
         """The MTU of the host's eth0; its port on the bridge keeps its own (a path of another MTU).
@@ -361,7 +357,7 @@ class TestBed:
             f"table inet {table} {{\n  chain input {{ type filter hook input priority 0; policy accept;\n"
             f"    {rule}\n  }}\n}}\n"
         )
-        sh("ip", "netns", "exec", self.host(name).ns, "nft", "-f", "-", input=rules)
+        self._nft_load(self.host(name).ns, rules)
 
     def drop_large(self, src: str, dst: str, max_bytes: int) -> None:
         """On dst, drop packets from src larger than max_bytes (a switch that drops large frames)."""
@@ -370,18 +366,7 @@ class TestBed:
         )
 
     def undrop_large(self, src: str, dst: str) -> None:
-        sh(
-            "ip",
-            "netns",
-            "exec",
-            self.host(dst).ns,
-            "nft",
-            "delete",
-            "table",
-            "inet",
-            f"chl_{self.host(src).index}",
-            check=False,
-        )
+        self._nft_delete(self.host(dst).ns, "inet", f"chl_{self.host(src).index}")
 
     def block_inbound(self, name: str, stateful: bool = True) -> None:
         """The host accepts no new inbound TCP connection on eth0 and still connects out.
@@ -393,7 +378,7 @@ class TestBed:
         self._nft_table(name, "chin", rule)
 
     def unblock_inbound(self, name: str) -> None:
-        sh("ip", "netns", "exec", self.host(name).ns, "nft", "delete", "table", "inet", "chin", check=False)
+        self._nft_delete(self.host(name).ns, "inet", "chin")
 
     def add_dead_interface(self, name: str) -> str:
         """Give the host a second NIC, eth1, on a network where every packet is lost; returns its address.

@@ -125,16 +125,13 @@ def record(
     tmp.replace(path)  # a reader never sees half a file
 
 
-def record_cell(fault: str, seconds: float, p: dict, shown: str = "") -> None:
-    """record() for a fault seen in one matrix cell: its status, stage and reason."""
-    record(
-        fault,
-        seconds,
-        shown or f"{p['status']} at {p['stage']} ({p['reason']})",
-        status=p["status"],
-        stage=p["stage"],
-        reason=p["reason"],
-    )
+def record_cell(fault: str, seconds: float, p: dict, shown: str = "", reason: str | None = None) -> None:
+    """record() for a fault seen in one matrix cell: its status, stage and reason.
+
+    ``reason``: the code of the finding that names the fault, where that says more than the cell's own reason.
+    """
+    shown = shown or f"{p['status']} at {p['stage']} ({p['reason']})"
+    record(fault, seconds, shown, status=p["status"], stage=p["stage"], reason=reason or p["reason"])
 
 
 def env_flag(name: str) -> bool:

@@ -118,15 +118,15 @@ def test_it_shows_why_a_finding_was_raised(client):
     timeout = {"status": "timeout", "stage": "connect", "reason": "connect_timeout", "hint": "n2 could not reach n1"}
     sweep = make_sweep(make_nodes(["n1", "n2"]), {("n1", "n2"): timeout}, kind="connectivity")
     probe = PairProbe.objects.get(sweep=sweep)
-    f = Finding.objects.create(
-        sweep=sweep,
-        severity="fail",
-        code="inbound_blocked",
-        subject="n1",
-        text="n1 accepts no inbound connection from any peer",
-        pairs=["n1<->n2"],
-        detail={"evidence": ["n2 -> n1 (store on n1): timeout"], "next_step": "open it"},
-    )
+    finding = {
+        "severity": "fail",
+        "code": "inbound_blocked",
+        "subject": "n1",
+        "text": "n1 accepts no inbound connection from any peer",
+        "pairs": ["n1<->n2"],
+        "detail": {"evidence": ["n2 -> n1 (store on n1): timeout"], "next_step": "open it"},
+    }
+    f = Finding.objects.create(sweep=sweep, **finding)
     page = client.get(f"/sweeps/{sweep.pk}/findings/{f.pk}/").content.decode()
     assert "n1 accepts no inbound connection" in page and "n2 -&gt; n1 (store on n1): timeout" in page
     assert "open it" in page and f"?probe={probe.pk}" in page

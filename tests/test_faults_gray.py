@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 
-from tests.fault_bed import agent_bed, cell, fault, record
+from tests.fault_bed import agent_bed, cell, fault, record, record_cell
 from tests.sweep_setup import TimedSweep, sweep_flags
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -58,14 +58,8 @@ def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
     assert all(p["evidence"]["a" if p["a"] == "rack2-n1" else "b"]["retrans_pct"] >= 1.0 for p in mine)
     others = [p for p in report["pairs"] if "rack2-n1" not in (p["a"], p["b"])]
     assert {p["status"] for p in others} == {"ok"}, others
-    record(
-        "5 % of rack2-n1's frames lost on its bridge port (nft numgen random)",
-        took,
-        f"3 pairs degraded (lossy); warn finding: {text[:90]}",
-        status="degraded",
-        stage="bandwidth",
-        reason="lossy",
-    )
+    shown = f"3 pairs degraded (lossy); warn finding: {text[:90]}"
+    record_cell("5 % of rack2-n1's frames lost on its bridge port (nft numgen random)", took, mine[0], shown)
 
 
 def _size_stall(bed, stack, inject, clear, what):
@@ -86,7 +80,7 @@ def _size_stall(bed, stack, inject, clear, what):
     assert "transfers of 64 KiB and more stall between rack1-n2 (MTU" in p["hint"], p["hint"]
     assert "while 1 KiB completed" in p["hint"] and "MTU" in p["hint"], p["hint"]
     assert p["evidence"]["largest_ok_bytes"] == 1024 and p["evidence"]["stalled_bytes"] == 65536, p["evidence"]
-    record(what, took, p["hint"][:110], status=p["status"], stage=p["stage"], reason=p["reason"])
+    record_cell(what, took, p, p["hint"][:110])
     return p
 
 
@@ -135,14 +129,9 @@ def _inbound(bed, stack, stateful: bool):
     out = cell(report, "rack1-n1", "rack1-n2")
     assert out["evidence"]["connections"][0] == {"from": "rack1-n2", "to": "rack1-n1", "step": "store", "ok": True}
     kind = "stateful (ct state new drop)" if stateful else "stateless (SYN drop)"
-    record(
-        f"inbound connections blocked on rack1-n2, {kind}",
-        took,
-        f"2 pairs timeout at connect, rack1-n2<->rack1-n1 {out['status']}; fail finding: {text[:80]}",
-        status="timeout",
-        stage="connect",
-        reason="inbound_blocked",
-    )
+    shown = f"2 pairs timeout at connect, rack1-n2<->rack1-n1 {out['status']}; fail finding: {text[:80]}"
+    timed_out = cell(report, "rack1-n2", "rack2-n2")  # timeout at connect, asserted above
+    record_cell(f"inbound connections blocked on rack1-n2, {kind}", took, timed_out, shown, reason="inbound_blocked")
 
 
 @pytest.mark.timeout(180)
@@ -199,11 +188,5 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert len(slow[0]["pairs"]) == 3
     assert rc == 1 and report["verdict"] == "warn", report["findings"]
     mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
-    record(
-        "rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)",
-        took,
-        f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}",
-        status=mine[0]["status"],
-        stage=mine[0]["stage"],
-        reason=mine[0]["reason"],
-    )
+    shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
+    record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
