@@ -86,31 +86,23 @@ def others(report: dict, *links: tuple[str, str]) -> list[dict]:
 TIMINGS = "fault_timings.json"
 
 
-def record(
-    fault: str,
-    seconds: float,
-    shown: str,
-    *,
-    status: str | None = None,
-    stage: str | None = None,
-    reason: str | None = None,
-) -> None:
+def record(fault: str, seconds: float, shown: str, cell: dict | None = None) -> None:
     """One row of the fault-timing table: printed, and appended to fault_timings.json in the test artifacts.
 
     ``seconds``: from injecting the fault to its cell closing (or its finding, at the sweep's end);
-    ``status``/``stage``/``reason``: what the matrix showed for it; ``shown``: the rest, in words.
+    ``cell``: what the matrix showed for it (status, stage and reason; none where no cell did);
+    ``shown``: the rest, in words.
     """
+    shown_as = {key: (cell or {}).get(key) for key in ("status", "stage", "reason")}
     row = {
         "fault": fault,
         "seconds": round(seconds, 1),
-        "status": status,
-        "stage": stage,
-        "reason": reason,
+        **shown_as,
         "shown": shown,
         "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    print(f"\nFAULT {fault}: {seconds:.1f}s: {status}/{stage}/{reason}: {shown}")
+    print(f"\nFAULT {fault}: {seconds:.1f}s: {'/'.join(str(v) for v in shown_as.values())}: {shown}")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = Path(ARTIFACTS) / TIMINGS
     try:
@@ -131,7 +123,7 @@ def record_cell(fault: str, seconds: float, p: dict, shown: str = "", reason: st
     ``reason``: the code of the finding that names the fault, where that says more than the cell's own reason.
     """
     shown = shown or f"{p['status']} at {p['stage']} ({p['reason']})"
-    record(fault, seconds, shown, status=p["status"], stage=p["stage"], reason=reason or p["reason"])
+    record(fault, seconds, shown, {**p, "reason": reason or p["reason"]})
 
 
 def env_flag(name: str) -> bool:

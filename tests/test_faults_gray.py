@@ -39,14 +39,19 @@ def all_pairs(*extra):
     return ["--pairs", ",".join(pairs), *extra]
 
 
+def every_pair_measured(stack, inject, clear):
+    """A bandwidth sweep of every pair, no baseline, run while the fault that ``inject`` made stands."""
+    with fault(NAMES, inject, clear) as injected:
+        return sweep(stack, injected, *BANDWIDTH, *all_pairs())
+
+
 def findings(report, code):
     return [f for f in report["findings"] if f["code"] == code]
 
 
 @pytest.mark.timeout(240)
 def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
-    with fault(NAMES, lambda: bed.lose("rack2-n1", 5), lambda: bed.unlose("rack2-n1")) as injected:
-        rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
+    rc, report, took = every_pair_measured(stack, lambda: bed.lose("rack2-n1", 5), lambda: bed.unlose("rack2-n1"))
     lossy = findings(report, "lossy")
     assert [f["subject"] for f in lossy] == ["rack2-n1"], report["findings"]
     text = lossy[0]["text"]
@@ -170,16 +175,13 @@ def test_it_names_the_segment_between_two_racks(bed, stack):
         "rack1 -> rack2 dropped (nft on both rack2 hosts)",
         took,
         "4 crossing pairs timeout at connect, 2 inside ok; one fail finding on rack1<->rack2",
-        status="timeout",
-        stage="connect",
-        reason="segment",
+        {"status": "timeout", "stage": "connect", "reason": "segment"},
     )
 
 
 @pytest.mark.timeout(240)
 def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
-    with fault(NAMES, lambda: bed.shape("rack1-n1", 200), lambda: bed.unshape("rack1-n1")) as injected:
-        rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
+    rc, report, took = every_pair_measured(stack, lambda: bed.shape("rack1-n1", 200), lambda: bed.unshape("rack1-n1"))
     assert report["baseline"] is None
     slow = findings(report, "slow_node")
     measured = {f"{p['a']}-{p['b']}": (p["status"], p["busbw_gbps"]) for p in report["pairs"]}

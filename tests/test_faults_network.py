@@ -172,9 +172,7 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
         "MASTER_PORT taken on the master",
         elapsed,
         f"launch rehearsal fail: {taken[0]['text'][:80]}",
-        status=rehearsal.get("status"),
-        stage=rehearsal.get("stage"),
-        reason=rehearsal.get("reason"),
+        rehearsal,
     )
 
 
@@ -205,12 +203,8 @@ def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
     assert abs(busbw_mbit - rate_mbit) <= 0.1 * rate_mbit, (busbw_mbit, rate_mbit)
     assert abs(busbw_mbit - iperf_mbit) <= 0.1 * iperf_mbit, (busbw_mbit, iperf_mbit)
     assert "host1" in p["hint"] or any("host1" in f["subject"] for f in report["findings"]), (p, report["findings"])
-    record_cell(
-        f"link shaped to {rate_mbit} Mbit/s (tc tbf)",
-        took,
-        p,
-        f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s",
-    )
+    shown = f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s"
+    record_cell(f"link shaped to {rate_mbit} Mbit/s (tc tbf)", took, p, shown)
 
 
 @pytest.mark.timeout(240)
