@@ -48,6 +48,16 @@ def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen |
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
 
 
+# What stops a command-line stack from starting: a process that exits, or a wait that runs out.
+STARTUP_ERRORS = (RuntimeError, TimeoutError, subprocess.TimeoutExpired)
+
+
+def refused(program: str, why: object) -> int:
+    """Say on stderr why ``program`` cannot go on; the exit status it ends with."""
+    print(f"{program}: {why}", file=sys.stderr)
+    return 1
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
     """Signal the process group, then SIGKILL it if it lingers past `timeout`."""
     if proc.poll() is None:
@@ -401,9 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("stopping")
         return 0
-    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
-        print(f"scripts/run: {exc}", file=sys.stderr)
-        return 1
+    except STARTUP_ERRORS as exc:
+        return refused("scripts/run", exc)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

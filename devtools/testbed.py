@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from devtools.devstack import ROOT, python_env, run_to_end, spawn, stack_env, stop_process
+from devtools.devstack import ROOT, STARTUP_ERRORS, python_env, refused, run_to_end, spawn, stack_env, stop_process
 
 if TYPE_CHECKING:
     from devtools.devstack import Supervisor
@@ -701,8 +701,7 @@ def _up(opts) -> int:
 
     reason = available()
     if reason:
-        print(f"scripts/testbed: {reason}", file=sys.stderr)
-        return 1
+        return refused("scripts/testbed", reason)
     cleanup_stale()
     var = TESTBED_DIR
     var.mkdir(parents=True, exist_ok=True)
@@ -726,9 +725,8 @@ def _up(opts) -> int:
         _watch_bed(sup, bed, socket_url, agent_env, url)
     except KeyboardInterrupt:
         return 0
-    except (RuntimeError, TestBedUnavailable, subprocess.TimeoutExpired, TimeoutError) as exc:
-        print(f"scripts/testbed: {exc}", file=sys.stderr)
-        return 1
+    except (*STARTUP_ERRORS, TestBedUnavailable) as exc:
+        return refused("scripts/testbed", exc)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         bed.close()
