@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import probe_loopback  # noqa: E402
-from benchmarks.bed import in_host, main_for, namespace_bed  # noqa: E402
+from benchmarks.bed import main_for, namespace_bed  # noqa: E402
 
 MBIT_PER_GBPS = 8000.0  # GB/s (10^9 bytes) -> Mbit/s
 CONDITIONS = (  # (name, tbf rate in Mbit/s or None, message size in bytes)
@@ -117,8 +117,7 @@ def probe_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     sized = ["--sizes", str(size), *probe_loopback.loop_flags(iterations, warmup), "--timeout", "bandwidth=60"]
     common = [sys.executable, "-m", "agents", "pair", *sized]
     master = bed.host("host1").address
-    rank0 = in_host(
-        bed,
+    rank0 = bed.start_in(
         "host1",
         [*common, "--rank", "0", "--bind", master, "--wait", "30"],
         stdout=subprocess.PIPE,
@@ -159,8 +158,7 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     port = random.randint(20000, 40000)  # the namespaces are fresh: nothing else listens there
     master = bed.host("host1").address
     procs = [
-        in_host(
-            bed,
+        bed.start_in(
             host,
             probe_loopback.bare_rank_args(
                 rank, port, iterations, warmup, "--address", master, "--ifname", "eth0", "--size", str(size)

@@ -235,6 +235,12 @@ class TestBed:
     def run(self, name: str, *args: str, check: bool = True, timeout: float = 30.0) -> str:
         return sh(*self.exec_args(self.host(name), list(args)), check=check, timeout=timeout)
 
+    def start_in(self, name: str, args: list[str], **popen) -> subprocess.Popen:
+        """A process inside the host (its namespace, hosts file and hostname), in its own session; not waited for."""
+        return subprocess.Popen(
+            self.exec_args(self.host(name), args), env=python_env(), start_new_session=True, **popen
+        )
+
     def key_file(self, name: str) -> Path:
         """Where a host's agent key lives (written by `manage.py enroll --out WORKDIR/keys`)."""
         return self.workdir / "keys" / f"{name}.key"

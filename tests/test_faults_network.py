@@ -129,20 +129,11 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
     wait_online(NAMES)
     port = 29500
     injected = time.monotonic()
-    squatter = subprocess.Popen(
-        bed.exec_args(
-            bed.host("host1"),
-            [
-                sys.executable,
-                "-c",
-                f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();"
-                "print('ready',flush=True);time.sleep(120)",
-            ],
-        ),
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    hold = (
+        f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();"
+        "print('ready',flush=True);time.sleep(120)"
     )
+    squatter = bed.start_in("host1", [sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
     try:
         assert squatter.stdout.readline().strip() == "ready"
         run = manage(
