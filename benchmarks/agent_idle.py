@@ -17,8 +17,6 @@ floor any Python process pays.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,12 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devtools.services import (  # noqa: E402
-    RedisServer,
-    resident_kib,
-    spawn,
-    stop_process,
-)
+from benchmarks.bed import main_for  # noqa: E402
+from devtools.services import RedisServer, agent_args, resident_kib, spawn, stop_process  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -74,36 +68,22 @@ def one_probe(broker_url: str, node: str, key=None) -> dict:
 
     from agents import contract
     from agents.runner import run_probe
+    from devtools.probe_commands import loopback_pair
 
     rdv = "idle" + secrets.token_hex(6)
-    peers = [{"name": node, "address": "127.0.0.1"}, {"name": "bench", "address": "127.0.0.1"}]
-    base = {
-        "v": contract.VERSION,
-        "kind": "pair",
-        "probe_id": 1,
-        "sweep_id": 1,
-        "rendezvous": rdv,
-        "world_size": 2,
-        "backend": "gloo",
-        "bind_address": "127.0.0.1",
-        "master_address": "127.0.0.1",
-        "peers": peers,
-        "last_stage": "collective",
-        "sizes": [1024],
-        "deadline_s": 60.0,
-    }
+    collective = {"last_stage": "collective", "sizes": [1024], "deadline_s": 60.0}
     app = Celery("bench", broker=broker_url, set_as_current=False, fixups=[])
     app.conf.update(task_serializer="json", accept_content=["json"])
     from agents import signing
 
-    command = dict(base, node=node, rank=0)
+    command = loopback_pair(0, rdv, (node, "bench"), **collective)
     app.send_task(
         contract.TASK_PROBE,
         kwargs={"command": command, "auth": signing.sign(command, key, "command")},
         queue=contract.agent_queue(node),
     )
     app.close()
-    return run_probe(dict(base, node="bench", rank=1), broker_url)
+    return run_probe(loopback_pair(1, rdv, (node, "bench"), **collective), broker_url)
 
 
 def window(pids: dict[str, int], seconds: float) -> dict:
@@ -127,22 +107,7 @@ def run(seconds: float = 60.0) -> dict:
         key = signing.new_key("idle1")  # the agent runs signed, as deployed
         signing.write_key_file(Path(tmp) / "idle1.key", key)
         agent = spawn(
-            [
-                sys.executable,
-                "-m",
-                "agents",
-                "run",
-                "--name",
-                "idle1",
-                "--address",
-                "127.0.0.1",
-                "--broker",
-                redis.url,
-                "--key-file",
-                str(Path(tmp) / "idle1.key"),
-            ],
-            Path(tmp) / "agent.log",
-            env=env,
+            agent_args("idle1", "127.0.0.1", redis.url, Path(tmp) / "idle1.key"), Path(tmp) / "agent.log", env=env
         )
         sleeper = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds + 120})"])
         try:
@@ -175,6 +140,4 @@ def run(seconds: float = 60.0) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=60.0)
-    print(json.dumps(run(parser.parse_args().seconds), indent=2))
+    sys.exit(main_for(run, __doc__, {"--seconds": {"type": float, "default": 60.0}}))

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import probe_loopback  # noqa: E402
-from benchmarks.bed import in_host, main_for, namespace_bed  # noqa: E402
+from benchmarks.bed import main_for, namespace_bed  # noqa: E402
 
 MBIT_PER_GBPS = 8000.0  # GB/s (10^9 bytes) -> Mbit/s
 CONDITIONS = (  # (name, tbf rate in Mbit/s or None, message size in bytes)
@@ -114,23 +114,10 @@ def measure_link(
 
 def probe_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     """busbw (GB/s) at ``size`` of one pair probe run with the pair CLI, one rank per host."""
-    common = [
-        sys.executable,
-        "-m",
-        "agents",
-        "pair",
-        "--sizes",
-        str(size),
-        "--iterations",
-        str(iterations),
-        "--warmup",
-        str(warmup),
-        "--timeout",
-        "bandwidth=60",
-    ]
+    sized = ["--sizes", str(size), *probe_loopback.loop_flags(iterations, warmup), "--timeout", "bandwidth=60"]
+    common = [sys.executable, "-m", "agents", "pair", *sized]
     master = bed.host("host1").address
-    rank0 = in_host(
-        bed,
+    rank0 = bed.start_in(
         "host1",
         [*common, "--rank", "0", "--bind", master, "--wait", "30"],
         stdout=subprocess.PIPE,
@@ -171,27 +158,11 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     port = random.randint(20000, 40000)  # the namespaces are fresh: nothing else listens there
     master = bed.host("host1").address
     procs = [
-        in_host(
-            bed,
+        bed.start_in(
             host,
-            [
-                sys.executable,
-                probe_loopback.__file__,
-                "--bare-rank",
-                str(rank),
-                "--port",
-                str(port),
-                "--address",
-                master,
-                "--ifname",
-                "eth0",
-                "--size",
-                str(size),
-                "--iterations",
-                str(iterations),
-                "--warmup",
-                str(warmup),
-            ],
+            probe_loopback.bare_rank_args(
+                rank, port, iterations, warmup, "--address", master, "--ifname", "eth0", "--size", str(size)
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -211,15 +182,12 @@ def bare_busbw(bed, size: int, iterations: int, warmup: int) -> float:
     return json.loads(lines[-1])["busbw_gbps"]
 
 
+# The command line: each flag with argparse's keywords, its value passed to run() by name.
+OPTIONS: dict[str, dict] = {
+    "--runs": {"type": int, "default": 3},
+    "--iterations": {"type": int, "default": 10},
+    "--warmup": {"type": int, "default": 2},
+}
+
 if __name__ == "__main__":
-    sys.exit(
-        main_for(
-            run,
-            __doc__,
-            {
-                "--runs": {"type": int, "default": 3},
-                "--iterations": {"type": int, "default": 10},
-                "--warmup": {"type": int, "default": 2},
-            },
-        )
-    )
+    sys.exit(main_for(run, __doc__, OPTIONS))

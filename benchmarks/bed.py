@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -214,13 +213,6 @@ def link_tx_bytes(bed: testbed.TestBed, name: str, dev: str = "eth0") -> int:
     """Bytes the host has sent on ``dev`` (its sysfs counter, read inside its namespace)."""
     out = testbed.sh("ip", "netns", "exec", bed.host(name).ns, "cat", f"/sys/class/net/{dev}/statistics/tx_bytes")
     return int(out.strip())
-
-
-def in_host(bed: testbed.TestBed, name: str, args: list[str], **popen) -> subprocess.Popen:
-    """A process inside the host (its namespace, hosts file and hostname), in its own session."""
-    return subprocess.Popen(
-        bed.exec_args(bed.host(name), args), env=devstack.python_env(), start_new_session=True, **popen
-    )
 
 
 def main_for(run, doc: str, options: dict[str, dict]) -> int:

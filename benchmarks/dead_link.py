@@ -130,9 +130,8 @@ def cut_during_bandwidth(system, mode: str) -> dict | None:
     }
 
 
+# The command line: each flag with argparse's keywords, its value passed to run() by name.
+OPTIONS: dict[str, dict] = {"--modes": {"nargs": "+", "default": ["drop", "down"]}, "--database": {"default": None}}
+
 if __name__ == "__main__":
-    sys.exit(
-        main_for(
-            run, __doc__, {"--modes": {"nargs": "+", "default": ["drop", "down"]}, "--database": {"default": None}}
-        )
-    )
+    sys.exit(main_for(run, __doc__, OPTIONS))

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bed import main_for, median, pair_rows, shielded, system_bed  # noqa: E402
+from devtools.devstack import stop_process  # noqa: E402
 
 HOSTS = 4
 SWEEP_TIMEOUT_S = 600.0  # a full sweep of four loaded hosts still open after this is a hang
@@ -70,13 +71,7 @@ def cpu_load(cores: int, limit_s: float):
     finally:
         with shielded():
             for proc in burners:
-                proc.terminate()
-            for proc in burners:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop_process(proc, timeout=10)  # its process group: timeout and the bash loop below it
 
 
 def one_sweep(system) -> dict:
@@ -139,20 +134,17 @@ def summarize(records: list[dict], seconds: float, cores: int) -> dict:
     }
 
 
+# The command line: each flag with argparse's keywords, its value passed to run() by name.
+OPTIONS: dict[str, dict] = {
+    "--sweeps": {"type": int, "default": 20, "help": "full sweeps, one after another (default 20)"},
+    "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"},
+    "--limit-s": {
+        "type": float,
+        "default": None,
+        "dest": "limit_s",
+        "help": "wall-clock limit of the whole run (default 600 + 240 per sweep)",
+    },
+}
+
 if __name__ == "__main__":
-    sys.exit(
-        main_for(
-            run,
-            __doc__,
-            {
-                "--sweeps": {"type": int, "default": 20, "help": "full sweeps, one after another (default 20)"},
-                "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"},
-                "--limit-s": {
-                    "type": float,
-                    "default": None,
-                    "dest": "limit_s",
-                    "help": "wall-clock limit of the whole run (default 600 + 240 per sweep)",
-                },
-            },
-        )
-    )
+    sys.exit(main_for(run, __doc__, OPTIONS))

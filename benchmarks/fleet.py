@@ -54,6 +54,13 @@ POLL_S = 0.25  # how often the sweep's row is read while it runs
 SENDS_PER_TURN = 256  # halves sent before the simulator looks at its queues again
 READY_TIMEOUT_S = 120.0
 WORKER_CONN_MAX_AGE_S = 300
+# The half a simulated agent reports for a pair whose link is cut.
+LINK_CUT = {
+    "status": "failed",
+    "stage": "connect",
+    "reason": "connect_timeout",
+    "hint": "injected: the link drops every packet",
+}
 
 
 def node_names(n: int) -> list[str]:
@@ -142,6 +149,18 @@ class Fleet:
             heapq.heappush(self.due, (time.monotonic() + self.probe_s, self.seq, command))
         self.busy_s += time.perf_counter() - t0
 
+    def to_server(self, producer, task: str, name: str, body: dict, **options) -> None:
+        """``task`` on the server queue with ``body`` as its one argument ``name``, through this turn's producer."""
+        self.app.send_task(
+            task,
+            kwargs={name: body},
+            queue=contract.SERVER_QUEUE,
+            producer=producer,
+            declare=[],  # the server queue exists: no declaring it again per message
+            kwargsrepr=f"{{{name}}}",  # logs name the argument, not its body
+            **options,
+        )
+
     def send_due(self, producer) -> None:
         from devtools.sweep_driver import result_for
 
@@ -150,26 +169,11 @@ class Fleet:
         while self.due and self.due[0][0] <= time.monotonic() and sent < SENDS_PER_TURN:
             command = heapq.heappop(self.due)[2]
             peers = {p["name"] for p in command.get("peers", [])}
-            if any(frozenset((command["node"], peer)) in self.failing for peer in peers):
-                half = result_for(
-                    command,
-                    status="failed",
-                    stage="connect",
-                    reason="connect_timeout",
-                    hint="injected: the link drops every packet",
-                )
-            else:
-                half = result_for(command)
+            cut = any(frozenset((command["node"], peer)) in self.failing for peer in peers)
+            half = result_for(command, **(LINK_CUT if cut else {}))
             # One server.result message per half, as agents/worker.py sends it; the simulator only
             # pipelines its pushes, work that a real fleet spreads over its machines.
-            self.app.send_task(
-                contract.TASK_RESULT,
-                kwargs={"result": half},
-                queue=contract.SERVER_QUEUE,
-                producer=producer,
-                declare=[],
-                kwargsrepr="{result}",
-            )
+            self.to_server(producer, contract.TASK_RESULT, "result", half)
             sent += 1
         self.halves += sent
         if sent:
@@ -189,14 +193,8 @@ class Fleet:
                 "sent_at": time.time(),
                 "busy": False,
             }
-            self.app.send_task(
-                contract.TASK_HEARTBEAT,
-                kwargs={"heartbeat": beat},
-                queue=contract.SERVER_QUEUE,
-                expires=max(10.0, 3 * self.heartbeat_s),
-                producer=producer,
-                declare=[],
-                kwargsrepr="{heartbeat}",
+            self.to_server(
+                producer, contract.TASK_HEARTBEAT, "heartbeat", beat, expires=max(10.0, 3 * self.heartbeat_s)
             )
         self.busy_s += time.perf_counter() - t0
 

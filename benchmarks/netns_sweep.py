@@ -148,15 +148,12 @@ def summarize(measured: dict[int, list[dict]], repeats: int, one_round: dict[int
     return out
 
 
+# The command line: each flag with argparse's keywords, its value passed to run() by name.
+OPTIONS: dict[str, dict] = {
+    "--sizes": {"type": int, "nargs": "+", "default": [2, 4, 6, 8]},
+    "--repeats": {"type": int, "default": 5, "help": "sweeps per N (median)"},
+    "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"},
+}
+
 if __name__ == "__main__":
-    sys.exit(
-        main_for(
-            run,
-            __doc__,
-            {
-                "--sizes": {"type": int, "nargs": "+", "default": [2, 4, 6, 8]},
-                "--repeats": {"type": int, "default": 5, "help": "sweeps per N (median)"},
-                "--database": {"default": None, "help": "postgres:// server URL (default: scratch SQLite)"},
-            },
-        )
-    )
+    sys.exit(main_for(run, __doc__, OPTIONS))

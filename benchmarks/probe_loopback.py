@@ -18,12 +18,14 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from agents import contract  # noqa: E402
 from agents.runner import run_probe  # noqa: E402
+from devtools.probe_commands import loopback_pair  # noqa: E402
 
 SIZE = 64 * 2**20
 
@@ -55,6 +57,25 @@ def bare_rank(
     dist.destroy_process_group()
 
 
+def loop_flags(iterations: int, warmup: int) -> list[str]:
+    """The timed and warm-up iteration counts, as both the bare loop and the probe's pair CLI take them."""
+    return ["--iterations", str(iterations), "--warmup", str(warmup)]
+
+
+def bare_rank_args(rank: int, port: int, iterations: int, warmup: int, *more: str) -> list[str]:
+    """The command line of one rank of the bare loop: this file again, with ``--bare-rank``."""
+    return [
+        sys.executable,
+        __file__,
+        "--bare-rank",
+        str(rank),
+        "--port",
+        str(port),
+        *loop_flags(iterations, warmup),
+        *more,
+    ]
+
+
 def run_bare(iterations: int, warmup: int) -> dict:
     import socket
 
@@ -63,18 +84,7 @@ def run_bare(iterations: int, warmup: int) -> dict:
         port = s.getsockname()[1]
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "--bare-rank",
-                str(r),
-                "--port",
-                str(port),
-                "--iterations",
-                str(iterations),
-                "--warmup",
-                str(warmup),
-            ],
+            bare_rank_args(r, port, iterations, warmup),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -87,19 +97,11 @@ def run_bare(iterations: int, warmup: int) -> dict:
 
 def run_probe_pair(iterations: int, warmup: int) -> tuple[dict, dict]:
     timeouts = dict(contract.DEFAULT_TIMEOUTS, bandwidth=60.0)
-    base = {
-        "v": contract.VERSION,
-        "kind": "pair",
-        "probe_id": 1,
-        "rendezvous": "bench-" + os.urandom(4).hex(),
-        "world_size": 2,
-        "bind_address": "127.0.0.1",
-        "master_address": "127.0.0.1",
-        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
+    rdv = "bench-" + os.urandom(4).hex()
+    sized: dict[str, Any] = {
         "sizes": list(contract.DEFAULT_SIZES),
         "iterations": iterations,
         "warmup": warmup,
-        "timeouts": timeouts,
         "deadline_s": 120.0,
     }
     listening, results = threading.Event(), {}
@@ -111,12 +113,12 @@ def run_probe_pair(iterations: int, warmup: int) -> tuple[dict, dict]:
             listening.set()
 
     def rank0():
-        results[0] = run_probe(dict(base, rank=0, node="n0"), on_event=on_event)
+        results[0] = run_probe(loopback_pair(0, rdv, timeouts=timeouts, **sized), on_event=on_event)
 
     thread = threading.Thread(target=rank0)
     thread.start()
     listening.wait(60)
-    results[1] = run_probe(dict(base, rank=1, node="n1"), port=port["port"])
+    results[1] = run_probe(loopback_pair(1, rdv, timeouts=timeouts, **sized), port=port["port"])
     thread.join()
     return results[0], results[1]
 

@@ -15,14 +15,11 @@ busy machine hurts both alike; the cold figure is the reference.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import secrets
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,54 +28,38 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents import contract, runner  # noqa: E402
+from benchmarks.bed import main_for  # noqa: E402
 from devtools.environ import restore_env  # noqa: E402
+from devtools.probe_commands import loopback_pair, run_ranks  # noqa: E402
 from devtools.services import RedisServer  # noqa: E402
 
 SPLIT = ("spawn_s", "import_wait_s", "rendezvous_s", "init_s", "collectives_s")
 
 
 def command(rank: int, rendezvous: str) -> dict:
-    return {
-        "v": contract.VERSION,
-        "kind": "pair",
-        "probe_id": 1,
-        "sweep_id": 1,
-        "rendezvous": rendezvous,
-        "node": f"n{rank}",
-        "rank": rank,
-        "world_size": 2,
-        "backend": "gloo",
-        "bind_address": "127.0.0.1",
-        "master_address": "127.0.0.1",
-        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-        "last_stage": "collective",
-        "sizes": list(contract.DEFAULT_SIZES)[:1],
-        "timeouts": dict(contract.DEFAULT_TIMEOUTS),
-        "deadline_s": 60.0,
-    }
+    return loopback_pair(
+        rank,
+        rendezvous,
+        last_stage="collective",
+        sizes=list(contract.DEFAULT_SIZES)[:1],
+        timeouts=dict(contract.DEFAULT_TIMEOUTS),
+        deadline_s=60.0,
+    )
 
 
 def one_round(broker_url: str) -> dict:
     rdv = "bench" + secrets.token_hex(6)
-    results: dict[int, dict] = {}
-    threads = [
-        threading.Thread(target=lambda r=r: results.__setitem__(r, runner.run_probe(command(r, rdv), broker_url)))
-        for r in (0, 1)
-    ]
     began = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = run_ranks([command(0, rdv), command(1, rdv)], broker_url)
     wall = time.perf_counter() - began
-    for r in results.values():
+    for r in results:
         if r["status"] != "ok":
             raise RuntimeError(f"a benchmark probe failed: {r['reason']}: {r['hint']}")
-    inside = max(r["timings"].get("collectives_s", 0.0) for r in results.values())
+    inside = max(r["timings"].get("collectives_s", 0.0) for r in results)
     return {
         "wall_s": wall,
         "overhead_s": wall - inside,
-        "split": {k: max(r["timings"].get(k, 0.0) for r in results.values()) for k in SPLIT},
+        "split": {k: max(r["timings"].get(k, 0.0) for r in results) for k in SPLIT},
     }
 
 
@@ -128,6 +109,4 @@ def run(rounds: int = 8) -> dict:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=8)
-    print(json.dumps(run(parser.parse_args().rounds), indent=2))
+    sys.exit(main_for(run, __doc__, {"--rounds": {"type": int, "default": 8}}))

@@ -27,7 +27,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -123,16 +125,23 @@ def ratio(a, b) -> str:
 
 
 Row = tuple[str, str, str, str, str]
+# A target as its section lists it: (target, goal, measured figure or None, unit, met(figure), reference).
+Target = tuple[str, str, Any, str, Callable[[Any], bool], str]
+
+
+def at_most(limit: float, also: bool = True) -> Callable[[float], bool]:
+    """Met when the figure is no more than ``limit`` (and ``also`` holds)."""
+    return lambda v: v <= limit and also
+
+
+def within(share: float) -> Callable[[float], bool]:
+    """Met when a ratio to the reference is within ``share`` of 1."""
+    return lambda v: abs(v - 1) <= share
 
 
 def targets(fig: dict, nodes: int) -> list[Row]:
     """(target, goal, measured, reference, met) rows; missing figures stay missing."""
     rows: list[Row] = []
-
-    def row(name, goal, value, unit, ok, reference=""):
-        met = "not measured" if value is None else ("yes" if ok(value) else "no")
-        rows.append((name, goal, fmt(value, unit), reference, met))
-
     for section in (
         _control_plane_rows,
         _fleet_rows,
@@ -142,215 +151,159 @@ def targets(fig: dict, nodes: int) -> list[Row]:
         _alarm_rows,
         _agent_rows,
     ):
-        section(fig, nodes, row)
+        for name, goal, value, unit, ok, reference in section(fig, nodes):
+            met = "not measured" if value is None else ("yes" if ok(value) else "no")
+            rows.append((name, goal, fmt(value, unit), reference, met))
     return rows
 
 
-def _control_plane_rows(fig: dict, nodes: int, row) -> None:
+def _control_plane_rows(fig: dict, nodes: int) -> list[Target]:
     """Planner, ingest, matrix API and pages."""
     p, i, d = fig.get("planner", {}), fig.get("ingest_throughput", {}), fig.get("dashboard_load", {})
-    row(f"planner, {nodes} nodes, all rounds", "< 1 s", p.get("plan_s"), " s", lambda v: v < 1)
     db_name = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}.get(i.get("database"), i.get("database", "PostgreSQL"))
-    row(
-        f"ingest into {db_name}, {nodes} nodes ({fmt(i.get('pairs', nodes * (nodes - 1) // 2))} pairs)",
-        ">= 2,000 results/s",
-        i.get("results_per_s"),
-        " results/s",
-        lambda v: v >= 2000,
-        f"one half per call: {fmt(i.get('single_results_per_s'), '/s')} "
-        f"({ratio(i.get('results_per_s'), i.get('single_results_per_s'))} faster)",
-    )
-    row(
-        f"matrix API, {nodes} nodes",
-        "<= 300 ms",
-        d.get(f"matrix_api_ms_{nodes}"),
-        " ms",
-        lambda v: v <= 300,
-        f"built from the rows: {fmt(d.get(f'matrix_build_from_rows_ms_{nodes}'), ' ms')} "
-        f"({ratio(d.get(f'matrix_build_from_rows_ms_{nodes}'), d.get(f'matrix_api_ms_{nodes}'))} slower)",
-    )
-    row(
-        f"overview page drawn, {nodes} nodes",
-        "<= 2 s",
-        d.get(f"overview_to_heatmap_ms_{nodes}"),
-        " ms",
-        lambda v: v <= 2000,
+    ingest = f"ingest into {db_name}, {nodes} nodes ({fmt(i.get('pairs', nodes * (nodes - 1) // 2))} pairs)"
+    single = i.get("single_results_per_s")
+    single_ref = f"one half per call: {fmt(single, '/s')} ({ratio(i.get('results_per_s'), single)} faster)"
+    matrix_ms, rows_ms = d.get(f"matrix_api_ms_{nodes}"), d.get(f"matrix_build_from_rows_ms_{nodes}")
+    rows_ref = f"built from the rows: {fmt(rows_ms, ' ms')} ({ratio(rows_ms, matrix_ms)} slower)"
+    overview_ms = d.get(f"overview_to_heatmap_ms_{nodes}")
+    pages_ref = (
         f"64 nodes: {fmt(d.get('overview_to_heatmap_ms_64'), ' ms')}; sweep page, 64 nodes: "
-        f"{fmt(d.get('sweep_page_to_heatmap_ms_64_cold'), ' ms')}",
+        f"{fmt(d.get('sweep_page_to_heatmap_ms_64_cold'), ' ms')}"
     )
-    lossless = d.get("live_state_rereads")
-    row(
-        "live updates at 500 results/s reach an open page",
-        "no loss",
+    cells_ok, rereads = d.get("live_cells_ok"), d.get("live_state_rereads")
+    cells = d.get("live_cells_total", cells_ok)
+    live = (
         None
-        if "live_cells_ok" not in d
-        else f"{d['live_cells_ok']:,} of {d.get('live_cells_total', d['live_cells_ok']):,} "
-        f"cells, {d.get('live_rate_sent_per_s')} results/s sent, last cell {d.get('live_last_result_to_last_cell_ms')} ms "
-        f"after the last result, {lossless} state re-read(s)",
-        "",
-        lambda v: lossless is not None and d["live_cells_ok"] == d.get("live_cells_total", d["live_cells_ok"]),
+        if cells_ok is None
+        else f"{cells_ok:,} of {cells:,} cells, {d.get('live_rate_sent_per_s')} results/s sent, last cell "
+        f"{d.get('live_last_result_to_last_cell_ms')} ms after the last result, {rereads} state re-read(s)"
     )
-    row(
-        "result arrival to its cell changing in the browser",
-        "(reported)",
-        d.get("result_to_cell_ms_p50"),
-        " ms",
-        lambda v: True,
-        f"p95 {fmt(d.get('result_to_cell_ms_p95'), ' ms')}" if "result_to_cell_ms_p95" in d else "",
-    )
+    lossless = rereads is not None and cells_ok == cells
+    p50 = d.get("result_to_cell_ms_p50")
+    p95_ref = f"p95 {fmt(d.get('result_to_cell_ms_p95'), ' ms')}" if "result_to_cell_ms_p95" in d else ""
+    return [
+        (f"planner, {nodes} nodes, all rounds", "< 1 s", p.get("plan_s"), " s", lambda v: v < 1, ""),
+        (ingest, ">= 2,000 results/s", i.get("results_per_s"), " results/s", lambda v: v >= 2000, single_ref),
+        (f"matrix API, {nodes} nodes", "<= 300 ms", matrix_ms, " ms", at_most(300), rows_ref),
+        (f"overview page drawn, {nodes} nodes", "<= 2 s", overview_ms, " ms", at_most(2000), pages_ref),
+        ("live updates at 500 results/s reach an open page", "no loss", live, "", lambda v: lossless, ""),
+        ("result arrival to its cell changing in the browser", "(reported)", p50, " ms", lambda v: True, p95_ref),
+    ]
 
 
-def _fleet_rows(fig: dict, nodes: int, row) -> None:
+def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
     """Simulated fleets against the real stack: overhead per round, and the full 1,024-node sweep."""
     f = fig.get("fleet", {})
     runs = sorted(
         (r for r in f.values() if isinstance(r, dict) and "nodes" in r), key=lambda r: (r["nodes"], r.get("workers", 1))
     )
+    rows: list[Target] = []
     for r in runs or [{"nodes": 256, "workers": 1}]:
         n, k = r["nodes"], r.get("workers", 1)
         goal = 0.25 if n <= 256 else 0.5
         every = r.get("pairs_ok") is not None and r.get("pairs_ok") == r.get("pairs")
-        row(
-            f"overhead per round, {n} simulated agents, {k} server worker(s)",
-            f"<= {goal} s",
-            r.get("overhead_per_round_s"),
-            " s",
-            lambda v, goal=goal, every=every: v <= goal and every,
+        beside = (
             f"{fmt(r.get('pairs_ok'))} of {fmt(r.get('pairs'))} pairs ok, {fmt(r.get('rounds'))} rounds in "
             f"{fmt(r.get('sweep_s'), ' s')}, {fmt(r.get('halves_per_s'), ' halves/s')}; p95 "
             f"{fmt(r.get('overhead_per_round_p95_s'), ' s')}; Redis +{fmt(r.get('redis_peak_mib'), ' MiB')}, "
             f"database +{fmt(r.get('db_growth_mib'), ' MiB')}"
             if "overhead_per_round_s" in r
-            else "",
+            else ""
         )
+        name = f"overhead per round, {n} simulated agents, {k} server worker(s)"
+        rows.append((name, f"<= {goal} s", r.get("overhead_per_round_s"), " s", at_most(goal, every), beside))
     full = next((r for r in runs if r["nodes"] == 1024), {})
-    row(
-        "full sweep, 1,024 simulated agents, 0-s probes",
-        "<= 600 s, every pair",
-        full.get("sweep_s"),
-        " s",
-        lambda v: v <= 600 and full.get("pairs_ok") == full.get("pairs"),
-        f"{fmt(full.get('pairs_ok'))} of {fmt(full.get('pairs'))} pairs ok" if full else "",
-    )
+    every_pair = full.get("pairs_ok") == full.get("pairs")
+    full_ref = f"{fmt(full.get('pairs_ok'))} of {fmt(full.get('pairs'))} pairs ok" if full else ""
+    name = "full sweep, 1,024 simulated agents, 0-s probes"
+    rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", at_most(600, every_pair), full_ref))
+    return rows
 
 
-def _probe_rows(fig: dict, nodes: int, row) -> None:
+def _probe_rows(fig: dict, nodes: int) -> list[Target]:
     """The warm probe process's overhead per round."""
     o = fig.get("probe_overhead", {})
-    row(
-        "probe overhead per round (warm probe process)",
-        "<= 0.3 s",
-        o.get("warm_overhead_s"),
-        " s",
-        lambda v: v <= 0.3,
-        f"cold start: {fmt(o.get('cold_overhead_s'), ' s')} "
-        f"({ratio(o.get('cold_overhead_s'), o.get('warm_overhead_s'))} slower); worst warm round "
-        f"{fmt(o.get('warm_overhead_max_s'), ' s')}",
+    warm, cold = o.get("warm_overhead_s"), o.get("cold_overhead_s")
+    cold_ref = (
+        f"cold start: {fmt(cold, ' s')} ({ratio(cold, warm)} slower); worst warm round "
+        f"{fmt(o.get('warm_overhead_max_s'), ' s')}"
     )
+    return [("probe overhead per round (warm probe process)", "<= 0.3 s", warm, " s", at_most(0.3), cold_ref)]
 
 
-def _bed_rows(fig: dict, nodes: int, row) -> None:
+def _bed_rows(fig: dict, nodes: int) -> list[Target]:
     """Sweeps on the namespace test bed."""
     w = fig.get("netns_sweep", {})
-    if w:
-        sizes = sorted(int(key.rsplit("_", 1)[1]) for key in w if key.startswith("ratio_") and key[6:].isdigit())
-        for n in sizes:
-            # One round of N hosts runs N/2 pairs at once on this machine's few cores: the reference is
-            # such a round, as a sweep of its own; a lone pair's round is beside it.
-            row(
-                f"full connectivity sweep, namespace bed, N = {n}",
-                "<= 1.2 x (N-1) x one round",
-                w.get(f"ratio_one_round_{n}"),
-                " x",
-                lambda v: v <= 1.2,
-                f"{fmt(w.get(f'sweep_s_{n}'), ' s')} for {w.get(f'rounds_{n}')} round(s), one round alone "
-                f"{fmt(w.get(f'one_round_s_{n}'), ' s')}; against a lone pair's round "
-                f"({fmt(w.get('round_s'), ' s')}): {fmt(w.get(f'ratio_{n}'), ' x')}",
-            )
-        row(
-            "probe overhead per round inside namespace sweeps",
-            "<= 0.3 s",
-            w.get("overhead_per_round_s"),
-            " s",
-            lambda v: v <= 0.3,
+    goal = "<= 1.2 x (N-1) x one round"
+    if not w:
+        return [("sweep time on the namespace test bed, N = 2..8", goal, None, "", bool, "")]
+    rows: list[Target] = []
+    sizes = sorted(int(key.rsplit("_", 1)[1]) for key in w if key.startswith("ratio_") and key[6:].isdigit())
+    for n in sizes:
+        # One round of N hosts runs N/2 pairs at once on this machine's few cores: the reference is
+        # such a round, as a sweep of its own; a lone pair's round is beside it.
+        beside = (
+            f"{fmt(w.get(f'sweep_s_{n}'), ' s')} for {w.get(f'rounds_{n}')} round(s), one round alone "
+            f"{fmt(w.get(f'one_round_s_{n}'), ' s')}; against a lone pair's round "
+            f"({fmt(w.get('round_s'), ' s')}): {fmt(w.get(f'ratio_{n}'), ' x')}"
         )
-    else:
-        row("sweep time on the namespace test bed, N = 2..8", "<= 1.2 x (N-1) x one round", None, "", bool)
+        name = f"full connectivity sweep, namespace bed, N = {n}"
+        rows.append((name, goal, w.get(f"ratio_one_round_{n}"), " x", at_most(1.2), beside))
+    overhead = w.get("overhead_per_round_s")
+    rows.append(("probe overhead per round inside namespace sweeps", "<= 0.3 s", overhead, " s", at_most(0.3), ""))
+    return rows
 
 
-def _link_rows(fig: dict, nodes: int, row) -> None:
+def _link_rows(fig: dict, nodes: int) -> list[Target]:
     """Bandwidth honesty against iperf3 and a bare loop, and dead links."""
     b, k = fig.get("bandwidth_honesty", {}), fig.get("dead_link", {})
+    rows: list[Target] = []
     for cond, label in (("unshaped", "unshaped"), ("tbf_1gbit", "tbf 1 Gbit/s"), ("tbf_100mbit", "tbf 100 Mbit/s")):
-        row(
-            f"busbw vs iperf3, {label}",
-            "within 10%",
-            b.get(f"{cond}_probe_vs_iperf3"),
-            " x",
-            lambda v: abs(v - 1) <= 0.10,
-            f"probe {fmt(b.get(f'{cond}_probe_busbw_mbit'), ' Mbit/s')}, iperf3 "
-            f"{fmt(b.get(f'{cond}_iperf3_mbit'), ' Mbit/s')}",
-        )
-        row(
-            f"busbw vs a bare all_reduce loop, {label}",
-            "within 5%",
-            b.get(f"{cond}_probe_vs_bare"),
-            " x",
-            lambda v: abs(v - 1) <= 0.05,
-            f"bare loop {fmt(b.get(f'{cond}_bare_busbw_mbit'), ' Mbit/s')}",
-        )
+        probe, iperf3 = fmt(b.get(f"{cond}_probe_busbw_mbit"), " Mbit/s"), fmt(b.get(f"{cond}_iperf3_mbit"), " Mbit/s")
+        bare = f"bare loop {fmt(b.get(f'{cond}_bare_busbw_mbit'), ' Mbit/s')}"
+        vs_iperf3, vs_bare = b.get(f"{cond}_probe_vs_iperf3"), b.get(f"{cond}_probe_vs_bare")
+        iperf3_ref = f"probe {probe}, iperf3 {iperf3}"
+        rows.append((f"busbw vs iperf3, {label}", "within 10%", vs_iperf3, " x", within(0.10), iperf3_ref))
+        rows.append((f"busbw vs a bare all_reduce loop, {label}", "within 5%", vs_bare, " x", within(0.05), bare))
     for mode, label in (("drop", "nft drop both ways"), ("down", "interface down")):
-        row(
-            f"dead link ({label}) to a failed cell",
-            "<= 15 s",
-            k.get(f"{mode}_to_failed_cell_s"),
-            " s",
-            lambda v: v <= 15,
-            f"{k.get(f'{mode}_status', '')} at {k.get(f'{mode}_stage', '')}, {k.get(f'{mode}_reason', '')}"
-            if k.get(f"{mode}_status")
-            else "",
-        )
+        cell = f"{k.get(f'{mode}_status', '')} at {k.get(f'{mode}_stage', '')}, {k.get(f'{mode}_reason', '')}"
+        seconds, cell_ref = k.get(f"{mode}_to_failed_cell_s"), cell if k.get(f"{mode}_status") else ""
+        rows.append((f"dead link ({label}) to a failed cell", "<= 15 s", seconds, " s", at_most(15), cell_ref))
+    return rows
 
 
-def _alarm_rows(fig: dict, nodes: int, row) -> None:
+def _alarm_rows(fig: dict, nodes: int) -> list[Target]:
     """False alarms on a healthy bed under load."""
     f = fig.get("false_alarms", {})
     measured = "sweeps" in f and "false_alarm_sweeps" in f
     codes = ", ".join(f"{code} {n}" for code, n in (f.get("findings_by_code") or {}).items()) or "none"
-    row(
-        "false alarms on a healthy loaded bed",
-        "none in 20 sweeps",
-        f"{f['false_alarm_sweeps']} of {f['sweeps']} sweeps not pass" if measured else None,
-        "",
-        lambda v: f["sweeps"] >= 20 and f["false_alarm_sweeps"] == 0 and f.get("false_pairs") == 0 and codes == "none",
+    not_pass = f"{f['false_alarm_sweeps']} of {f['sweeps']} sweeps not pass" if measured else None
+    beside = (
         f"{fmt(f.get('false_pairs'))} pair(s) not ok; warn/fail findings: {codes}; {f.get('hosts')} hosts, "
         f"{f.get('load_processes')} busy loops, {fmt(f.get('seconds'), ' s')} "
         f"(a sweep {fmt(f.get('sweep_s_median'), ' s')}, worst {fmt(f.get('sweep_s_max'), ' s')})"
         if measured
-        else "",
+        else ""
     )
+    quiet = measured and f["sweeps"] >= 20 and f["false_alarm_sweeps"] == 0 and f.get("false_pairs") == 0
+    name = "false alarms on a healthy loaded bed"
+    return [(name, "none in 20 sweeps", not_pass, "", lambda v: quiet and codes == "none", beside)]
 
 
-def _agent_rows(fig: dict, nodes: int, row) -> None:
+def _agent_rows(fig: dict, nodes: int) -> list[Target]:
     """The idle agent's cost."""
     a = fig.get("agent_idle", {})
-    row(
-        "agent idle resident memory",
-        "<= 80 MB",
-        a.get("agent_rss_mib"),
-        " MiB",
-        lambda v: v * 1.048576 <= 80,
+    rss_ref = (
         f"warm probe process beside it: {fmt(a.get('warm_rss_mib'), ' MiB')} (exits after 15 min without "
-        f"probes); bare Python: {fmt(a.get('python_rss_mib'), ' MiB')}",
+        f"probes); bare Python: {fmt(a.get('python_rss_mib'), ' MiB')}"
     )
-    row(
-        "agent idle CPU",
-        "<= 1% of a core",
-        a.get("agent_cpu_pct"),
-        " %",
-        lambda v: v <= 1,
-        f"warm probe process: {fmt(a.get('warm_cpu_pct'), ' %')}",
-    )
+    cpu_ref = f"warm probe process: {fmt(a.get('warm_cpu_pct'), ' %')}"
+    rss_mib = a.get("agent_rss_mib")
+    return [
+        ("agent idle resident memory", "<= 80 MB", rss_mib, " MiB", lambda v: v * 1.048576 <= 80, rss_ref),  # MiB, MB
+        ("agent idle CPU", "<= 1% of a core", a.get("agent_cpu_pct"), " %", at_most(1), cpu_ref),
+    ]
 
 
 METHODS = {
@@ -434,11 +387,8 @@ def load_figures() -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--database",
-        default=os.environ.get("BENCH_DATABASE_URL"),
-        help="postgres:// server URL for scratch databases (default: scratch SQLite)",
-    )
+    scratch = "postgres:// server URL for scratch databases (default: scratch SQLite)"
+    parser.add_argument("--database", default=os.environ.get("BENCH_DATABASE_URL"), help=scratch)
     parser.add_argument("--nodes", type=int, default=1024)
     parser.add_argument("--only", nargs="+", default=None, help="benchmark names to run")
     parser.add_argument("--skip", nargs="+", default=(), help="benchmark names not to run")

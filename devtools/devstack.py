@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -47,26 +48,28 @@ def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen |
     raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
 
 
+# What stops a command-line stack from starting: a process that exits, or a wait that runs out.
+STARTUP_ERRORS = (RuntimeError, TimeoutError, subprocess.TimeoutExpired)
+
+
+def refused(program: str, why: object) -> int:
+    """Say on stderr why ``program`` cannot go on; the exit status it ends with."""
+    print(f"{program}: {why}", file=sys.stderr)
+    return 1
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
     """Signal the process group, then SIGKILL it if it lingers past `timeout`."""
     if proc.poll() is None:
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
     # The leader may be gone while children of its group live on: sweep the group.
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def python_env(base: dict | None = None, /, **extra: str) -> dict:
@@ -75,6 +78,17 @@ def python_env(base: dict | None = None, /, **extra: str) -> dict:
     env["PYTHONUNBUFFERED"] = "1"
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+def stack_env(redis_url: str, var: Path, **extra: str) -> dict:
+    """The environment of every process of a one-machine stack: its settings, its broker, its var directory."""
+    return python_env(
+        DJANGO_SETTINGS_MODULE="cluster_health.settings",
+        REDIS_URL=redis_url,
+        CLUSTER_HEALTH_BROKER_URL=redis_url,
+        CLUSTER_HEALTH_VAR_DIR=str(var),
+        **extra,
+    )
 
 
 def spawn(args: list[str], log_path: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
@@ -89,6 +103,12 @@ def spawn(args: list[str], log_path: Path, env: dict | None = None, cwd: Path = 
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+
+
+def run_to_end(args: list[str], env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run a command from the repository root until it exits; its output captured as text, its exit status kept."""
+    env = env if env is not None else python_env()
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 # The command lines, one place for the demo, the tests and the docs.
@@ -124,15 +144,16 @@ def web_args(host: str, port: int) -> list[str]:
     return [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "cluster_health.asgi:application"]
 
 
+def celery_args() -> list[str]:
+    """The Celery command line for the server's app; the subcommand and its options follow."""
+    return [sys.executable, "-m", "celery", "-A", "cluster_health"]
+
+
 def server_worker_args(node_name: str = "server@%h") -> list[str]:
     # Prefork, not threads: with the thread pool, acks racing the consumer's close after a
     # broker restart crashed the worker (kombu's channel lost its connection mid-close).
     return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "cluster_health",
+        *celery_args(),
         "worker",
         "-Q",
         "server",
@@ -150,18 +171,7 @@ def server_worker_args(node_name: str = "server@%h") -> list[str]:
 
 
 def beat_args(schedule_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "cluster_health",
-        "beat",
-        "-l",
-        "INFO",
-        "--pidfile",
-        str(schedule_dir / "beat.pid"),
-    ]
+    return [*celery_args(), "beat", "-l", "INFO", "--pidfile", str(schedule_dir / "beat.pid")]
 
 
 def agent_args(name: str, address: str, broker: str, key_file: str | os.PathLike | None = None) -> list[str]:
@@ -379,13 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     rundir.mkdir(parents=True, exist_ok=True)
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
-    env = python_env(
-        DJANGO_SETTINGS_MODULE="cluster_health.settings",
-        REDIS_URL=redis_url,
-        CLUSTER_HEALTH_BROKER_URL=redis_url,
-        CLUSTER_HEALTH_VAR_DIR=str(var),
-        CLUSTER_HEALTH_HEARTBEAT_S=os.environ.get("CLUSTER_HEALTH_HEARTBEAT_S", "2"),
-    )
+    env = stack_env(redis_url, var, CLUSTER_HEALTH_HEARTBEAT_S=os.environ.get("CLUSTER_HEALTH_HEARTBEAT_S", "2"))
     sup = Supervisor(rundir / "logs", env)
     stopping = False
 
@@ -419,9 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("stopping")
         return 0
-    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
-        print(f"scripts/run: {exc}", file=sys.stderr)
-        return 1
+    except STARTUP_ERRORS as exc:
+        return refused("scripts/run", exc)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

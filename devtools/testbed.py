@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from devtools.devstack import ROOT, create_admin_login, python_env, spawn, stop_process
+from devtools.devstack import (
+    ROOT,
+    STARTUP_ERRORS,
+    create_admin_login,
+    python_env,
+    refused,
+    spawn,
+    stack_env,
+    stop_process,
+)
 from devtools.devstack import _manage as manage
 
 if TYPE_CHECKING:
@@ -161,26 +170,17 @@ class TestBed:
     def _build_host(self, host: Host) -> None:
         sh("ip", "netns", "add", host.ns)
         self._in(host.ns, "ip", "link", "set", "lo", "up")
-        self._in(
-            host.ns,
-            "ip",
-            "link",
-            "add",
-            "eth0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            f"v{host.index}",
-            "netns",
-            self.bridge_ns,
-        )
-        self._in(self.bridge_ns, "ip", "link", "set", f"v{host.index}", "master", "br0", "up")
-        self._in(host.ns, "ip", "addr", "add", f"{host.address}/24", "dev", "eth0")
-        self._in(host.ns, "ip", "link", "set", "eth0", "up")
+        self._plug(host, "eth0", f"v{host.index}", "br0", host.address)
         if host.dead_address:
             self.add_dead_interface(host.name)
         self.write_hosts_file(host)
+
+    def _plug(self, host: Host, ifname: str, port: str, bridge: str, address: str) -> None:
+        """A veth pair: ``ifname`` in the host, up with ``address``/24; ``port`` on the bridge namespace's ``bridge``."""
+        self._in(host.ns, "ip", "link", "add", ifname, "type", "veth", "peer", "name", port, "netns", self.bridge_ns)
+        self._in(self.bridge_ns, "ip", "link", "set", port, "master", bridge, "up")
+        self._in(host.ns, "ip", "addr", "add", f"{address}/24", "dev", ifname)
+        self._in(host.ns, "ip", "link", "set", ifname, "up")
 
     def write_hosts_file(self, host: Host, self_address: str | None = None) -> None:
         """The host's /etc/hosts: every test host by name, its own name on its own address."""
@@ -245,6 +245,12 @@ class TestBed:
     def run(self, name: str, *args: str, check: bool = True, timeout: float = 30.0) -> str:
         return sh(*self.exec_args(self.host(name), list(args)), check=check, timeout=timeout)
 
+    def start_in(self, name: str, args: list[str], **popen) -> subprocess.Popen:
+        """A process inside the host (its namespace, hosts file and hostname), in its own session; not waited for."""
+        return subprocess.Popen(
+            self.exec_args(self.host(name), args), env=python_env(), start_new_session=True, **popen
+        )
+
     def key_file(self, name: str) -> Path:
         """Where a host's agent key lives (written by `manage.py enroll --out WORKDIR/keys`)."""
         return self.workdir / "keys" / f"{name}.key"
@@ -281,6 +287,14 @@ class TestBed:
 
     # faults
 
+    def _nft_load(self, ns: str, rules: str) -> None:
+        """Load an nft ruleset (tables, chains, rules) in the namespace."""
+        sh("ip", "netns", "exec", ns, "nft", "-f", "-", input=rules)
+
+    def _nft_delete(self, ns: str, family: str, table: str) -> None:
+        """Remove one of the namespace's nft tables, and with it its rules; nothing happens where it is gone."""
+        sh("ip", "netns", "exec", ns, "nft", "delete", "table", family, table, check=False)
+
     def drop(self, src: str, dst: str) -> None:
         """Drop every packet from src to dst, on dst's input (a firewall on dst)."""
         d = self.host(dst)
@@ -290,11 +304,10 @@ class TestBed:
             f"  chain input {{ type filter hook input priority 0; policy accept;\n"
             f"    ip saddr {self.host(src).address} drop\n  }}\n}}\n"
         )
-        sh("ip", "netns", "exec", d.ns, "nft", "-f", "-", input=rules)
+        self._nft_load(d.ns, rules)
 
     def undrop(self, src: str, dst: str) -> None:
-        d = self.host(dst)
-        sh("ip", "netns", "exec", d.ns, "nft", "delete", "table", "inet", f"chf_{self.host(src).index}", check=False)
+        self._nft_delete(self.host(dst).ns, "inet", f"chf_{self.host(src).index}")
 
     def firewall_between(self, a: str, b: str) -> None:
         self.drop(a, b)
@@ -340,21 +353,10 @@ class TestBed:
             f"  type filter hook forward priority 0; policy accept;\n"
             f'  iifname "v{host.index}" numgen random mod 1000 < {per_mille} drop\n }}\n}}\n'
         )
-        sh("ip", "netns", "exec", self.bridge_ns, "nft", "-f", "-", input=rules)
+        self._nft_load(self.bridge_ns, rules)
 
     def unlose(self, name: str) -> None:
-        sh(
-            "ip",
-            "netns",
-            "exec",
-            self.bridge_ns,
-            "nft",
-            "delete",
-            "table",
-            "bridge",
-            f"chloss_{self.host(name).index}",
-            check=False,
-        )
+        self._nft_delete(self.bridge_ns, "bridge", f"chloss_{self.host(name).index}")
 
     def set_mtu(self, name: str, mtu: int) -> None:
         """The MTU of the host's eth0; its port on the bridge keeps its own (a path of another MTU).
@@ -371,7 +373,7 @@ class TestBed:
             f"table inet {table} {{\n  chain input {{ type filter hook input priority 0; policy accept;\n"
             f"    {rule}\n  }}\n}}\n"
         )
-        sh("ip", "netns", "exec", self.host(name).ns, "nft", "-f", "-", input=rules)
+        self._nft_load(self.host(name).ns, rules)
 
     def drop_large(self, src: str, dst: str, max_bytes: int) -> None:
         """On dst, drop packets from src larger than max_bytes (a switch that drops large frames)."""
@@ -380,18 +382,7 @@ class TestBed:
         )
 
     def undrop_large(self, src: str, dst: str) -> None:
-        sh(
-            "ip",
-            "netns",
-            "exec",
-            self.host(dst).ns,
-            "nft",
-            "delete",
-            "table",
-            "inet",
-            f"chl_{self.host(src).index}",
-            check=False,
-        )
+        self._nft_delete(self.host(dst).ns, "inet", f"chl_{self.host(src).index}")
 
     def block_inbound(self, name: str, stateful: bool = True) -> None:
         """The host accepts no new inbound TCP connection on eth0 and still connects out.
@@ -403,7 +394,7 @@ class TestBed:
         self._nft_table(name, "chin", rule)
 
     def unblock_inbound(self, name: str) -> None:
-        sh("ip", "netns", "exec", self.host(name).ns, "nft", "delete", "table", "inet", "chin", check=False)
+        self._nft_delete(self.host(name).ns, "inet", "chin")
 
     def add_dead_interface(self, name: str) -> str:
         """Give the host a second NIC, eth1, on a network where every packet is lost; returns its address.
@@ -415,23 +406,7 @@ class TestBed:
         host.dead_address = host.dead_address or f"{DEAD_SUBNET}.{10 + host.index}"
         if "br1" not in self._in(self.bridge_ns, "ip", "-br", "link", "show"):
             self._in(self.bridge_ns, "ip", "link", "add", "br1", "type", "bridge")
-        self._in(
-            host.ns,
-            "ip",
-            "link",
-            "add",
-            "eth1",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            f"w{host.index}",
-            "netns",
-            self.bridge_ns,
-        )
-        self._in(self.bridge_ns, "ip", "link", "set", f"w{host.index}", "master", "br1", "up")
-        self._in(host.ns, "ip", "addr", "add", f"{host.dead_address}/24", "dev", "eth1")
-        self._in(host.ns, "ip", "link", "set", "eth1", "up")
+        self._plug(host, "eth1", f"w{host.index}", "br1", host.dead_address)
         return host.dead_address
 
     def remove_dead_interface(self, name: str) -> None:
@@ -736,8 +711,7 @@ def _up(opts) -> int:
 
     reason = available()
     if reason:
-        print(f"scripts/testbed: {reason}", file=sys.stderr)
-        return 1
+        return refused("scripts/testbed", reason)
     cleanup_stale()
     var = TESTBED_DIR
     var.mkdir(parents=True, exist_ok=True)
@@ -747,13 +721,7 @@ def _up(opts) -> int:
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     socket_url = f"redis+socket://{var / 'redis.sock'}"
     agent_env = {"CLUSTER_HEALTH_HEARTBEAT_S": "2"}
-    env = python_env(
-        DJANGO_SETTINGS_MODULE="cluster_health.settings",
-        REDIS_URL=redis_url,
-        CLUSTER_HEALTH_BROKER_URL=redis_url,
-        CLUSTER_HEALTH_VAR_DIR=str(var),
-        **agent_env,
-    )
+    env = stack_env(redis_url, var, **agent_env)
     sup = Supervisor(var / "logs", env)
     bed = TestBed(opts.hosts, workdir=var / "bed", tag="demo", second_interface=opts.second_interface)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -767,9 +735,8 @@ def _up(opts) -> int:
         _watch_bed(sup, bed, socket_url, agent_env, url)
     except KeyboardInterrupt:
         return 0
-    except (RuntimeError, TestBedUnavailable, subprocess.TimeoutExpired, TimeoutError) as exc:
-        print(f"scripts/testbed: {exc}", file=sys.stderr)
-        return 1
+    except (*STARTUP_ERRORS, TestBedUnavailable) as exc:
+        return refused("scripts/testbed", exc)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         bed.close()

@@ -6,6 +6,8 @@ from django.utils import timezone
 
 from cluster_health.models import Finding, Node, PairProbe, Sweep
 
+ONE_ROUND_RUN = {"status": "finished", "total_rounds": 1, "current_round": 1}  # a sweep that ran to its end
+
 
 def finished_sweep(
     nodes: list[str],
@@ -21,16 +23,7 @@ def finished_sweep(
         Node.objects.get_or_create(name=n, defaults={"address": "127.0.0.1", "last_heartbeat": now})
     if verdict is None:
         verdict = "fail" if any(f[0] == "fail" for f in findings) or bad else "pass"
-    sweep = Sweep.objects.create(
-        kind=kind,
-        nodes=nodes,
-        status="finished",
-        verdict=verdict,
-        started=now,
-        finished=now,
-        total_rounds=1,
-        current_round=1,
-    )
+    sweep = Sweep.objects.create(kind=kind, nodes=nodes, verdict=verdict, started=now, finished=now, **ONE_ROUND_RUN)
     ids = dict(Node.objects.filter(name__in=nodes).values_list("name", "pk"))
     for i, a in enumerate(nodes):
         for b in nodes[i + 1 :]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,11 +13,23 @@ from pathlib import Path
 from kombu import Connection
 
 from agents import broker, contract
-from agents.runner import TMP_PREFIX, run_probe
+from agents.probe import Probe, StageLog
+from agents.runner import TMP_PREFIX
+from devtools.probe_commands import loopback_pair, run_ranks
 from devtools.services import resident_kib  # noqa: F401  (re-exported for test modules)
 
 SMALL_SIZES = [1024, 4096, 16384, 65536, 262144]
 SHORT_TIMEOUTS = {"resolve": 2.0, "connect": 2.0, "store": 6.0, "init": 6.0, "collective": 4.0, "bandwidth": 4.0}
+# What makes a probe command test-sized: few small sizes, few iterations, short stage timeouts and deadline.
+TEST_SIZED = {
+    "probe_id": 7,
+    "sweep_id": 3,
+    "sizes": SMALL_SIZES,
+    "iterations": 3,
+    "warmup": 1,
+    "latency_iterations": 10,
+    "deadline_s": 30.0,
+}
 
 
 @contextmanager
@@ -32,57 +43,26 @@ def held_port() -> Iterator[int]:
 
 def command(rank: int, rendezvous: str | None = None, **overrides) -> dict:
     """One half of a loopback pair probe: node n<rank>, small sizes, short timeouts."""
-    cmd = {
-        "v": contract.VERSION,
-        "kind": "pair",
-        "probe_id": 7,
-        "sweep_id": 3,
-        "rendezvous": rendezvous or "t" + secrets.token_hex(8),
-        "node": f"n{rank}",
-        "rank": rank,
-        "world_size": 2,
-        "backend": "gloo",
-        "bind_address": "127.0.0.1",
-        "master_address": "127.0.0.1",
-        "peers": [{"name": "n0", "address": "127.0.0.1"}, {"name": "n1", "address": "127.0.0.1"}],
-        "sizes": SMALL_SIZES,
-        "iterations": 3,
-        "warmup": 1,
-        "latency_iterations": 10,
-        "timeouts": dict(SHORT_TIMEOUTS),
-        "deadline_s": 30.0,
-    }
-    cmd.update(overrides)
-    return cmd
-
-
-def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict]:
-    """Run every rank's half at once through the Redis rendezvous; results in rank order."""
-    results: dict[int, dict] = {}
-    errors: list[BaseException] = []
-
-    def one(cmd):
-        try:
-            results[cmd["rank"]] = run_probe(
-                cmd, broker_url, on_event=(lambda e: on_event(cmd["rank"], e)) if on_event else None
-            )
-        except BaseException as e:  # surfaced below, in the test's thread
-            errors.append(e)
-
-    threads = [threading.Thread(target=one, args=(c,)) for c in commands]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return [results[c["rank"]] for c in commands]
+    fields = {**TEST_SIZED, "timeouts": dict(SHORT_TIMEOUTS), **overrides}  # timeouts copied: a test may change them
+    return loopback_pair(rank, rendezvous or "t" + secrets.token_hex(8), **fields)
 
 
 def pair(broker_url: str, on_event=None, **overrides) -> tuple[dict, dict]:
     rdv = "t" + secrets.token_hex(8)
     r0, r1 = run_ranks([command(0, rdv, **overrides), command(1, rdv, **overrides)], broker_url, on_event)
     return r0, r1
+
+
+def probe_in(tmp_path: Path, rank: int = 0, **overrides) -> Probe:
+    """A probe for rank ``rank``'s half of ``command(rank, **overrides)``, its files in ``tmp_path``; not started."""
+    spec = {
+        "command": contract.validate_command(command(rank, **overrides)),
+        "rendezvous": {"kind": "manual"},
+        "events_path": str(tmp_path / "stages.jsonl"),
+        "result_path": str(tmp_path / "result.json"),
+        "spawned_at": time.time(),
+    }
+    return Probe(spec, StageLog(spec["events_path"]))
 
 
 def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:

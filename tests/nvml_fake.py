@@ -30,6 +30,16 @@ def _value(v):
     return v
 
 
+def _recorded(key: str, part: str | None = None):
+    """A device call that answers the device's recorded ``key`` (its ``part``, where one is named)."""
+
+    def call(self, h):
+        value = _value(self._dev(h)[key])
+        return value if part is None else value[part]
+
+    return call
+
+
 class FakeNvml:
     """The pynvml functions the collector calls, answering from one recorded node."""
 
@@ -80,23 +90,21 @@ class FakeNvml:
         _value(self.rec["devices"][i].get("handle"))
         return i
 
-    def nvmlDeviceGetName(self, h):
-        return _value(self._dev(h)["name"])
-
-    def nvmlDeviceGetUUID(self, h):
-        return _value(self._dev(h)["uuid"])
+    nvmlDeviceGetName = _recorded("name")
+    nvmlDeviceGetUUID = _recorded("uuid")
+    nvmlDeviceGetPersistenceMode = _recorded("persistence_mode")
+    nvmlDeviceGetEccMode = _recorded("ecc_mode")
+    nvmlDeviceGetRetiredPagesPendingStatus = _recorded("retired_pages_pending")
+    nvmlDeviceGetCurrPcieLinkGeneration = _recorded("pcie", "gen")
+    nvmlDeviceGetCurrPcieLinkWidth = _recorded("pcie", "width")
+    nvmlDeviceGetMaxPcieLinkGeneration = _recorded("pcie", "max_gen")
+    nvmlDeviceGetMaxPcieLinkWidth = _recorded("pcie", "max_width")
 
     def nvmlDeviceGetPciInfo(self, h):
         return SimpleNamespace(busId=_value(self._dev(h)["pci_bus_id"]).encode())
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return SimpleNamespace(**_value(self._dev(h)["memory"]))
-
-    def nvmlDeviceGetPersistenceMode(self, h):
-        return _value(self._dev(h)["persistence_mode"])
-
-    def nvmlDeviceGetEccMode(self, h):
-        return _value(self._dev(h)["ecc_mode"])
 
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter):
         ecc = _value(self._dev(h)["ecc"])
@@ -106,23 +114,8 @@ class FakeNvml:
         pages = _value(self._dev(h)["retired_pages"])
         return pages[("single_bit", "double_bit")[cause]]
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
-        return _value(self._dev(h)["retired_pages_pending"])
-
     def nvmlDeviceGetRemappedRows(self, h):
         return tuple(_value(self._dev(h)["remapped_rows"]))
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
-        return _value(self._dev(h)["pcie"])["gen"]
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
-        return _value(self._dev(h)["pcie"])["width"]
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
-        return _value(self._dev(h)["pcie"])["max_gen"]
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
-        return _value(self._dev(h)["pcie"])["max_width"]
 
     def nvmlDeviceGetNvLinkState(self, h, link):
         links = _value(self._dev(h)["nvlink"])

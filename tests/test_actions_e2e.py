@@ -6,70 +6,26 @@ arrives and the node is resumed. The messages are kept in test-artifacts/.
 """
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
 from cluster_health.actions.models import AlertChannel, AlertDelivery, SlurmDrain
-from cluster_health.models import Node
 from devtools import services
 from tests.action_fixtures import SlurmCluster, WebhookReceiver
 from tests.conftest import ARTIFACTS
+from tests.sweep_setup import FAST, manage, wait_offline, wait_online
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(420)]
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]
-FAST = [
-    "--sizes",
-    "4096,65536",
-    "--iterations",
-    "3",
-    "--stage-timeout",
-    "connect=3",
-    "--stage-timeout",
-    "init=10",
-    "--stage-timeout",
-    "bandwidth=3",
-]
 
 
 def sweep(stack, *, expect_code):
-    run = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "sweep",
-            "--kind",
-            "connectivity",
-            "--nodes",
-            ",".join(NODES),
-            "--wait",
-            "--json",
-            "--timeout",
-            "150",
-            *FAST,
-        ],
-        env=stack.env,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
+    wait = ["--wait", "--json", "--timeout", "150"]
+    run = manage(stack, "sweep", "--kind", "connectivity", "--nodes", ",".join(NODES), *wait, *FAST, timeout=200)
     assert run.returncode == expect_code, run.stdout + run.stderr
     return json.loads(run.stdout)
-
-
-def online(names, want=True, timeout=60):
-    services.wait_until(
-        lambda: all(
-            Node.objects.filter(name=n).first() is not None and Node.objects.get(name=n).is_online() == want
-            for n in names
-        ),
-        timeout,
-        0.3,
-        f"{names} online={want}",
-    )
 
 
 @pytest.fixture
@@ -108,14 +64,14 @@ def test_it_alerts_drains_and_resumes_a_node_whose_agent_died(acting_stack):
         AlertChannel.objects.create(name="test receiver", kind="webhook", target=hook.url)
         for name in NODES:
             stack.start_agent(name)
-        online(NODES)
+        wait_online(NODES)
 
         first = sweep(stack, expect_code=0)
         assert first["verdict"] == "pass"
         note(f"sweep #{first['sweep']}: {first['verdict']}; sinfo", slurm.sinfo_lines())
 
         stack.stop_agent("gpu-c", sig=9)
-        online(["gpu-c"], want=False)
+        wait_offline("gpu-c", timeout=60)
         second = sweep(stack, expect_code=2)
         assert [(f["code"], f["subject"]) for f in second["findings"] if f["severity"] == "fail"] == [
             ("node_offline", "gpu-c")
@@ -139,7 +95,7 @@ def test_it_alerts_drains_and_resumes_a_node_whose_agent_died(acting_stack):
         note("scontrol show node node-c", slurm.show_node("node-c"))
 
         stack.start_agent("gpu-c")
-        online(["gpu-c"])
+        wait_online(["gpu-c"])
         third = sweep(stack, expect_code=0)
         assert third["verdict"] == "pass"
         resolved = hook.wait_for(lambda b: b["event"] == "resolve" and b["subject"] == "gpu-c", 60)

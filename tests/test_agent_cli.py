@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from agents import contract
+from devtools.devstack import run_to_end
 from devtools.services import ROOT, python_env, stop_process
 
 
@@ -36,14 +37,7 @@ def test_pair_by_hand_prints_the_address_then_both_results(tmp_path):
         address = rank0.stdout.readline().strip()
         host, _, port = address.rpartition(":")
         assert host == "127.0.0.1" and port.isdigit()
-        rank1 = subprocess.run(
-            agents_cli("pair", "--rank", "1", "--connect", address, "--sizes", "1K,4K,16K"),
-            cwd=ROOT,
-            env=python_env(),
-            capture_output=True,
-            text=True,
-            timeout=40,
-        )
+        rank1 = run_to_end(agents_cli("pair", "--rank", "1", "--connect", address, "--sizes", "1K,4K,16K"), timeout=40)
         out0, _ = rank0.communicate(timeout=20)
     finally:
         stop_process(rank0)
@@ -59,16 +53,8 @@ def test_pair_by_hand_exits_non_zero_when_nobody_listens(tmp_path):
     # A port bound and never listening: a connection to it is refused, and no other process can take it meanwhile.
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
-        rank1 = subprocess.run(
-            agents_cli(
-                "pair", "--rank", "1", "--connect", f"127.0.0.1:{holder.getsockname()[1]}", "--timeout", "connect=1"
-            ),
-            cwd=ROOT,
-            env=python_env(),
-            capture_output=True,
-            text=True,
-            timeout=25,
-        )
+        nobody = f"127.0.0.1:{holder.getsockname()[1]}"
+        rank1 = run_to_end(agents_cli("pair", "--rank", "1", "--connect", nobody, "--timeout", "connect=1"), timeout=25)
     result = json.loads(rank1.stdout)
     assert rank1.returncode == 2, rank1.stderr[-2000:]
     assert (result["stage"], result["reason"]) == ("connect", "refused"), (result, rank1.stderr[-2000:])
@@ -78,14 +64,8 @@ def test_pair_by_hand_exits_non_zero_when_nobody_listens(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_facts_reports_versions_interfaces_hostname_and_launch_variables():
-    out = subprocess.run(
-        agents_cli("facts"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=50,
-        env=python_env(MASTER_PORT="29500", NCCL_DEBUG="INFO", TORCH_NCCL_BLOCKING_WAIT="1", UNRELATED="x"),
-    )
+    launch = python_env(MASTER_PORT="29500", NCCL_DEBUG="INFO", TORCH_NCCL_BLOCKING_WAIT="1", UNRELATED="x")
+    out = run_to_end(agents_cli("facts"), env=launch, timeout=50)
     assert out.returncode == 0, out.stderr
     facts = json.loads(out.stdout)
     assert facts["versions"]["torch"] and facts["versions"]["python"]

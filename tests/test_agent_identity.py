@@ -16,7 +16,8 @@ from agents import signing
 from cluster_health import tasks
 from cluster_health.ingest.buffer import BUFFERED
 from cluster_health.models import AgentKey, Node, PairProbe, RejectedMessage
-from devtools.services import ROOT, python_env
+from devtools.devstack import run_to_end
+from devtools.services import python_env
 from devtools.sweep_driver import heartbeat as unsigned_heartbeat
 from devtools.sweep_driver import result_for
 
@@ -170,13 +171,8 @@ def test_a_huge_signed_message_is_refused_before_it_is_stored(keys):
 
 def agent_run(*args, **env) -> subprocess.CompletedProcess:
     base = {k: v for k, v in python_env(**env).items() if k != "CLUSTER_HEALTH_AGENT_KEY_FILE"}
-    return subprocess.run(
-        [sys.executable, "-m", "agents", "run", "--name", "n0", "--broker", "redis://127.0.0.1:1/0", *args],
-        cwd=ROOT,
-        env=base,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return run_to_end(
+        [sys.executable, "-m", "agents", "run", "--name", "n0", "--broker", "redis://127.0.0.1:1/0", *args], env=base
     )
 
 

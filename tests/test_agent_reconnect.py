@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 from celery import Celery
 
 from agents import contract, signing
-from devtools.services import RedisServer, python_env, spawn, stop_process
+from devtools.services import RedisServer, agent_args, python_env, spawn, stop_process
 from tests.agent_fixtures import command, drain_until
 
 
@@ -22,20 +21,7 @@ def test_the_agent_reconnects_after_redis_restarts(tmp_path):
     signing.write_key_file(tmp_path / "r0.key", key)
     try:
         agent = spawn(
-            [
-                sys.executable,
-                "-m",
-                "agents",
-                "run",
-                "--name",
-                "r0",
-                "--address",
-                "127.0.0.1",
-                "--broker",
-                redis.url,
-                "--key-file",
-                str(tmp_path / "r0.key"),
-            ],
+            agent_args("r0", "127.0.0.1", redis.url, tmp_path / "r0.key"),
             tmp_path / "agent.log",
             env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
         )

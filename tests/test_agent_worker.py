@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from celery import Celery
 from kombu import Connection
 
 from agents import contract, signing
-from devtools.services import python_env, spawn, stop_process
+from devtools.services import agent_args, python_env, spawn, stop_process
 from tests.agent_fixtures import command, probe_processes, resident_kib
 
 NODES = ("a0", "a1")
@@ -47,20 +46,7 @@ def agents_running(broker, tmp_path_factory):
     try:
         for name in NODES:
             procs[name] = spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "agents",
-                    "run",
-                    "--name",
-                    name,
-                    "--address",
-                    "127.0.0.1",
-                    "--broker",
-                    broker,
-                    "--key-file",
-                    key_file(logs, name),
-                ],
+                agent_args(name, "127.0.0.1", broker, key_file(logs, name)),
                 logs / f"{name}.log",
                 env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
             )
@@ -265,20 +251,7 @@ def test_a_stopped_peer_times_out_and_the_agents_pass_the_next_probe(agents_runn
 @pytest.mark.timeout(60)
 def test_a_probe_does_not_outlive_its_agent(broker, sender, server_queue, tmp_path):
     agent = spawn(
-        [
-            sys.executable,
-            "-m",
-            "agents",
-            "run",
-            "--name",
-            "a9",
-            "--address",
-            "127.0.0.1",
-            "--broker",
-            broker,
-            "--key-file",
-            key_file(tmp_path, "a9"),
-        ],
+        agent_args("a9", "127.0.0.1", broker, key_file(tmp_path, "a9")),
         tmp_path / "a9.log",
         env=python_env(CLUSTER_HEALTH_HEARTBEAT_S="1"),
     )

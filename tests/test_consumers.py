@@ -16,6 +16,44 @@ from tests.dashboard_rows import make_user
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture
+def viewer():
+    return make_user("viewer", operator=False)
+
+
+def frames_after(user, sweep_id: int, send, count: int = 1, consumer=consumers.SweepUpdatesConsumer) -> list[dict]:
+    """The ``count`` frames ``user``'s page on the sweep gets once ``send()`` ran, each within ``timing.FRAME_S``.
+
+    The page's socket is connected and its hello frame read before ``send()``, and closed after.
+    """
+
+    async def follow():
+        communicator = WebsocketCommunicator(consumer.as_asgi(), f"/ws/sweeps/{sweep_id}/")
+        communicator.scope["user"] = user
+        communicator.scope["url_route"] = {"args": (), "kwargs": {"sweep_id": sweep_id}}
+        connected, _ = await communicator.connect()
+        assert connected
+        assert (await communicator.receive_json_from())["type"] == "hello"
+        await send()
+        frames = [await communicator.receive_json_from(timeout=timing.FRAME_S) for _ in range(count)]
+        await communicator.disconnect()
+        return frames
+
+    return async_to_sync(follow)()
+
+
+def update(sweep_id: int, pairs: list[dict], progress: dict | None = None) -> dict:
+    """A ``sweep.update`` group message for a running sweep whose ``pairs`` just closed."""
+    return {
+        "type": "sweep.update",
+        "sweep": sweep_id,
+        "status": "running",
+        "verdict": "unknown",
+        "progress": progress or {},
+        "pairs": pairs,
+    }
+
+
 def test_it_refuses_an_anonymous_websocket():
     async def attempt():
         communicator = WebsocketCommunicator(application, "/ws/sweeps/1/")
@@ -26,85 +64,37 @@ def test_it_refuses_an_anonymous_websocket():
     assert not async_to_sync(attempt)()
 
 
-def test_it_forwards_a_burst_of_updates_as_one_frame():
-    user = make_user("viewer", operator=False)
-
-    async def follow():
-        app = consumers.SweepUpdatesConsumer.as_asgi()
-        communicator = WebsocketCommunicator(app, "/ws/sweeps/7/")
-        communicator.scope["user"] = user
-        communicator.scope["url_route"] = {"args": (), "kwargs": {"sweep_id": 7}}
-        connected, _ = await communicator.connect()
-        assert connected
-        assert (await communicator.receive_json_from())["type"] == "hello"
+def test_it_forwards_a_burst_of_updates_as_one_frame(viewer):
+    async def burst():
         layer = get_channel_layer()
         for i in range(20):
-            await layer.group_send(
-                "sweep.7",
-                {
-                    "type": "sweep.update",
-                    "sweep": 7,
-                    "status": "running",
-                    "verdict": "unknown",
-                    "progress": {"pairs_done": i + 1, "pairs_total": 20},
-                    "pairs": [{"a": "n0", "b": f"n{i + 1}", "status": "ok", "busbw_gbps": 1.0}],
-                },
-            )
-        frame = await communicator.receive_json_from(timeout=timing.FRAME_S)
-        await communicator.disconnect()
-        return frame
+            pair = {"a": "n0", "b": f"n{i + 1}", "status": "ok", "busbw_gbps": 1.0}
+            await layer.group_send("sweep.7", update(7, [pair], {"pairs_done": i + 1, "pairs_total": 20}))
 
-    frame = async_to_sync(follow)()
+    [frame] = frames_after(viewer, 7, burst)
     assert frame["type"] == "update" and frame["sweep"] == 7
     assert len(frame["pairs"]) == 20
     assert frame["progress"]["pairs_done"] == 20
 
 
 @pytest.mark.timeout(60)
-def test_it_keeps_an_idle_websocket_open_over_the_redis_layer():
+def test_it_keeps_an_idle_websocket_open_over_the_redis_layer(viewer):
     """A page left open with nothing happening still gets the next update (no drop, no re-read)."""
-    user = make_user("viewer", operator=False)
 
-    async def follow():
-        communicator = WebsocketCommunicator(consumers.SweepUpdatesConsumer.as_asgi(), "/ws/sweeps/8/")
-        communicator.scope["user"] = user
-        communicator.scope["url_route"] = {"args": (), "kwargs": {"sweep_id": 8}}
-        connected, _ = await communicator.connect()
-        assert connected
-        assert (await communicator.receive_json_from())["type"] == "hello"
+    async def idle_then_update():
         # Idle longer than the layer's blocking read, which a socket timeout of the same length used to cut.
         await asyncio.sleep(RedisChannelLayer.brpop_timeout + 2)
-        await get_channel_layer().group_send(
-            "sweep.8",
-            {
-                "type": "sweep.update",
-                "sweep": 8,
-                "status": "running",
-                "verdict": "unknown",
-                "progress": {},
-                "pairs": [{"a": "n0", "b": "n1", "status": "ok"}],
-            },
-        )
-        frame = await communicator.receive_json_from(timeout=timing.FRAME_S)
-        await communicator.disconnect()
-        return frame
+        await get_channel_layer().group_send("sweep.8", update(8, [{"a": "n0", "b": "n1", "status": "ok"}]))
 
     assert "RedisChannelLayer" in get_channel_layer().__class__.__name__
-    frame = async_to_sync(follow)()
+    [frame] = frames_after(viewer, 8, idle_then_update)
     assert frame["type"] == "update" and frame["pairs"] == [{"a": "n0", "b": "n1", "status": "ok"}]
 
 
 class _ArrivesWhileSending(consumers.SweepUpdatesConsumer):
     """An update handled while the first frame is being sent, as happens under a steady stream."""
 
-    late = {
-        "type": "sweep.update",
-        "sweep": 9,
-        "status": "running",
-        "verdict": "unknown",
-        "progress": {},
-        "pairs": [{"a": "n0", "b": "n2", "status": "ok"}],
-    }
+    late = update(9, [{"a": "n0", "b": "n2", "status": "ok"}])
 
     async def send_json(self, content, close=False):
         await super().send_json(content, close)
@@ -114,34 +104,10 @@ class _ArrivesWhileSending(consumers.SweepUpdatesConsumer):
 
 
 @pytest.mark.timeout(30)
-def test_it_sends_what_arrived_while_a_frame_was_being_sent():
-    user = make_user("viewer", operator=False)
+def test_it_sends_what_arrived_while_a_frame_was_being_sent(viewer):
+    async def one_update():
+        await get_channel_layer().group_send("sweep.9", update(9, [{"a": "n0", "b": "n1", "status": "ok"}]))
 
-    async def follow():
-        communicator = WebsocketCommunicator(_ArrivesWhileSending.as_asgi(), "/ws/sweeps/9/")
-        communicator.scope["user"] = user
-        communicator.scope["url_route"] = {"args": (), "kwargs": {"sweep_id": 9}}
-        connected, _ = await communicator.connect()
-        assert connected
-        await communicator.receive_json_from()  # hello
-        await get_channel_layer().group_send(
-            "sweep.9",
-            {
-                "type": "sweep.update",
-                "sweep": 9,
-                "status": "running",
-                "verdict": "unknown",
-                "progress": {},
-                "pairs": [{"a": "n0", "b": "n1", "status": "ok"}],
-            },
-        )
-        frames = [
-            await communicator.receive_json_from(timeout=timing.FRAME_S),
-            await communicator.receive_json_from(timeout=timing.FRAME_S),
-        ]
-        await communicator.disconnect()
-        return frames
-
-    first, second = async_to_sync(follow)()
+    first, second = frames_after(viewer, 9, one_update, count=2, consumer=_ArrivesWhileSending)
     assert first["pairs"] == [{"a": "n0", "b": "n1", "status": "ok"}]
     assert second["pairs"] == [{"a": "n0", "b": "n2", "status": "ok"}]  # not left behind

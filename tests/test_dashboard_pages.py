@@ -111,32 +111,22 @@ def test_an_operator_can_cancel_an_open_sweep(client):
     assert Sweep.objects.get(pk=open_sweep.pk).status == "cancelled"
 
 
-def test_it_shows_why_a_finding_was_raised(client, django_user_model):
-    from cluster_health.models import Finding, Node, PairProbe, Sweep
+def test_it_shows_why_a_finding_was_raised(client):
+    from cluster_health.models import Finding, PairProbe
 
-    user = django_user_model.objects.create_user("why", password="pw")
-    client.force_login(user)
-    n1, n2 = Node.objects.create(name="n1", address="10.0.0.1"), Node.objects.create(name="n2", address="10.0.0.2")
-    sweep = Sweep.objects.create(kind="connectivity", status="finished", nodes=["n1", "n2"])
-    probe = PairProbe.objects.create(
-        sweep=sweep,
-        round=0,
-        node_a=n1,
-        node_b=n2,
-        status="timeout",
-        stage="connect",
-        reason="connect_timeout",
-        hint="n2 could not reach n1",
-    )
-    f = Finding.objects.create(
-        sweep=sweep,
-        severity="fail",
-        code="inbound_blocked",
-        subject="n1",
-        text="n1 accepts no inbound connection from any peer",
-        pairs=["n1<->n2"],
-        detail={"evidence": ["n2 -> n1 (store on n1): timeout"], "next_step": "open it"},
-    )
+    client.force_login(make_user("why", operator=False))
+    timeout = {"status": "timeout", "stage": "connect", "reason": "connect_timeout", "hint": "n2 could not reach n1"}
+    sweep = make_sweep(make_nodes(["n1", "n2"]), {("n1", "n2"): timeout}, kind="connectivity")
+    probe = PairProbe.objects.get(sweep=sweep)
+    finding = {
+        "severity": "fail",
+        "code": "inbound_blocked",
+        "subject": "n1",
+        "text": "n1 accepts no inbound connection from any peer",
+        "pairs": ["n1<->n2"],
+        "detail": {"evidence": ["n2 -> n1 (store on n1): timeout"], "next_step": "open it"},
+    }
+    f = Finding.objects.create(sweep=sweep, **finding)
     page = client.get(f"/sweeps/{sweep.pk}/findings/{f.pk}/").content.decode()
     assert "n1 accepts no inbound connection" in page and "n2 -&gt; n1 (store on n1): timeout" in page
     assert "open it" in page and f"?probe={probe.pk}" in page

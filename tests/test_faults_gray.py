@@ -7,37 +7,24 @@ finding that names the culprit, its hint and the pairs that support it. (This ke
 sch_netem, so loss is an nft rule on the host's bridge port.)
 """
 
-import time
+from functools import partial
 
 import pytest
 
-from tests.fault_bed import TimedSweep, cell, record, start_agents, wait_online
+from tests.fault_bed import agent_bed, cell, fault, record, record_cell
+from tests.sweep_setup import TimedSweep, sweep_flags
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 NAMES = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
 TIMEOUTS = ["--stage-timeout", "connect=3", "--stage-timeout", "store=5", "--stage-timeout", "init=8"]
 CONNECTIVITY = ["--kind", "connectivity", "--iterations", "3", *TIMEOUTS]
-BANDWIDTH = [
-    "--kind",
-    "pairs",
-    "--sizes",
-    "65536,1048576",
-    "--iterations",
-    "3",
-    "--baseline",
-    "none",
-    "--stage-timeout",
-    "bandwidth=10",
-    *TIMEOUTS,
-]
+BANDWIDTH = ["--kind", "pairs", "--baseline", "none", *sweep_flags("65536,1048576", 3, bandwidth=10), *TIMEOUTS]
 
 
 @pytest.fixture(scope="module")
 def bed(make_module_testbed, stack):
-    bed = make_module_testbed(4, names=NAMES)
-    start_agents(bed, stack)
-    return bed
+    return agent_bed(make_module_testbed(4, names=NAMES), stack)
 
 
 def sweep(stack, injected, *args, timeout=150):
@@ -52,19 +39,19 @@ def all_pairs(*extra):
     return ["--pairs", ",".join(pairs), *extra]
 
 
+def every_pair_measured(stack, inject, clear):
+    """A bandwidth sweep of every pair, no baseline, run while the fault that ``inject`` made stands."""
+    with fault(NAMES, inject, clear) as injected:
+        return sweep(stack, injected, *BANDWIDTH, *all_pairs())
+
+
 def findings(report, code):
     return [f for f in report["findings"] if f["code"] == code]
 
 
 @pytest.mark.timeout(240)
 def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.lose("rack2-n1", 5)
-    try:
-        rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
-    finally:
-        bed.unlose("rack2-n1")
+    rc, report, took = every_pair_measured(stack, lambda: bed.lose("rack2-n1", 5), lambda: bed.unlose("rack2-n1"))
     lossy = findings(report, "lossy")
     assert [f["subject"] for f in lossy] == ["rack2-n1"], report["findings"]
     text = lossy[0]["text"]
@@ -76,47 +63,29 @@ def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
     assert all(p["evidence"]["a" if p["a"] == "rack2-n1" else "b"]["retrans_pct"] >= 1.0 for p in mine)
     others = [p for p in report["pairs"] if "rack2-n1" not in (p["a"], p["b"])]
     assert {p["status"] for p in others} == {"ok"}, others
-    record(
-        "5 % of rack2-n1's frames lost on its bridge port (nft numgen random)",
-        took,
-        f"3 pairs degraded (lossy); warn finding: {text[:90]}",
-        status="degraded",
-        stage="bandwidth",
-        reason="lossy",
-    )
+    shown = f"3 pairs degraded (lossy); warn finding: {text[:90]}"
+    record_cell("5 % of rack2-n1's frames lost on its bridge port (nft numgen random)", took, mine[0], shown)
 
 
-def _size_stall(bed, stack, inject, clear, fault):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    inject()
-    try:
+def _size_stall(bed, stack, inject, clear, what):
+    with fault(NAMES, inject, clear) as injected:
         rc, report, took = sweep(
             stack,
             injected,
             *BANDWIDTH[:2],
-            "--sizes",
-            "256,1024,65536",
-            "--iterations",
-            "2",
             "--baseline",
             "none",
-            "--stage-timeout",
-            "bandwidth=4",
-            "--stage-timeout",
-            "collective=3",
+            *sweep_flags("256,1024,65536", 2, bandwidth=4, collective=3),
             *TIMEOUTS,
             "--pairs",
             "rack1-n2:rack2-n2",
         )
-    finally:
-        clear()
     p = cell(report, "rack1-n2", "rack2-n2")
     assert (p["status"], p["stage"], p["reason"]) == ("timeout", "bandwidth", "size_stall"), p
     assert "transfers of 64 KiB and more stall between rack1-n2 (MTU" in p["hint"], p["hint"]
     assert "while 1 KiB completed" in p["hint"] and "MTU" in p["hint"], p["hint"]
     assert p["evidence"]["largest_ok_bytes"] == 1024 and p["evidence"]["stalled_bytes"] == 65536, p["evidence"]
-    record(fault, took, p["hint"][:110], status=p["status"], stage=p["stage"], reason=p["reason"])
+    record_cell(what, took, p, p["hint"][:110])
     return p
 
 
@@ -147,13 +116,9 @@ def test_it_names_a_size_stall_between_jumbo_hosts_on_a_smaller_path(bed, stack)
 
 
 def _inbound(bed, stack, stateful: bool):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.block_inbound("rack1-n2", stateful=stateful)
-    try:
+    block = partial(bed.block_inbound, "rack1-n2", stateful=stateful)
+    with fault(NAMES, block, partial(bed.unblock_inbound, "rack1-n2")) as injected:
         rc, report, took = sweep(stack, injected, *CONNECTIVITY)
-    finally:
-        bed.unblock_inbound("rack1-n2")
     assert rc == 2, report
     # rack1-n2 hosts the store for rack2-n1 and rack2-n2 (rank 0) and connects out to rack1-n1's.
     for peer in ("rack2-n1", "rack2-n2"):
@@ -169,14 +134,9 @@ def _inbound(bed, stack, stateful: bool):
     out = cell(report, "rack1-n1", "rack1-n2")
     assert out["evidence"]["connections"][0] == {"from": "rack1-n2", "to": "rack1-n1", "step": "store", "ok": True}
     kind = "stateful (ct state new drop)" if stateful else "stateless (SYN drop)"
-    record(
-        f"inbound connections blocked on rack1-n2, {kind}",
-        took,
-        f"2 pairs timeout at connect, rack1-n2<->rack1-n1 {out['status']}; fail finding: {text[:80]}",
-        status="timeout",
-        stage="connect",
-        reason="inbound_blocked",
-    )
+    shown = f"2 pairs timeout at connect, rack1-n2<->rack1-n1 {out['status']}; fail finding: {text[:80]}"
+    timed_out = cell(report, "rack1-n2", "rack2-n2")  # timeout at connect, asserted above
+    record_cell(f"inbound connections blocked on rack1-n2, {kind}", took, timed_out, shown, reason="inbound_blocked")
 
 
 @pytest.mark.timeout(180)
@@ -191,17 +151,18 @@ def test_it_blames_the_node_that_accepts_no_inbound_connection_stateless(bed, st
 
 @pytest.mark.timeout(180)
 def test_it_names_the_segment_between_two_racks(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    for dst in ("rack2-n1", "rack2-n2"):
-        for src in ("rack1-n1", "rack1-n2"):
-            bed.drop(src, dst)
-    try:
+    crossing = [(src, dst) for dst in ("rack2-n1", "rack2-n2") for src in ("rack1-n1", "rack1-n2")]
+
+    def cut():
+        for link in crossing:
+            bed.drop(*link)
+
+    def mend():
+        for link in crossing:
+            bed.undrop(*link)
+
+    with fault(NAMES, cut, mend) as injected:
         rc, report, took = sweep(stack, injected, *CONNECTIVITY)
-    finally:
-        for dst in ("rack2-n1", "rack2-n2"):
-            for src in ("rack1-n1", "rack1-n2"):
-                bed.undrop(src, dst)
     assert rc == 2, report
     seg = findings(report, "segment")
     assert [(f["severity"], f["subject"]) for f in seg] == [("fail", "rack1<->rack2")], report["findings"]
@@ -214,21 +175,13 @@ def test_it_names_the_segment_between_two_racks(bed, stack):
         "rack1 -> rack2 dropped (nft on both rack2 hosts)",
         took,
         "4 crossing pairs timeout at connect, 2 inside ok; one fail finding on rack1<->rack2",
-        status="timeout",
-        stage="connect",
-        reason="segment",
+        {"status": "timeout", "stage": "connect", "reason": "segment"},
     )
 
 
 @pytest.mark.timeout(240)
 def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.shape("rack1-n1", 200)
-    try:
-        rc, report, took = sweep(stack, injected, *BANDWIDTH, *all_pairs())
-    finally:
-        bed.unshape("rack1-n1")
+    rc, report, took = every_pair_measured(stack, lambda: bed.shape("rack1-n1", 200), lambda: bed.unshape("rack1-n1"))
     assert report["baseline"] is None
     slow = findings(report, "slow_node")
     measured = {f"{p['a']}-{p['b']}": (p["status"], p["busbw_gbps"]) for p in report["pairs"]}
@@ -237,11 +190,5 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert len(slow[0]["pairs"]) == 3
     assert rc == 1 and report["verdict"] == "warn", report["findings"]
     mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
-    record(
-        "rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)",
-        took,
-        f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}",
-        status=mine[0]["status"],
-        stage=mine[0]["stage"],
-        reason=mine[0]["reason"],
-    )
+    shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
+    record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)

@@ -12,20 +12,8 @@ import time
 
 import pytest
 
-from tests.fault_bed import (
-    FAST,
-    TimedSweep,
-    cell,
-    connectivity,
-    manage,
-    others,
-    record,
-    record_cell,
-    restart_agent,
-    start_agents,
-    wait_offline,
-    wait_online,
-)
+from tests.fault_bed import agent_bed, cell, fast_sweep, fault, others, record, record_cell, restart_agent
+from tests.sweep_setup import TimedSweep, manage, sweep_flags, wait_offline, wait_online
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -35,26 +23,25 @@ NOWHERE = "198.18.2.99"  # no route to it inside the bed: a wrong resolution fai
 
 @pytest.fixture(scope="module")
 def bed(make_module_testbed, stack):
-    bed = make_module_testbed(4)
-    start_agents(bed, stack)
-    return bed
+    return agent_bed(make_module_testbed(4), stack)
 
 
 @pytest.mark.timeout(120)
 def test_it_names_a_firewall_and_one_way_loss(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.firewall_between("host1", "host2")
-    bed.drop("host3", "host4")  # host3 -> host4 dropped, host4 -> host3 allowed
-    try:
-        sweep = connectivity(stack, NAMES, injected)
-        times = sweep.time_to_cells(("host1", "host2"), ("host3", "host4"))
-        rc, report = sweep.report()
-    finally:
+    def inject():
+        bed.firewall_between("host1", "host2")
+        bed.drop("host3", "host4")  # host3 -> host4 dropped, host4 -> host3 allowed
+
+    def clear():
         bed.heal("host1", "host2")
         bed.undrop("host3", "host4")
+
+    with fault(NAMES, inject, clear) as injected:
+        sweep = fast_sweep(stack, NAMES, injected)
+        times = sweep.time_to_cells(("host1", "host2"), ("host3", "host4"))
+        rc, report = sweep.report()
     assert rc == 2 and report["verdict"] == "fail", report
-    for link, fault in (
+    for link, what in (
         (("host1", "host2"), "firewall (nft drop both ways)"),
         (("host3", "host4"), "one-way loss (host3 -> host4 dropped)"),
     ):
@@ -63,23 +50,18 @@ def test_it_names_a_firewall_and_one_way_loss(bed, stack):
         assert (p["stage"], p["reason"]) in (("connect", "connect_timeout"), ("store", "store_timeout")), p
         assert "firewall" in p["hint"], p
         record_cell(
-            fault, times[link], p, f"{p['status']} at {p['stage']} ({p['reason']}), hint: firewall; other pairs ok"
+            what, times[link], p, f"{p['status']} at {p['stage']} ({p['reason']}), hint: firewall; other pairs ok"
         )
     assert {p["status"] for p in others(report, ("host1", "host2"), ("host3", "host4"))} == {"ok"}
 
 
 @pytest.mark.timeout(120)
 def test_it_blames_a_host_whose_agent_is_stopped(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    bed.stop_agent("host4")
-    try:
+    with fault(NAMES, lambda: bed.stop_agent("host4"), lambda: restart_agent(bed, stack, "host4")) as injected:
         wait_offline("host4")
-        sweep = connectivity(stack, NAMES, injected)
+        sweep = fast_sweep(stack, NAMES, injected)
         times = sweep.time_to_cells(("host1", "host4"), ("host2", "host4"), ("host3", "host4"))
         rc, report = sweep.report()
-    finally:
-        restart_agent(bed, stack, "host4")
     assert rc == 2, report
     dead = [p for p in report["pairs"] if "host4" in (p["a"], p["b"])]
     assert {(p["status"], p["reason"]) for p in dead} == {("offline", "agent_offline")}, dead
@@ -100,7 +82,7 @@ def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, sta
     bed.misresolve("host1", "host3", NOWHERE)
     bed.misresolve("host3", "host1", NOWHERE)
     try:
-        sweep = connectivity(stack, NAMES, injected)
+        sweep = fast_sweep(stack, NAMES, injected)
         times = sweep.time_to_cells(("host1", "host3"))
         rc, report = sweep.report()
     finally:
@@ -128,18 +110,7 @@ def test_it_warns_that_a_loopback_hostname_would_hang_a_default_job(bed, stack):
     restart_agent(bed, stack, "host2")  # facts (what the hostname resolves to) are read at start
     try:
         wait_online(NAMES)
-        sweep = TimedSweep(
-            stack,
-            "--kind",
-            "group",
-            "--nodes",
-            ",".join(NAMES),
-            "--wait",
-            "--timeout",
-            "120",
-            *FAST,
-            injected_at=injected,
-        )
+        sweep = fast_sweep(stack, NAMES, injected, kind="group", timeout=120)
         rc, report = sweep.report()
         elapsed = sweep.elapsed()
     finally:
@@ -149,15 +120,8 @@ def test_it_warns_that_a_loopback_hostname_would_hang_a_default_job(bed, stack):
     warn = [f for f in report["findings"] if f["subject"] == "host2" and f["severity"] == "warn"]
     assert warn and "127.0.1.1" in warn[0]["text"] and "GLOO_SOCKET_IFNAME" in warn[0]["text"], report["findings"]
     assert rc == 1 and report["verdict"] == "warn"
-    group = report["groups"][0]
-    record(
-        "hostname -> 127.0.1.1",
-        elapsed,
-        "group all_reduce ok; warn finding on host2 naming GLOO_SOCKET_IFNAME",
-        status=group["status"],
-        stage=group["stage"],
-        reason=group["reason"],
-    )
+    shown = "group all_reduce ok; warn finding on host2 naming GLOO_SOCKET_IFNAME"
+    record_cell("hostname -> 127.0.1.1", elapsed, report["groups"][0], shown)
 
 
 @pytest.mark.timeout(120)
@@ -165,20 +129,11 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
     wait_online(NAMES)
     port = 29500
     injected = time.monotonic()
-    squatter = subprocess.Popen(
-        bed.exec_args(
-            bed.host("host1"),
-            [
-                sys.executable,
-                "-c",
-                f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();"
-                "print('ready',flush=True);time.sleep(120)",
-            ],
-        ),
-        stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+    hold = (
+        f"import socket,time;s=socket.socket();s.bind(('0.0.0.0',{port}));s.listen();"
+        "print('ready',flush=True);time.sleep(120)"
     )
+    squatter = bed.start_in("host1", [sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
     try:
         assert squatter.stdout.readline().strip() == "ready"
         run = manage(
@@ -208,30 +163,15 @@ def test_the_launch_rehearsal_reports_a_taken_master_port(bed, stack):
         "MASTER_PORT taken on the master",
         elapsed,
         f"launch rehearsal fail: {taken[0]['text'][:80]}",
-        status=rehearsal.get("status"),
-        stage=rehearsal.get("stage"),
-        reason=rehearsal.get("reason"),
+        rehearsal,
     )
 
 
 @pytest.mark.timeout(150)
 def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
     wait_online(NAMES)
-    bw = [
-        "--kind",
-        "pairs",
-        "--pairs",
-        "host1:host2",
-        "--wait",
-        "--timeout",
-        "120",
-        "--sizes",
-        "1048576,4194304",
-        "--iterations",
-        "3",
-        "--stage-timeout",
-        "bandwidth=10",
-    ]
+    bw = ["--kind", "pairs", "--pairs", "host1:host2", "--wait", "--timeout", "120"]
+    bw += sweep_flags("1048576,4194304", 3, bandwidth=10)
     rc, baseline = TimedSweep(stack, *bw, "--baseline", "none").report()
     assert rc == 0 and cell(baseline, "host1", "host2")["status"] == "ok", baseline
     rate_mbit = 200
@@ -254,37 +194,25 @@ def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
     assert abs(busbw_mbit - rate_mbit) <= 0.1 * rate_mbit, (busbw_mbit, rate_mbit)
     assert abs(busbw_mbit - iperf_mbit) <= 0.1 * iperf_mbit, (busbw_mbit, iperf_mbit)
     assert "host1" in p["hint"] or any("host1" in f["subject"] for f in report["findings"]), (p, report["findings"])
-    record_cell(
-        f"link shaped to {rate_mbit} Mbit/s (tc tbf)",
-        took,
-        p,
-        f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s",
-    )
+    shown = f"degraded (below_baseline), busbw {busbw_mbit:.0f} Mbit/s, iperf3 {iperf_mbit:.0f} Mbit/s"
+    record_cell(f"link shaped to {rate_mbit} Mbit/s (tc tbf)", took, p, shown)
 
 
 @pytest.mark.timeout(240)
 def test_discovery_names_the_working_interface_when_a_second_nic_is_on_a_dead_network(bed, stack):
-    wait_online(NAMES)
-    injected = time.monotonic()
-    dead = {name: bed.add_dead_interface(name) for name in NAMES}
-    try:
-        sweep = TimedSweep(
-            stack,
-            "--kind",
-            "discover",
-            "--nodes",
-            ",".join(NAMES),
-            "--wait",
-            "--timeout",
-            "200",
-            *FAST,
-            injected_at=injected,
-        )
-        rc, report = sweep.report()
-        elapsed = sweep.elapsed()
-    finally:
+    dead = {}
+
+    def add_dead_interfaces():
+        dead.update({name: bed.add_dead_interface(name) for name in NAMES})
+
+    def remove_dead_interfaces():
         for name in NAMES:
             bed.remove_dead_interface(name)
+
+    with fault(NAMES, add_dead_interfaces, remove_dead_interfaces) as injected:
+        sweep = fast_sweep(stack, NAMES, injected, kind="discover", timeout=200)
+        rc, report = sweep.report()
+        elapsed = sweep.elapsed()
     assert report["kind"] == "discover" and len(report["pairs"]) == 6, report
     for p in report["pairs"]:
         a, b = p["a"], p["b"]

@@ -15,17 +15,8 @@ import redis
 
 from agents import contract
 from tests import timing
-from tests.fault_bed import (
-    FAST,
-    TimedSweep,
-    cell,
-    connectivity,
-    record,
-    record_cell,
-    restart_agent,
-    start_agents,
-    wait_online,
-)
+from tests.fault_bed import FAST, agent_bed, cell, fast_sweep, record, record_cell, restart_agent
+from tests.sweep_setup import TimedSweep, sweep_flags, wait_online
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -34,9 +25,7 @@ NAMES = ["s1", "s2", "s3", "s4"]
 
 @pytest.fixture(scope="module")
 def bed(make_module_testbed, stack):
-    bed = make_module_testbed(4, names=NAMES)
-    start_agents(bed, stack)
-    return bed
+    return agent_bed(make_module_testbed(4, names=NAMES), stack)
 
 
 def wait_for(predicate, timeout, what):
@@ -82,23 +71,8 @@ def probe_in_stage(sweep_id, node, stage, since):
 @pytest.mark.timeout(200)
 def test_an_agent_killed_mid_probe_is_a_timeout_and_back_for_the_next_sweep(bed, stack):
     wait_online(NAMES)
-    pair = [
-        "--kind",
-        "pairs",
-        "--pairs",
-        "s1:s2",
-        "--wait",
-        "--timeout",
-        "120",
-        "--sizes",
-        "4194304",
-        "--iterations",
-        "200",
-        "--stage-timeout",
-        "bandwidth=20",
-        "--baseline",
-        "none",
-    ]
+    pair = ["--kind", "pairs", "--pairs", "s1:s2", "--wait", "--timeout", "120", "--baseline", "none"]
+    pair += sweep_flags("4194304", 200, bandwidth=20)
     since = time.time()
     sweep = TimedSweep(stack, *pair)
     sid = sweep.sweep_id()
@@ -117,12 +91,8 @@ def test_an_agent_killed_mid_probe_is_a_timeout_and_back_for_the_next_sweep(bed,
         stack, "--kind", "pairs", "--pairs", "s1:s2", "--wait", "--timeout", "120", *FAST, "--baseline", "none"
     ).report()
     assert (rc, cell(after, "s1", "s2")["status"]) == (0, "ok"), after
-    record_cell(
-        "agent SIGKILLed mid-probe",
-        took,
-        p,
-        f"{p['status']} at {p['stage']} ({p['reason']}); agent restarted, next sweep ok",
-    )
+    shown = f"{p['status']} at {p['stage']} ({p['reason']}); agent restarted, next sweep ok"
+    record_cell("agent SIGKILLed mid-probe", took, p, shown)
 
 
 @pytest.mark.timeout(200)
@@ -131,7 +101,7 @@ def test_results_sent_while_the_server_worker_is_down_are_ingested_after(bed, st
 
     wait_online(NAMES)
     rejected = RejectedMessage.objects.count()
-    sweep = past_its_first_pair(connectivity(stack, NAMES))
+    sweep = past_its_first_pair(fast_sweep(stack, NAMES))
     injected = time.monotonic()
     stack.sup.stop("worker")
     queued = redis.Redis.from_url(stack.redis.url)
@@ -150,14 +120,14 @@ def test_results_sent_while_the_server_worker_is_down_are_ingested_after(bed, st
         "server worker restarted mid-sweep",
         ended,
         f"{waiting} messages queued while down, all ingested after; sweep pass, 6/6 ok",
-        status="ok",
+        {"status": "ok"},
     )
 
 
 @pytest.mark.timeout(200)
 def test_a_sweep_survives_redis_restarting_mid_sweep(bed, stack):
     wait_online(NAMES)
-    sweep = past_its_first_pair(connectivity(stack, NAMES))
+    sweep = past_its_first_pair(fast_sweep(stack, NAMES))
     injected = time.monotonic()
     stack.redis.restart()  # everything queued is lost: commands, results, heartbeats
     rc, report = sweep.report(timeout=timing.SWEEP_END_S)
@@ -170,7 +140,7 @@ def test_a_sweep_survives_redis_restarting_mid_sweep(bed, stack):
     # through the default exchange straight to the node's queue, so the bindings Redis lost
     # with its restart are not needed for them to arrive.
     wait_online(NAMES, timeout=timing.AGENTS_ONLINE_S)
-    rc, after = connectivity(stack, NAMES).report()
+    rc, after = fast_sweep(stack, NAMES).report()
     assert (rc, after["verdict"]) == (0, "pass"), [p for p in after["pairs"] if p["status"] != "ok"]
     lost = [p for p in report["pairs"] if p["status"] != "ok"]
     record(
@@ -178,7 +148,5 @@ def test_a_sweep_survives_redis_restarting_mid_sweep(bed, stack):
         ended,
         f"sweep {report['status']} ({report['verdict']}), {len(lost)} of {len(report['pairs'])} pairs "
         f"{'/'.join(sorted({p['status'] for p in lost})) or 'lost'}; next sweep pass",
-        status=lost[0]["status"] if lost else "ok",
-        stage=lost[0]["stage"] if lost else None,
-        reason=lost[0]["reason"] if lost else None,
+        lost[0] if lost else {"status": "ok"},
     )

@@ -17,7 +17,8 @@ from agents import contract
 from cluster_health.models import Finding, Node, Sweep
 from cluster_health.sweeps import dispatch
 from tests.conftest import ARTIFACTS
-from tests.test_sweep_e2e import FAST, agents, manage
+from tests.sweep_setup import FAST, manage
+from tests.test_sweep_e2e import agents
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 

@@ -1,12 +1,10 @@
 """NCCL and CUDA failures named from their text: recorded error messages in, reason and hint out."""
 
-import time
-
 import pytest
 
 from agents import contract, nccl_errors
-from agents.probe import Probe, StageFailure, StageLog
-from tests.agent_fixtures import command
+from agents.probe import StageFailure
+from tests.agent_fixtures import probe_in
 
 # What torch 2.x raises, as recorded on GPU nodes (C++ frame lines trimmed).
 DUPLICATE_GPU = (
@@ -41,27 +39,40 @@ UNHANDLED_CUDA = "NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error
 GLOO_RESET = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4123"
 
 
+def assert_named(text, reason, says):
+    named = nccl_errors.classify(text, node="gpu-3", peer="gpu-4 (rank 1)")
+    assert named.reason == reason and named.reason in contract.REASONS
+    assert says in named.hint
+    assert named.status == "failed"
+
+
 @pytest.mark.parametrize(
     "text, reason, says",
     [
         (DUPLICATE_GPU, "duplicate_gpu", "rank 1 and rank 0 both on CUDA device 18000"),
         (VERSION_MISMATCH, "version_mismatch", "rank 0 has 22105, rank 1 has 21903"),
-        (NO_NCCL, "backend_unavailable", "no NCCL or no CUDA"),
-        (NO_GPUS, "backend_unavailable", "no NCCL or no CUDA"),
-        (OLD_DRIVER, "backend_unavailable", "driver is older than the CUDA version"),
-        (NO_DEVICE, "backend_unavailable", "CUDA_VISIBLE_DEVICES"),
-        (BUSY, "backend_unavailable", "exclusive-process"),
         (ECC, "gpu_error", "uncorrectable ECC error"),
         (REMOTE, "transport", "remote process exited"),
-        (UNHANDLED_CUDA, "backend_unavailable", "Xid"),
         (INVALID_USAGE_ONLY, "collective_error", "NCCL_DEBUG=WARN"),
     ],
 )
 def test_it_names_recorded_nccl_and_cuda_errors(text, reason, says):
-    named = nccl_errors.classify(text, node="gpu-3", peer="gpu-4 (rank 1)")
-    assert named.reason == reason and named.reason in contract.REASONS
-    assert says in named.hint
-    assert named.status == "failed"
+    assert_named(text, reason, says)
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        (NO_NCCL, "no NCCL or no CUDA"),
+        (NO_GPUS, "no NCCL or no CUDA"),
+        (OLD_DRIVER, "driver is older than the CUDA version"),
+        (NO_DEVICE, "CUDA_VISIBLE_DEVICES"),
+        (BUSY, "exclusive-process"),
+        (UNHANDLED_CUDA, "Xid"),
+    ],
+)
+def test_it_names_a_backend_it_cannot_use_and_why(text, says):
+    assert_named(text, "backend_unavailable", says)
 
 
 def test_two_ranks_on_one_gpu_say_what_to_do():
@@ -91,20 +102,9 @@ def test_the_multi_group_hang_note_names_device_id_only_where_it_applies():
     assert nccl_errors.multi_group_hang_note("nccl", True, "bandwidth") == ""
 
 
-def probe_for(tmp_path, backend):
-    spec = {
-        "command": contract.validate_command(command(0, backend=backend)),
-        "rendezvous": {"kind": "manual"},
-        "events_path": str(tmp_path / "stages.jsonl"),
-        "result_path": str(tmp_path / "result.json"),
-        "spawned_at": time.time(),
-    }
-    return Probe(spec, StageLog(spec["events_path"]))
-
-
 def test_the_probe_names_nccl_failures_on_its_nccl_path_only(tmp_path):
-    failure = probe_for(tmp_path, "nccl").nccl_failure(RuntimeError(DUPLICATE_GPU))
+    failure = probe_in(tmp_path, backend="nccl").nccl_failure(RuntimeError(DUPLICATE_GPU))
     assert isinstance(failure, StageFailure)
     assert (failure.reason, failure.status) == ("duplicate_gpu", "failed")
     assert failure.detail.startswith("RuntimeError: NCCL error in:")
-    assert probe_for(tmp_path, "gloo").nccl_failure(RuntimeError(DUPLICATE_GPU)) is None
+    assert probe_in(tmp_path, backend="gloo").nccl_failure(RuntimeError(DUPLICATE_GPU)) is None

@@ -16,6 +16,14 @@ def half(node, rank, status="ok", stage="bandwidth", reason=None, **ev):
     }
 
 
+def stalled(node, rank, **ev):
+    """A half that timed out in its bandwidth stage with 64 KiB in flight, after 1 KiB had passed."""
+    return half(
+        node, rank, "timeout", "bandwidth", "collective_timeout", largest_ok_bytes=1024, size_in_flight=65536, **ev
+    )
+
+
+# One socket to the peer as /proc/net/tcp shows it: data queued, retransmitting.
 STUCK = [
     {
         "local": "198.18.0.10:4000",
@@ -30,29 +38,8 @@ STUCK = [
 
 
 def test_a_timeout_after_small_sizes_passed_with_bytes_retransmitted_is_a_size_stall():
-    a = half(
-        "A",
-        0,
-        "timeout",
-        "bandwidth",
-        "collective_timeout",
-        mtu=9000,
-        largest_ok_bytes=1024,
-        size_in_flight=65536,
-        sockets=STUCK,
-        store={"role": "listen", "connected": True},
-    )
-    b = half(
-        "B",
-        1,
-        "timeout",
-        "bandwidth",
-        "collective_timeout",
-        mtu=1500,
-        largest_ok_bytes=1024,
-        size_in_flight=65536,
-        store={"role": "connect", "connected": True},
-    )
+    a = stalled("A", 0, mtu=9000, sockets=STUCK, store={"role": "listen", "connected": True})
+    b = stalled("B", 1, mtu=1500, store={"role": "connect", "connected": True})
     m = merge.merge_halves(a, b)
     assert (m["status"], m["reason"]) == ("timeout", "size_stall")
     assert m["hint"].startswith("transfers of 64 KiB and more stall between A (MTU 9000) and B (MTU 1500)")
@@ -61,9 +48,7 @@ def test_a_timeout_after_small_sizes_passed_with_bytes_retransmitted_is_a_size_s
 
 
 def test_a_stopped_peer_is_no_size_stall():
-    a = half("A", 0, "timeout", "bandwidth", "collective_timeout", largest_ok_bytes=1024, size_in_flight=65536)
-    b = half("B", 1, "timeout", "bandwidth", "collective_timeout", largest_ok_bytes=1024, size_in_flight=65536)
-    assert merge.merge_halves(a, b)["reason"] == "collective_timeout"
+    assert merge.merge_halves(stalled("A", 0), stalled("B", 1))["reason"] == "collective_timeout"
 
 
 def test_a_passing_pair_that_retransmits_is_degraded_lossy():
@@ -87,17 +72,7 @@ def test_counters_and_sockets_are_read_from_the_kernel_files(tmp_path):
         "   0: 0A0012C6:0FA0 0B0012C6:1388 01 00007530:00000000 01:00000010 00000005  0 0 1 1\n"
         "   1: 0A0012C6:0FA1 0B0012C6:1389 01 00000000:00000000 00:00000000 00000000  0 0 2 1\n"
     )
-    assert agent_evidence.peer_sockets("198.18.0.11", str(table)) == [
-        {
-            "local": "198.18.0.10:4000",
-            "remote": "198.18.0.11:5000",
-            "state": "established",
-            "tx_queue": 30000,
-            "rx_queue": 0,
-            "timer": "retransmit",
-            "retransmits": 5,
-        }
-    ]
+    assert agent_evidence.peer_sockets("198.18.0.11", str(table)) == STUCK
 
 
 def test_a_link_is_judged_by_its_own_noise_where_history_exists():

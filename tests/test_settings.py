@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from devtools.services import ROOT, python_env
+from devtools.devstack import run_to_end
+from devtools.services import python_env
 
 GOOD_KEY = "k3y-" + "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP"
 PRODUCTION = {
@@ -18,31 +19,19 @@ PRODUCTION = {
 }
 
 
+def settings_env(env: dict) -> dict:
+    """This process's environment less every setting the tests choose, then ``env``'s settings."""
+    unset = (*PRODUCTION, "DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    base = {k: v for k, v in python_env().items() if k not in unset}
+    return {**base, "DJANGO_SETTINGS_MODULE": "cluster_health.settings", **env}
+
+
 def run_django(code: str, env: dict) -> subprocess.CompletedProcess:
-    base = {
-        k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")
-    }
-    base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
-    base.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); " + code],
-        cwd=ROOT,
-        env=base,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_to_end([sys.executable, "-c", "import django; django.setup(); " + code], env=settings_env(env))
 
 
 def manage(args: list[str], env: dict) -> subprocess.CompletedProcess:
-    base = {
-        k: v for k, v in python_env().items() if k not in PRODUCTION and k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")
-    }
-    base["DJANGO_SETTINGS_MODULE"] = "cluster_health.settings"
-    base.update(env)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120
-    )
+    return run_to_end([sys.executable, "manage.py", *args], env=settings_env(env), timeout=120)
 
 
 @pytest.mark.parametrize("missing", ["SECRET_KEY", "ALLOWED_HOSTS", "REDIS_URL", "CLUSTER_HEALTH_METRICS_TOKEN"])

@@ -9,44 +9,13 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from cluster_health.models import Node
+from tests.sweep_setup import FAST, TimedSweep, manage, wait_online
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-FAST = [
-    "--sizes",
-    "4096,65536",
-    "--iterations",
-    "3",
-    "--stage-timeout",
-    "connect=3",
-    "--stage-timeout",
-    "init=10",
-    "--stage-timeout",
-    "bandwidth=3",
-]
-
-
-def wait_online(names, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        online = {n.name for n in Node.objects.filter(name__in=names) if n.is_online()}
-        if online == set(names):
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"agents not online after {timeout}s: {set(names) - online}")
-
-
-def manage(stack, *args, timeout=240):
-    return subprocess.run(
-        [sys.executable, "manage.py", *args], env=stack.env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def agents(stack, names):
@@ -96,24 +65,7 @@ def test_it_blames_an_agent_stopped_mid_sweep(stack):
     # and its first round cannot close; it is killed once another pair has passed: mid-sweep, whatever
     # the speed of the probes.
     os.killpg(stack.sup.procs["agent-e3"].pid, signal.SIGSTOP)
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "manage.py",
-            "sweep",
-            "--kind",
-            "connectivity",
-            "--nodes",
-            ",".join(names),
-            "--wait",
-            "--json",
-            *FAST,
-        ],
-        env=stack.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    sweep = TimedSweep(stack, "--kind", "connectivity", "--nodes", ",".join(names), "--wait", *FAST)
     from cluster_health.models import PairProbe
 
     deadline = time.monotonic() + 60
@@ -121,9 +73,8 @@ def test_it_blames_an_agent_stopped_mid_sweep(stack):
         time.sleep(0.1)
     assert PairProbe.objects.filter(status="ok").exists(), "no pair passed while e3 was frozen"
     stack.stop_agent("e3", sig=9)
-    out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 2, out + err
-    report = json.loads(out)
+    rc, report = sweep.report(timeout=180)
+    assert rc == 2, report
     assert report["status"] == "finished" and report["verdict"] == "fail"
     e3_pairs = [p for p in report["pairs"] if "e3" in (p["a"], p["b"]) and p["status"] != "ok"]
     assert e3_pairs and {p["status"] for p in e3_pairs} <= {"offline", "timeout"}

@@ -75,14 +75,8 @@ def status(env) -> dict[str, list[str]]:
 
 
 def bring_up(env):
-    proc = subprocess.Popen(
-        [str(ROOT / "scripts" / "testbed"), "--hosts", "2", "--port", str(free_port())],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    up = [str(ROOT / "scripts" / "testbed"), "--hosts", "2", "--port", str(free_port())]
+    proc = subprocess.Popen(up, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in proc.stdout:
         seen.append(line)
