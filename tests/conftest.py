@@ -55,7 +55,8 @@ def redis_url(redis_server):
 
 @pytest.fixture(scope="session", autouse=True)
 def _django_uses_private_redis(request):
-    """Point settings, the Celery app and the channel layer at the private Redis.
+    """Point settings, the Celery app and the channel layer at the private Redis; on PostgreSQL, make a
+    transactional test's flush take every lock first, so it never deadlocks with the live stack (tests/pgflush.py).
 
     Only for sessions that have Django configured; the agent tests need none of it.
     """
@@ -67,6 +68,10 @@ def _django_uses_private_redis(request):
     if not settings.configured:
         yield
         return
+    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        from tests import pgflush
+
+        pgflush.install()
     url = request.getfixturevalue("redis_url")
     from channels.layers import channel_layers
 
@@ -81,21 +86,6 @@ def _django_uses_private_redis(request):
     celery_app.conf.broker_url = url
     channel_layers.backends.clear()
     os.environ["REDIS_URL"] = url
-    yield
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _flush_takes_every_lock_first():
-    """On PostgreSQL, a transactional test's flush never deadlocks with the live stack (tests/pgflush.py)."""
-    try:
-        from django.conf import settings
-    except ImportError:
-        yield
-        return
-    if settings.configured and settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
-        from tests import pgflush
-
-        pgflush.install()
     yield
 
 

@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group, User
 from cluster_health.core.matrix import decode
 from cluster_health.models import ApiToken, Sweep
 from devtools.sweep_driver import heartbeat
+from tests.dashboard_rows import make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -19,9 +20,7 @@ def viewer():
 
 @pytest.fixture
 def operator_token():
-    user = User.objects.create_user("op", password="pw-op-12345")
-    user.groups.add(Group.objects.get(name="operators"))
-    return ApiToken.issue(user, "ci", scope=ApiToken.OPERATE)[1]
+    return ApiToken.issue(make_user("op", operator=True), "ci", scope=ApiToken.OPERATE)[1]
 
 
 def bearer(token):

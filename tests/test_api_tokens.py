@@ -7,21 +7,20 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from cluster_health.models import ApiToken, Node, Sweep
 from devtools.sweep_driver import heartbeat
+from tests.dashboard_rows import make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
 
 @pytest.fixture
 def operator():
-    user = User.objects.create_user("op", password="pw-op-12345")
-    user.groups.add(Group.objects.get(name="operators"))
-    return user
+    return make_user("op", operator=True)
 
 
 def token_cmd(*args) -> tuple[str, str]:

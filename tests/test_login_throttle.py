@@ -40,14 +40,19 @@ def logged_in(client) -> bool:
     return "_auth_user_id" in client.session
 
 
+def assert_locked_out(client, response) -> None:
+    """Refused with 429 and the lockout message, and not logged in."""
+    assert response.status_code == 429
+    assert "Too many failed logins" in response.content.decode()
+    assert not logged_in(client)
+
+
 def test_it_refuses_the_right_password_after_five_failures_with_429_and_a_clear_message(client, alice):
     for _ in range(5):
         assert attempt(client, "wrong").status_code == 200
     response = attempt(client, PASSWORD)
-    assert response.status_code == 429
+    assert_locked_out(client, response)
     assert int(response["Retry-After"]) > 0
-    assert "Too many failed logins" in response.content.decode()
-    assert not logged_in(client)
 
 
 def test_it_still_lets_the_user_in_after_four_failures(client, alice):
@@ -60,10 +65,7 @@ def test_it_still_lets_the_user_in_after_four_failures(client, alice):
 def test_failures_on_the_dashboard_login_lock_the_admin_login_too(client, alice):
     for _ in range(5):
         attempt(client, "wrong")
-    response = attempt(client, PASSWORD, url=ADMIN_LOGIN)
-    assert response.status_code == 429
-    assert "Too many failed logins" in response.content.decode()
-    assert not logged_in(client)
+    assert_locked_out(client, attempt(client, PASSWORD, url=ADMIN_LOGIN))
 
 
 def test_failures_on_the_admin_login_lock_the_user_name(client, alice):

@@ -204,8 +204,17 @@ def _create_sweep(request):
     return JsonResponse(page.sweep_json(request), status=201)
 
 
-def _sweep_or_404(pk):
-    return Sweep.objects.filter(pk=pk).first()
+def with_sweep(view):
+    """The view is given the sweep row of ``pk`` instead of the id; an unknown id is a 404."""
+
+    @wraps(view)
+    def inner(request, pk, *args, **kwargs):
+        sweep = Sweep.objects.filter(pk=pk).first()
+        if sweep is None:
+            return error(404, f"no sweep {pk}")
+        return view(request, sweep, *args, **kwargs)
+
+    return inner
 
 
 class _PairPage:
@@ -243,11 +252,9 @@ class _PairPage:
 
 @api_view()
 @bad_requests
-def sweep_detail(request, pk):
+@with_sweep
+def sweep_detail(request, sweep):
     """The sweep JSON with its first ``limit`` pairs (from ``offset``); ``pairs_page.next`` pages on."""
-    sweep = _sweep_or_404(pk)
-    if sweep is None:
-        return error(404, f"no sweep {pk}")
     data = _PairPage.of_request(request, sweep).sweep_json(request)
     data["progress"] = sweep.progress()
     return JsonResponse(data)
@@ -255,32 +262,26 @@ def sweep_detail(request, pk):
 
 @api_view()
 @bad_requests
-def sweep_pairs(request, pk):
+@with_sweep
+def sweep_pairs(request, sweep):
     """A page of a sweep's pairs alone: ``{"sweep", "total", "offset", "limit", "next", "pairs"}``."""
-    sweep = _sweep_or_404(pk)
-    if sweep is None:
-        return error(404, f"no sweep {pk}")
     page = _PairPage.of_request(request, sweep)
     pairs = serializers.pair_dicts(sweep, window=page.window)
     return JsonResponse({"sweep": sweep.pk, **page.meta(request), "pairs": pairs})
 
 
 @api_view(methods=("POST",), permission=START_PERMISSION)
-def sweep_cancel(request, pk):
-    sweep = _sweep_or_404(pk)
-    if sweep is None:
-        return error(404, f"no sweep {pk}")
-    if not sweeps.cancel(pk):
-        return error(409, f"sweep {pk} is already {sweep.status}")
+@with_sweep
+def sweep_cancel(request, sweep):
+    if not sweeps.cancel(sweep.pk):
+        return error(409, f"sweep {sweep.pk} is already {sweep.status}")
     sweep.refresh_from_db()
     return JsonResponse(serializers.sweep_json(sweep, with_pairs=False))
 
 
 @api_view()
-def sweep_matrix(request, pk):
-    sweep = _sweep_or_404(pk)
-    if sweep is None:
-        return error(404, f"no sweep {pk}")
+@with_sweep
+def sweep_matrix(request, sweep):
     head = {"sweep": sweep.pk, "status": sweep.status, "verdict": sweep.verdict}
     return HttpResponse(
         serializers.json_object(head, spread=serializers.matrix_text(sweep)), content_type="application/json"
@@ -293,10 +294,8 @@ class _Echo:
 
 
 @api_view()
-def sweep_csv(request, pk):
-    sweep = _sweep_or_404(pk)
-    if sweep is None:
-        return error(404, f"no sweep {pk}")
+@with_sweep
+def sweep_csv(request, sweep):
     writer = csv.writer(_Echo())
     response = StreamingHttpResponse((writer.writerow(r) for r in serializers.csv_rows(sweep)), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}.csv"'
