@@ -16,6 +16,7 @@ import copy
 import os
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -270,6 +271,16 @@ def _close_beds(beds) -> None:
             (dest / f"{bed.tag}-{log.name}").write_bytes(log.read_bytes()[-1_000_000:])
 
 
+@contextmanager
+def _bed_builder(workdir_for):
+    """A bed builder (hosts, **TestBed options) whose beds are all torn down when the block ends."""
+    make, made = _beds(workdir_for)
+    try:
+        yield make
+    finally:
+        _close_beds(made)
+
+
 def _beds(workdir_for):
     """A bed builder (hosts, **TestBed options) and the list of beds it made, for _close_beds."""
     testbed = _testbed_or_skip()
@@ -287,21 +298,15 @@ def _beds(workdir_for):
 @pytest.fixture
 def make_testbed(tmp_path):
     """Build namespace test beds (hosts on a bridge); every one is torn down after the test."""
-    make, made = _beds(lambda i: tmp_path / f"bed{i}")
-    try:
+    with _bed_builder(lambda i: tmp_path / f"bed{i}") as make:
         yield make
-    finally:
-        _close_beds(made)
 
 
 @pytest.fixture(scope="module")
 def make_module_testbed(tmp_path_factory):
     """Like make_testbed, but the beds live for the whole test module (faults applied and cleared per test)."""
-    make, made = _beds(lambda i: tmp_path_factory.mktemp("bed"))
-    try:
+    with _bed_builder(lambda i: tmp_path_factory.mktemp("bed")) as make:
         yield make
-    finally:
-        _close_beds(made)
 
 
 @pytest.fixture
@@ -325,3 +330,13 @@ def driver(django_capture_on_commit_callbacks):
     from devtools.sweep_driver import Driver
 
     return Driver(django_capture_on_commit_callbacks)
+
+
+@pytest.fixture
+def open_pair(driver):
+    """A pairs sweep of n0 and n1 waiting for its two halves: (sweep, rank 0's command, rank 1's command)."""
+    from devtools.sweep_driver import heartbeat
+
+    heartbeat("n0"), heartbeat("n1")
+    sweep = driver.sweep(kind="pairs", pairs=[["n0", "n1"]], sizes=[1024])
+    return sweep, *sorted(driver.take(), key=lambda c: c["rank"])

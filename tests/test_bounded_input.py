@@ -66,15 +66,8 @@ def test_a_rejected_message_full_of_nul_is_still_recorded():
     assert "\x00" not in rejected.node and "\x00" not in rejected.error
 
 
-@pytest.fixture
-def pair(driver):
-    heartbeat("n0"), heartbeat("n1")
-    sweep = driver.sweep(kind="pairs", pairs=[["n0", "n1"]], sizes=[1024])
-    return sweep, *sorted(driver.take(), key=lambda c: c["rank"])
-
-
-def test_a_nul_in_a_stderr_tail_does_not_lose_the_half(driver, pair):
-    sweep, a, b = pair
+def test_a_nul_in_a_stderr_tail_does_not_lose_the_half(driver, open_pair):
+    sweep, a, b = open_pair
     stderr = "Traceback\x00 (most recent call last)\n" * 100
     half = result_for(a, status="failed", reason="refused", stderr_tail=stderr, hint="h\x00int")
     assert driver.ingest(half) == "applied"
@@ -84,8 +77,8 @@ def test_a_nul_in_a_stderr_tail_does_not_lose_the_half(driver, pair):
     assert RejectedMessage.objects.count() == 0
 
 
-def test_a_nul_in_the_evidence_does_not_lose_the_half(driver, pair):
-    sweep, a, b = pair
+def test_a_nul_in_the_evidence_does_not_lose_the_half(driver, open_pair):
+    sweep, a, b = open_pair
     # A stack dump at the deadline may hold NUL; PostgreSQL's jsonb refuses it, so it is removed.
     assert driver.ingest(result_for(a, evidence={"stack": "frame\x00 1", "sockets\x00": []})) == "applied"
     assert PairProbe.objects.get(sweep=sweep).half_a["evidence"] == {"stack": "frame 1", "sockets": []}
@@ -98,8 +91,8 @@ def test_a_message_nested_past_the_recursion_limit_is_rejected_and_recorded():
     assert RejectedMessage.objects.count() == 2
 
 
-def test_a_stage_named_items_does_not_break_the_pair_page(client, driver, pair):
-    sweep, a, b = pair
+def test_a_stage_named_items_does_not_break_the_pair_page(client, driver, open_pair):
+    sweep, a, b = open_pair
     driver.ingest(result_for(a, stage_times={"items": 0.5, "init": 0.1}))
     driver.ingest(result_for(b, stage_times={"items": 0.25}))
     client.force_login(User.objects.create_user("v", password="pw-v-123456"))
@@ -115,8 +108,8 @@ def test_a_stage_named_items_does_not_break_the_pair_page(client, driver, pair):
         ("timings", {"x": float("nan")}),
     ],
 )
-def test_it_rejects_unbounded_result_details(driver, pair, field, value):
-    sweep, a, b = pair
+def test_it_rejects_unbounded_result_details(driver, open_pair, field, value):
+    sweep, a, b = open_pair
     assert driver.ingest(result_for(a, **{field: value})) == "rejected"
     assert PairProbe.objects.get(sweep=sweep).half_a is None
 

@@ -22,7 +22,7 @@ from cluster_health import ingest, tasks
 from cluster_health.ingest.buffer import BUFFERED
 from cluster_health.ingest.outcomes import APPLIED, DUPLICATE, FINAL, LATE, REJECTED
 from cluster_health.models import AgentKey, Node, PairProbe, RejectedMessage
-from devtools.sweep_driver import heartbeat, result_for
+from devtools.sweep_driver import result_for
 from tests.agent_fixtures import command
 
 
@@ -240,14 +240,6 @@ def test_a_signed_heartbeat_task_applies_or_rejects_whatever_the_body_and_envelo
         assert rejected_count() == before + (outcome == REJECTED)
 
     check()
-
-
-@pytest.fixture
-def open_pair(driver):
-    heartbeat("n0"), heartbeat("n1")
-    sweep = driver.sweep(kind="pairs", pairs=[["n0", "n1"]], sizes=[1024])
-    a, b = sorted(driver.take(), key=lambda c: c["rank"])
-    return sweep, a, b
 
 
 @pytest.mark.django_db

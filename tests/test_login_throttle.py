@@ -75,17 +75,21 @@ def test_failures_on_the_admin_login_lock_the_user_name(client, alice):
     assert attempt(client, PASSWORD).status_code == 429
 
 
-def test_a_locked_user_name_is_refused_from_every_address(client, alice):
+@pytest.mark.parametrize(
+    "failures, then, elsewhere",
+    [
+        # a locked user name is refused from every address
+        ({"address": "10.2.0.{i}"}, {"address": "10.3.0.1"}, None),
+        # one address guessing many user names is locked out for every one, and only that address is
+        ({"username": "guess{i}"}, {}, {"address": "10.9.9.9"}),
+    ],
+)
+def test_five_failures_lock_the_user_name_or_the_address_they_share(client, alice, failures, then, elsewhere):
     for i in range(5):
-        attempt(client, "wrong", address=f"10.2.0.{i}")
-    assert attempt(client, PASSWORD, address="10.3.0.1").status_code == 429
-
-
-def test_one_address_guessing_many_user_names_is_locked_out_for_every_user_name(client, alice):
-    for i in range(5):
-        attempt(client, "wrong", username=f"guess{i}")
-    assert attempt(client, PASSWORD).status_code == 429
-    assert attempt(client, PASSWORD, address="10.9.9.9").status_code == 302
+        attempt(client, "wrong", **{k: v.format(i=i) for k, v in failures.items()})
+    assert attempt(client, PASSWORD, **then).status_code == 429
+    if elsewhere is not None:
+        assert attempt(client, PASSWORD, **elsewhere).status_code == 302
 
 
 def test_a_successful_login_resets_the_user_names_count(client, alice):

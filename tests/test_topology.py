@@ -105,14 +105,14 @@ def test_its_nodes_command_declares_the_topology_from_a_file_and_clears_the_node
 def test_its_nodes_command_applies_no_part_of_a_topology_file_with_an_unknown_node_or_a_bad_line(fleet, tmp_path):
     call_command("nodes", "label", "old-rack", "alpha", "mike")
     before = groups()
-    unknown = tmp_path / "unknown.txt"
-    unknown.write_text(TOPOLOGY + "row7:leaf-b: gpu-404\n")
-    with pytest.raises(CommandError, match=r"unknown node\(s\): gpu-404; nothing changed"):
-        call_command("nodes", "topology", str(unknown))
-    bad = tmp_path / "bad.txt"
-    bad.write_text(TOPOLOGY + "leaf c: kilo\n")
-    with pytest.raises(CommandError, match=r"bad.txt: line 4: bad group 'leaf c'.*; nothing changed"):
-        call_command("nodes", "topology", str(bad))
+    for name, extra_line, refusal in (
+        ("unknown.txt", "row7:leaf-b: gpu-404", r"unknown node\(s\): gpu-404; nothing changed"),
+        ("bad.txt", "leaf c: kilo", r"bad.txt: line 4: bad group 'leaf c'.*; nothing changed"),
+    ):
+        path = tmp_path / name
+        path.write_text(f"{TOPOLOGY}{extra_line}\n")
+        with pytest.raises(CommandError, match=refusal):
+            call_command("nodes", "topology", str(path))
     with pytest.raises(CommandError, match="cannot read"):
         call_command("nodes", "topology", str(tmp_path / "missing.txt"))
     assert groups() == before
