@@ -32,6 +32,8 @@ def bounded(examples: int) -> settings:
 
 
 FAST, SLOW = bounded(100), bounded(60)
+# Tests that apply messages: the test database, and an in-memory channel layer for the broadcasts.
+INGESTING = pytest.mark.usefixtures("db", "memory_channel_layer")
 
 
 def nested(depth: int, leaf=0):
@@ -208,8 +210,7 @@ def rejected_count() -> int:
     return RejectedMessage.objects.count()
 
 
-@pytest.mark.django_db
-@pytest.mark.usefixtures("memory_channel_layer")
+@INGESTING
 def test_a_heartbeat_of_any_shape_is_applied_or_rejected_and_recorded():
     @SLOW
     @given(mutations(HEARTBEAT, ("busy", "sent_at")) | anything)
@@ -224,8 +225,7 @@ def test_a_heartbeat_of_any_shape_is_applied_or_rejected_and_recorded():
     check()
 
 
-@pytest.mark.django_db
-@pytest.mark.usefixtures("memory_channel_layer")
+@INGESTING
 def test_a_signed_heartbeat_task_applies_or_rejects_whatever_the_body_and_envelope():
     key = signing.new_key("fz0")
     AgentKey.sealed(key).save()
@@ -242,8 +242,7 @@ def test_a_signed_heartbeat_task_applies_or_rejects_whatever_the_body_and_envelo
     check()
 
 
-@pytest.mark.django_db
-@pytest.mark.usefixtures("memory_channel_layer")
+@INGESTING
 def test_halves_of_any_shape_are_applied_or_rejected_and_the_sweep_still_finishes(driver, open_pair):
     sweep, a, b = open_pair
     good = {0: result_for(a), 1: result_for(b)}
@@ -266,8 +265,7 @@ def test_halves_of_any_shape_are_applied_or_rejected_and_the_sweep_still_finishe
     assert sweep.status == "finished" and PairProbe.objects.get(sweep=sweep).status not in ("pending", "running")
 
 
-@pytest.mark.django_db
-@pytest.mark.usefixtures("memory_channel_layer")
+@INGESTING
 def test_one_poisoned_half_in_a_batch_rejects_only_itself(driver, open_pair):
     sweep, a, b = open_pair
 
@@ -284,8 +282,7 @@ def test_one_poisoned_half_in_a_batch_rejects_only_itself(driver, open_pair):
         assert PairProbe.objects.get(sweep=sweep).status == "ok"
 
 
-@pytest.mark.django_db
-@pytest.mark.usefixtures("memory_channel_layer")
+@INGESTING
 def test_a_result_task_buffers_or_rejects_and_records_whatever_the_body_and_envelope(driver, open_pair, settings):
     sweep, a, b = open_pair
     key = signing.new_key("n0")

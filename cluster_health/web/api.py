@@ -132,17 +132,19 @@ def _set_node_active(name: str, active: bool) -> JsonResponse:
     return JsonResponse(node_dict(node))
 
 
-@api_view(
+# Retiring and activating nodes: POST, by operators.
+fleet_change = api_view(
     methods=("POST",), permission=START_PERMISSION, denied="retiring or activating nodes needs the operator permission"
 )
+
+
+@fleet_change
 def node_retire(request, name):
     """Take a node out of the fleet: sweeps leave it out until it is activated."""
     return _set_node_active(name, False)
 
 
-@api_view(
-    methods=("POST",), permission=START_PERMISSION, denied="retiring or activating nodes needs the operator permission"
-)
+@fleet_change
 def node_activate(request, name):
     return _set_node_active(name, True)
 
