@@ -106,10 +106,7 @@ class Stack:
     """The real server side for e2e tests: worker, beat, agents and (on demand) the web server."""
 
     def __init__(self, workdir: Path, env: dict, redis_server: services.RedisServer, db_blocker=None):
-        self.workdir = workdir
-        self.env = env
-        self.redis = redis_server
-        self.db_blocker = db_blocker
+        self.workdir, self.env, self.redis, self.db_blocker = workdir, env, redis_server, db_blocker
         self.keys: dict[str, object] = {}  # node name -> signing.NodeKey enrolled for this session
         self.sup = services.Supervisor(workdir / "logs", env)
         self.agents: dict[str, str] = {}

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from statistics import median
-from typing import Any
+from typing import Any, TypeVar
 
 from agents import contract
 from cluster_health.core import evidence as pair_evidence
+
+T = TypeVar("T")
 
 BAD = contract.BAD_STATUSES
 PASSED = contract.PASSED_STATUSES
@@ -145,16 +147,11 @@ def _inbound_blocked_finding(
         f"{p['b']} -> {p['a']} (store on {p['a']}): {p['status']} at {p.get('stage')} ({p.get('reason')})"
         for p in failed_in
     ] + [f"{c['from']} -> {c['to']} (store): connected" for _, c in outbound]
-    return _finding(
-        "fail",
-        "inbound_blocked",
-        node,
-        text,
-        support,
-        chain,
+    step = (
         f"on {node}, allow new inbound TCP connections (nft/iptables input chain) for the store "
-        "port and the ephemeral range Gloo and NCCL listen on",
+        "port and the ephemeral range Gloo and NCCL listen on"
     )
+    return _finding("fail", "inbound_blocked", node, text, support, chain, step)
 
 
 def inbound_blocked(
@@ -191,6 +188,19 @@ def nodes_of(pairs: list[dict[str, Any]]) -> set[str]:
     return {n for p in pairs for n in (p["a"], p["b"])}
 
 
+def by_group(
+    items: list[T], groups: Mapping[str, str], pair_of: Callable[[T], dict[str, Any]]
+) -> tuple[dict[str, list[T]], dict[tuple[str, str], list[T]]]:
+    """Items split by where their pair lies: inside one group (by group), or across two (by the sorted group pair)."""
+    inside: dict[str, list[T]] = defaultdict(list)
+    across: dict[tuple[str, str], list[T]] = defaultdict(list)
+    for item in items:
+        pair = pair_of(item)
+        g, h = sorted((groups[pair["a"]], groups[pair["b"]]))
+        (inside[g] if g == h else across[(g, h)]).append(item)
+    return inside, across
+
+
 def segments(
     pairs: list[dict[str, Any]], pattern: str | None = None, declared: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
@@ -199,14 +209,7 @@ def segments(
     groups = {n: g for n, (g, _) in placed.items()}
     if len(set(groups.values())) < 2:
         return []
-    inside: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    across: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for p in pairs:
-        ga, gb = groups[p["a"]], groups[p["b"]]
-        if ga == gb:
-            inside[ga].append(p)
-        else:
-            across[tuple(sorted((ga, gb)))].append(p)  # type: ignore[index]
+    inside, across = by_group(pairs, groups, lambda p: p)
     out = []
     for (g, h), cross in sorted(across.items()):
         bad = [p for p in cross if p["status"] in BAD]
@@ -296,17 +299,8 @@ def lossy_nodes(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             f"{total_sent} segments): check its cable or optic"
         )
         chain = [f"{pair_name(p)}: {node} retransmitted {x:.1f} % of {s} segments" for p, x, s in counted]
-        out.append(
-            _finding(
-                "warn",
-                "lossy",
-                node,
-                text,
-                support,
-                chain,
-                f"read {node}'s NIC error counters (ethtool -S), reseat or replace its cable or optic",
-            )
-        )
+        step = f"read {node}'s NIC error counters (ethtool -S), reseat or replace its cable or optic"
+        out.append(_finding("warn", "lossy", node, text, support, chain, step))
     return out
 
 
@@ -421,17 +415,10 @@ def _slow_segments(
 ) -> tuple[list[dict[str, Any]], set[str]]:
     """Group pairs whose crossing links are all slow next to the links inside both groups (placed: node_groups)."""
     groups = {n: g for n, (g, _) in placed.items()}
-    inside: dict[str, list[float]] = defaultdict(list)
-    across: dict[tuple[str, str], list[tuple[dict[str, Any], float]]] = defaultdict(list)
-    for p, bw in measured:
-        g, h = groups[p["a"]], groups[p["b"]]
-        if g == h:
-            inside[g].append(bw)
-        else:
-            across[tuple(sorted((g, h)))].append((p, bw))  # type: ignore[index]
+    inside, across = by_group(measured, groups, lambda m: m[0])
     out, named = [], set()
     for (g, h), links in sorted(across.items()):
-        within = inside.get(g, []) + inside.get(h, [])
+        within = [bw for _, bw in inside.get(g, []) + inside.get(h, [])]
         if len(links) < MIN_PEER_LINKS or not within:
             continue
         ref = median(within)
