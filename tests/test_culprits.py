@@ -2,6 +2,8 @@
 
 from itertools import combinations
 
+import pytest
+
 from cluster_health.core import culprits
 
 
@@ -98,12 +100,18 @@ def test_it_blames_a_failing_segment_between_declared_groups_whose_names_follow_
     assert culprits.explained_pairs(found) == set(f["pairs"])
 
 
+def assert_one_segment(found: list[dict], subject: str, sources: str) -> None:
+    """One finding, the segment ``subject``, saying where its groups came from."""
+    assert codes(found) == [("segment", subject)]
+    assert sources in found[0]["text"], found[0]["text"]
+
+
 def test_it_names_a_slow_segment_between_declared_groups():
     nodes = sorted(DECLARED)
     pairs = matrix(nodes, busbw=lambda a, b: 0.1 if DECLARED[a] != DECLARED[b] else 1.0)
-    found = culprits.infer(nodes, pairs, declared=DECLARED)
-    assert codes(found) == [("segment", "row7:leaf-a<->row7:leaf-b")]
-    assert "groups from the declared topology" in found[0]["text"]
+    assert_one_segment(
+        culprits.infer(nodes, pairs, declared=DECLARED), "row7:leaf-a<->row7:leaf-b", "declared topology"
+    )
 
 
 def test_a_declared_group_wins_over_the_pattern_and_undeclared_nodes_fall_back_to_it():
@@ -117,8 +125,7 @@ def test_a_declared_group_wins_over_the_pattern_and_undeclared_nodes_fall_back_t
     rack = {n: declared.get(n, "r9") for n in nodes}
     pairs = matrix(nodes, lambda a, b: CONNECT_TIMEOUT if rack[a] != rack[b] else None)
     found = culprits.infer(nodes, pairs, declared=declared)
-    assert codes(found) == [("segment", "r2<->r9")]
-    assert "r2 from the declared topology, r9 from the hostname pattern" in found[0]["text"]
+    assert_one_segment(found, "r2<->r9", "r2 from the declared topology, r9 from the hostname pattern")
 
 
 def test_no_segment_without_groups_or_when_a_group_is_broken_inside():
@@ -155,16 +162,20 @@ def test_a_slow_node_among_scattered_links_of_a_loaded_bed_is_still_named():
     assert ("slow_node", "r1-n1") in codes(culprits.infer(nodes, pairs))
 
 
-def test_healthy_scatter_names_no_outlier():
-    spread = {
-        ("n1", "n2"): 0.7,
-        ("n1", "n3"): 1.3,
-        ("n1", "n4"): 0.9,
-        ("n2", "n3"): 1.1,
-        ("n2", "n4"): 0.6,
-        ("n3", "n4"): 1.4,
-    }
-    assert culprits.infer(NODES, matrix(NODES, busbw=lambda a, b: spread[(a, b)])) == []
+# Busbw (GB/s) of the six links of four healthy nodes: nothing in either is an outlier.
+HEALTHY_SCATTER = {
+    # a spread of 0.6 to 1.4
+    "scatter": [0.7, 1.3, 0.9, 1.1, 0.6, 1.4],
+    # a healthy full sweep on a loaded 2-core machine, at 64 KiB: a 20x spread
+    "loaded host": [0.0049, 0.022, 0.0903, 0.1016, 0.0435, 0.0169],
+}
+
+
+@pytest.mark.parametrize("case", HEALTHY_SCATTER)
+def test_healthy_scatter_names_no_outlier_and_no_slow_link(case):
+    links = [("n1", "n2"), ("n1", "n3"), ("n1", "n4"), ("n2", "n3"), ("n2", "n4"), ("n3", "n4")]
+    seen = dict(zip(links, HEALTHY_SCATTER[case]))
+    assert culprits.infer(NODES, matrix(NODES, busbw=lambda a, b: seen[(a, b)])) == []
 
 
 def test_links_measured_only_at_small_sizes_are_not_compared():
@@ -211,16 +222,3 @@ def test_flapping_and_drift_from_a_links_history():
     found = history.link_findings("a<->b", ["ok"] * 7, [1.0, 1.02, 0.98, 0.95, 0.9, 0.86, 0.8])
     assert [f["code"] for f in found] == ["drift"] and "fell from 1 to 0.8 GB/s" in found[0]["text"]
     assert history.link_findings("a<->b", ["ok"] * 7, [1.0, 0.9, 1.1, 0.95, 1.05, 0.92, 1.08]) == []
-
-
-def test_a_loaded_hosts_scatter_is_no_slow_link():
-    # Busbw of a healthy full sweep on a loaded 2-core machine (GB/s at 64 KiB): a 20x spread.
-    seen = {
-        ("n1", "n4"): 0.0903,
-        ("n2", "n3"): 0.1016,
-        ("n1", "n3"): 0.022,
-        ("n2", "n4"): 0.0435,
-        ("n1", "n2"): 0.0049,
-        ("n3", "n4"): 0.0169,
-    }
-    assert culprits.infer(NODES, matrix(NODES, busbw=lambda a, b: seen[(a, b)])) == []
