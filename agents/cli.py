@@ -87,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("facts", help="print this node's facts as JSON")
 
+    add_pair_parser(sub)
+
+    from agents import check
+
+    check.build_parser(sub)
+    return parser
+
+
+def add_pair_parser(sub: Any) -> None:
+    """`pair`: one rank of a probe run by hand."""
     pair = sub.add_parser("pair", help="probe a pair by hand: rank 0 prints ADDR:PORT, rank 1 joins it")
     pair.add_argument("--rank", type=int, choices=(0, 1), required=True)
     pair.add_argument("--bind", help="rank 0: the address to listen on (printed as ADDR:PORT)")
@@ -110,11 +120,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pair.add_argument("--multi-group", action="store_true", help="also run collectives on a second process group")
     pair.add_argument("--collective-only", action="store_true", help="stop after the small all_reduce")
-
-    from agents import check
-
-    check.build_parser(sub)
-    return parser
 
 
 def pair_command(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
