@@ -58,11 +58,16 @@ def refused(program: str, why: object) -> int:
     return 1
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signal.SIGTERM) -> None:
-    """Signal the process group, then SIGKILL it if it lingers past `timeout`."""
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signal.SIGTERM, group: bool = True) -> None:
+    """Signal the process group (or, ``group=False``, its leader alone), then SIGKILL the group if it lingers
+    past `timeout`.
+
+    The leader alone is how an operator stops a Celery worker (systemd's KillMode=mixed): its
+    main process finishes the tasks its pool is running, then stops the pool itself.
+    """
     if proc.poll() is None:
         with suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
+            (os.killpg if group else os.kill)(proc.pid, sig)
         with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=timeout)
     # The leader may be gone while children of its group live on: sweep the group.
@@ -206,12 +211,12 @@ class Supervisor:
             self.specs[name] = (args, env, restart)
             return proc
 
-    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 10.0, group: bool = True) -> None:
         with self.lock:
             proc = self.procs.pop(name, None)
             self.specs.pop(name, None)
         if proc is not None:
-            stop_process(proc, timeout=timeout, sig=sig)
+            stop_process(proc, timeout=timeout, sig=sig, group=group)
 
     def revive(self) -> list[str]:
         """Start again every restartable process that exited on its own; return their names."""

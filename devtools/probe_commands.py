@@ -12,7 +12,7 @@ from agents import contract
 from agents.runner import run_probe
 
 
-def loopback_pair(rank: int, rendezvous: str, names: tuple[str, str] = ("n0", "n1"), **fields: Any) -> dict:
+def loopback_pair(rank: int, rendezvous: str, names: tuple[str, ...] = ("n0", "n1"), **fields: Any) -> dict:
     """Rank ``rank``'s half of a Gloo pair probe between ``names``, both on 127.0.0.1.
 
     ``fields`` add to the command or replace its defaults (probe and sweep 1); the contract

@@ -44,7 +44,8 @@ def held_port() -> Iterator[int]:
 def command(rank: int, rendezvous: str | None = None, **overrides) -> dict:
     """One half of a loopback pair probe: node n<rank>, small sizes, short timeouts."""
     fields = {**TEST_SIZED, "timeouts": dict(SHORT_TIMEOUTS), **overrides}  # timeouts copied: a test may change them
-    return loopback_pair(rank, rendezvous or "t" + secrets.token_hex(8), **fields)
+    names = tuple(p["name"] for p in fields.get("peers") or []) or ("n0", "n1")  # a group names its own peers
+    return loopback_pair(rank, rendezvous or "t" + secrets.token_hex(8), names, **fields)
 
 
 def pair(broker_url: str, on_event=None, **overrides) -> tuple[dict, dict]:

@@ -275,32 +275,41 @@ def common_node(pairs: list[dict[str, Any]], explained: set[str]) -> list[dict[s
 
 
 def lossy_nodes(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Nodes that retransmitted a share of their segments with every peer: a bad cable, optic or port."""
+    """Nodes that retransmitted a share of their segments with most of their peers: a bad cable, optic or port.
+
+    The node is the common factor: most of its own probes show the share (random loss spares
+    one now and then), while most probes of the pairs without it do not.
+    """
     per_node: dict[str, list[tuple[dict[str, Any], float, int]]] = defaultdict(list)
+    lossy_pairs: set[str] = set()
     for p in pairs:
         ev = p.get("evidence") or {}
         for role in ("a", "b"):
             side = ev.get(role)
             if side:
                 pct, sent = pair_evidence.retrans(side)
-                per_node[p[role]].append((p, pct, sent))
+                if sent >= pair_evidence.LOSSY_MIN_SEGMENTS:
+                    per_node[p[role]].append((p, pct, sent))
+                    if pct >= pair_evidence.LOSSY_RETRANS_PCT:
+                        lossy_pairs.add(pair_name(p))
     out = []
-    for node, seen in sorted(per_node.items()):
-        counted = [(p, pct, sent) for p, pct, sent in seen if sent >= pair_evidence.LOSSY_MIN_SEGMENTS]
-        if len(counted) < MIN_SUPPORT:
+    for node, counted in sorted(per_node.items()):
+        lossy = [(p, pct, sent) for p, pct, sent in counted if pct >= pair_evidence.LOSSY_RETRANS_PCT]
+        if len(lossy) < MIN_SUPPORT or 2 * len(lossy) <= len(counted):
             continue
-        if not all(pct >= pair_evidence.LOSSY_RETRANS_PCT for _, pct, _ in counted):
-            continue
-        total_sent = sum(sent for _, _, sent in counted)
-        pct = sum(p * s for _, p, s in counted) / total_sent
-        support = [p for p, _, _ in counted]
+        without = {pair_name(p) for p in pairs if node not in (p["a"], p["b"])}
+        if without and 2 * len(without & lossy_pairs) >= len(without):
+            continue  # most links lose packets: the fabric, not this node
+        total_sent = sum(sent for _, _, sent in lossy)
+        pct = sum(p * s for _, p, s in lossy) / total_sent
+        peers = "every peer" if len(lossy) == len(counted) else f"{len(lossy)} of its {len(counted)} peers"
         text = (
-            f"{node} retransmitted {pct:.1f} % of segments with every peer ({len(counted)} probes, "
+            f"{node} retransmitted {pct:.1f} % of segments with {peers} ({len(lossy)} probes, "
             f"{total_sent} segments): check its cable or optic"
         )
         chain = [f"{pair_name(p)}: {node} retransmitted {x:.1f} % of {s} segments" for p, x, s in counted]
         step = f"read {node}'s NIC error counters (ethtool -S), reseat or replace its cable or optic"
-        out.append(_finding("warn", "lossy", node, text, support, chain, step))
+        out.append(_finding("warn", "lossy", node, text, [p for p, _, _ in lossy], chain, step))
     return out
 
 
