@@ -110,10 +110,15 @@ def spawn(args: list[str], log_path: Path, env: dict | None = None, cwd: Path = 
         )
 
 
-def run_to_end(args: list[str], env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run a command from the repository root until it exits; its output captured as text, its exit status kept."""
+def run_to_end(
+    args: list[str], env: dict | None = None, timeout: float = 60, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run a command from the repository root until it exits; its output captured as text, its exit status kept.
+
+    ``stdin``: text written to its standard input (a password, never on the command line).
+    """
     env = env if env is not None else python_env()
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, input=stdin)
 
 
 # The command lines, one place for the demo, the tests and the docs.
@@ -252,15 +257,7 @@ class Supervisor:
 
 
 def _manage(env: dict, *args: str, timeout: float = 120.0, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env=env,
-        timeout=timeout,
-        capture_output=True,
-        text=True,
-        input=stdin,
-    )
+    return run_to_end([sys.executable, str(ROOT / "manage.py"), *args], env=env, timeout=timeout, stdin=stdin)
 
 
 def create_admin_login(env: dict) -> tuple[str, subprocess.CompletedProcess]:
