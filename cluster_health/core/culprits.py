@@ -16,7 +16,7 @@ operators' topology), else the one its name gives through the hostname pattern.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from statistics import median
 from typing import Any, TypeVar
@@ -292,13 +292,17 @@ def lossy_nodes(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     per_node[p[role]].append((p, pct, sent))
                     if pct >= pair_evidence.LOSSY_RETRANS_PCT:
                         lossy_pairs.add(pair_name(p))
+    # Links without a node, and lossy ones among them, counted as all links less the node's own.
+    ends = {pair_name(p): (p["a"], p["b"]) for p in pairs}
+    touching = Counter(n for link in ends.values() for n in link)
+    lossy_touching = Counter(n for name in lossy_pairs for n in ends[name])
     out = []
     for node, counted in sorted(per_node.items()):
         lossy = [(p, pct, sent) for p, pct, sent in counted if pct >= pair_evidence.LOSSY_RETRANS_PCT]
         if len(lossy) < MIN_SUPPORT or 2 * len(lossy) <= len(counted):
             continue
-        without = {pair_name(p) for p in pairs if node not in (p["a"], p["b"])}
-        if without and 2 * len(without & lossy_pairs) >= len(without):
+        without = len(ends) - touching[node]
+        if without and 2 * (len(lossy_pairs) - lossy_touching[node]) >= without:
             continue  # most links lose packets: the fabric, not this node
         total_sent = sum(sent for _, _, sent in lossy)
         pct = sum(p * s for _, p, s in lossy) / total_sent
