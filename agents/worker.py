@@ -56,6 +56,11 @@ def pick_address(broker_url: str) -> str:
     return candidates[0]["address"]
 
 
+# How long an agent remembers a probe half it ran, to drop a copy the server sent again:
+# longer than a worker outage between a round's commit and its resend is expected to last.
+TAKEN_PROBES_WINDOW_S = 24 * 3600.0
+
+
 class Agent:
     """One node's agent: its identity, cached facts, and the Celery app that serves its queue."""
 
@@ -67,6 +72,9 @@ class Agent:
             raise signing.SignatureError(f"the key is {key.node}'s, not {self.name}'s")
         self.key = key  # None: a development agent, unsigned (the server must allow it)
         self.seen_commands = signing.NonceWindow()
+        # Probe halves this agent took on: the server sends a round again when its worker died
+        # around the publish (cluster_health.sweeps.outbox), and a half runs once.
+        self.taken_probes = signing.NonceWindow(window_s=TAKEN_PROBES_WINDOW_S)
         self.address = address
         self.broker_url = broker_url
         self.heartbeat_s = heartbeat_s
@@ -139,6 +147,13 @@ class Agent:
             return self.handle_gpu_check(command)
         cmd = self.accepted("probe", contract.validate_command, command, self.report_refusal)
         if cmd is None:
+            return None
+        if not self.taken_probes.claim(f"{cmd['kind']}:{cmd['probe_id']}:{cmd['rank']}:{cmd['rendezvous']}"):
+            log.warning(
+                "dropped probe %s (rank %s): this agent already ran it; the server sent it again",
+                cmd["probe_id"],
+                cmd["rank"],
+            )
             return None
         log.info(
             "probe %s (%s, rank %s of %s, %s) starting",

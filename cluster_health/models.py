@@ -226,6 +226,8 @@ class PairProbe(models.Model):
     rendezvous = models.CharField(max_length=64, blank=True, default="")
     deadline = models.DateTimeField(null=True, blank=True)
     started = models.DateTimeField(null=True, blank=True)
+    # When its commands were published; null while running: committed but not sent (sweeps/outbox.py).
+    sent_at = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
     pruned = models.BooleanField(default=False)  # raw halves and per-size detail removed by retention
@@ -265,6 +267,7 @@ class GroupProbe(models.Model):
     rendezvous = models.CharField(max_length=64, blank=True, default="")
     deadline = models.DateTimeField(null=True, blank=True)
     started = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # as PairProbe.sent_at
     finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -220,6 +220,20 @@ def test_it_drops_commands_the_server_did_not_sign_for_it(agents_running, sender
     assert [p for p in answered if 111 <= p <= 117] == [117]
 
 
+@pytest.mark.timeout(90)
+def test_a_probe_sent_again_runs_once(agents_running, sender, server_queue):
+    # What the server's outbox sends after a worker died around a publish: the same probe id, rank and
+    # rendezvous in a newly signed command with a later expiry. The agent ran it already: the copy is dropped.
+    send(sender, quick(121, expires_at=time.time() + 60))
+    send(sender, quick(121, expires_at=time.time() + 61))
+    other = command(1, f"other-{os.getpid()}", node="a0", probe_id=121, master_address="no-such-host.invalid")
+    send(sender, other)  # another attempt at the probe (a new rendezvous): it runs
+    send(sender, quick(122))
+    server_queue.results(122, count=1)
+    answered = [b["result"]["probe_id"] for t, b in server_queue.seen if t == contract.TASK_RESULT]
+    assert answered.count(121) == 2
+
+
 @pytest.mark.timeout(120)
 def test_a_stopped_peer_times_out_and_the_agents_pass_the_next_probe(agents_running, sender, server_queue):
     send_pair(

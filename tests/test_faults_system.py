@@ -104,8 +104,8 @@ def test_results_sent_while_the_server_worker_is_down_are_ingested_after(bed, st
     sweep = past_its_first_pair(fast_sweep(stack, NAMES))
     injected = time.monotonic()
     # Stopped as an operator stops it (systemd's KillMode=mixed): the main process lets its pool finish the
-    # task in hand. A worker killed outright between committing a round and publishing its commands loses
-    # that round's commands, whose probes then time out (docs/TESTBED.md, open).
+    # task in hand. (A worker killed outright between committing a round and publishing its commands is
+    # the reaper's outbox's case: tests/test_outbox.py.)
     stack.sup.stop("worker", group=False, timeout=60)
     queued = redis.Redis.from_url(stack.redis.url)
     try:

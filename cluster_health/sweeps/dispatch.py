@@ -119,6 +119,19 @@ def send_commands(commands: list[dict]) -> None:
     _sender(messages)
 
 
+def send_probe_commands(model, pks: list[int], commands: list[dict]) -> None:
+    """Send the commands of these probe rows (after their round's commit), then mark the rows sent.
+
+    A worker killed before the mark leaves them unsent; the reaper sends them again
+    (``sweeps.outbox``), and agents drop a command they already ran.
+    """
+    from django.utils import timezone
+
+    if commands:
+        send_commands(commands)
+    model.objects.filter(pk__in=pks, sent_at__isnull=True).update(sent_at=timezone.now())
+
+
 def new_rendezvous() -> str:
     return uuid.uuid4().hex
 

@@ -2,7 +2,8 @@
 
 Run by beat every REAPER_INTERVAL_S on the server worker; it is the one place that
 decides a node is silent or a probe overdue (``sweep --wait`` only reads rows).
-Open probes with a node whose heartbeats stopped become ``offline`` once the peer's
+Probes committed running whose commands a killed worker never sent are sent
+again first (``outbox``). Open probes with a node whose heartbeats stopped become ``offline`` once the peer's
 half is in (or the peer is silent too); open probes
 past their deadline become ``timeout`` (keeping what the half that did arrive
 said). Then sweeps whose current round is complete are advanced, which repairs
@@ -20,7 +21,7 @@ from django.utils import timezone
 from agents import contract
 from cluster_health.core import merge
 from cluster_health.models import GroupProbe, Node, PairProbe
-from cluster_health.sweeps import closing, lifecycle
+from cluster_health.sweeps import closing, lifecycle, outbox
 from cluster_health.sweeps.backlog import Backlog, server_backlog
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ def reap(now=None, judge: bool | None = None) -> dict:
         judge = read is not None and read.complete
         backlog = read or backlog
     counts = {"timeout": 0, "offline": 0, "groups": 0, "advanced": 0, "started": 0}
+    counts["resent"] = outbox.resend_unsent(now)  # before judging: a resent probe has a fresh deadline
     touched = judge_silence_and_deadlines(now, counts, backlog) if judge else set()
     # Each sweep on its own (own transaction, own try): one that cannot go on ends failed, the rest advance.
     for sweep_id in set(lifecycle.stalled_sweeps()) | touched:
@@ -53,7 +55,7 @@ def reap(now=None, judge: bool | None = None) -> dict:
     for sweep_id in lifecycle.forgotten_pending(now) if judge else []:
         if sweep_id not in backlog.sweeps and lifecycle.start_or_fail(sweep_id):
             counts["started"] += 1
-    if any(counts[k] for k in ("timeout", "offline", "groups", "started")):
+    if any(counts[k] for k in ("timeout", "offline", "groups", "started", "resent")):
         log.info("reaper: %s", counts)
     return counts
 

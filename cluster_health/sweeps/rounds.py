@@ -1,5 +1,8 @@
 """Dispatching one round: its probes marked running with a rendezvous and a deadline, commands sent after the commit.
 
+The probes are marked sent once their commands are published; ``sweeps.outbox``
+sends again what a killed worker committed but never sent.
+
 A probe whose node is offline when its round starts closes ``offline`` at once
 instead of being sent: nobody would answer it. Its hint says when the node was
 last heard from. A group collective with an offline member closes ``offline``
@@ -34,8 +37,7 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
 
     if k > sweep.params.get("pair_rounds", 0):
         return _dispatch_group(sweep, online, now, offline_hint)
-    kind = "discover" if sweep.kind in contract.DISCOVER_SWEEP_KINDS else "pair"
-    settings_ = dispatch.probe_settings(sweep.params, sweep.last_stage, kind)
+    kind, settings_ = pair_settings(sweep)
     wait = timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
     commands, updated = [], []
     probes = PairProbe.objects.filter(sweep=sweep, round=k, status="pending").select_related("node_a", "node_b")
@@ -52,15 +54,43 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
                 now,
                 now + wait,
             )
-            commands += dispatch.build_commands(
-                sweep, kind, probe, [(a.name, a.address), (b.name, b.address)], settings_
-            )
+            commands += pair_commands(sweep, probe, kind, settings_)
         updated.append(probe)
     _write_if_pending(updated, "running", "rendezvous", {"started": now, "deadline": now + wait})
     _write_if_pending(updated, "offline", "hint", {"reason": "agent_offline", "finished": now})
-    transaction.on_commit(lambda: dispatch.send_commands(commands))
+    running = [p.pk for p in updated if p.status == "running"]
+    transaction.on_commit(lambda: dispatch.send_probe_commands(PairProbe, running, commands))
     broadcast.sweep_update(sweep, [serializers.pair_dict_of(p) for p in updated], throttle=True)
     return any(p.status == "running" for p in updated)
+
+
+def pair_settings(sweep: Sweep) -> tuple[str, dict]:
+    """The command kind and settings of a sweep's pair probes."""
+    kind = "discover" if sweep.kind in contract.DISCOVER_SWEEP_KINDS else "pair"
+    return kind, dispatch.probe_settings(sweep.params, sweep.last_stage, kind)
+
+
+def pair_commands(sweep: Sweep, probe: PairProbe, kind: str, settings_: dict) -> list[dict]:
+    """The two commands of a pair probe (rank 0: node_a)."""
+    a, b = probe.node_a, probe.node_b
+    return dispatch.build_commands(sweep, kind, probe, [(a.name, a.address), (b.name, b.address)], settings_)
+
+
+def group_commands(sweep: Sweep, group: GroupProbe) -> tuple[list[dict], float]:
+    """The commands of a group probe, one per member, and the seconds the server waits for them."""
+    addresses = dict(Node.objects.filter(name__in=group.nodes).values_list("name", "address"))
+    last_stage = "collective" if group.kind == "preflight" else sweep.last_stage
+    settings_ = dispatch.probe_settings(sweep.params, last_stage)
+    commands = dispatch.build_commands(
+        sweep,
+        group.kind,
+        group,
+        [(n, addresses[n]) for n in group.nodes],
+        settings_,
+        master_port=sweep.params.get("master_port") if group.kind == "preflight" else None,
+        env=sweep.params.get("env"),
+    )
+    return commands, dispatch.server_deadline_s(settings_["deadline_s"])
 
 
 def _write_if_pending(probes: list[PairProbe], status: str, own_field: str, constants: dict) -> None:
@@ -90,20 +120,8 @@ def _dispatch_group(sweep: Sweep, online: set, now, offline_hint) -> bool:
             f"{', '.join(str(members.index(n)) for n in offline[:10])} would never join",
         )
         return False
-    addresses = dict(Node.objects.filter(name__in=members).values_list("name", "address"))
-    last_stage = "collective" if kind == "preflight" else sweep.last_stage
-    settings_ = dispatch.probe_settings(sweep.params, last_stage)
-    commands = dispatch.build_commands(
-        sweep,
-        kind,
-        group,
-        [(n, addresses[n]) for n in members],
-        settings_,
-        master_port=sweep.params.get("master_port") if kind == "preflight" else None,
-        env=sweep.params.get("env"),
-    )
-    deadline = now + timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
-    GroupProbe.objects.filter(pk=group.pk).update(status="running", deadline=deadline)
-    transaction.on_commit(lambda: dispatch.send_commands(commands))
+    commands, wait_s = group_commands(sweep, group)
+    GroupProbe.objects.filter(pk=group.pk).update(status="running", deadline=now + timedelta(seconds=wait_s))
+    transaction.on_commit(lambda: dispatch.send_probe_commands(GroupProbe, [group.pk], commands))
     broadcast.sweep_update(sweep)
     return True
