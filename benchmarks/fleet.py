@@ -7,7 +7,9 @@ agents: it takes the probe commands off the N queues ``agent.<node>`` as they ar
 stored by Celery's Redis transport, answers each with a synthetic half of the
 message contract after ``--probe-s`` seconds, one ``server.result`` message per
 half sent with Celery as the agents send it, and sends every node's heartbeat
-every ``--heartbeat-s``. Then it requests one sweep and reads the rows it wrote.
+every ``--heartbeat-s``. Every node is enrolled with a key of its own, and every
+heartbeat and half is signed with it, as agents sign them: the server checks
+each signature (and refuses unsigned messages) as it does in production. Then it requests one sweep and reads the rows it wrote.
 
 A round's wall time is from the first probe of the round started by the server to
 the first probe of the next (the last round: to its last probe closed); the
@@ -43,7 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agents import contract  # noqa: E402
+from agents import contract, signing  # noqa: E402
 from devtools import devstack  # noqa: E402
 from devtools.services import RedisServer, wait_until  # noqa: E402
 
@@ -89,13 +91,14 @@ class Fleet:
         heartbeat_s: float,
         dead: set[str],
         failing: set[frozenset],
+        keys: dict[str, signing.NodeKey],
     ):
         import redis
 
         from cluster_health.celery import app
 
         self.app, self.names, self.probe_s, self.heartbeat_s = app, names, probe_s, heartbeat_s
-        self.dead, self.failing = dead, failing
+        self.dead, self.failing, self.keys = dead, failing, keys
         self.queues = [contract.agent_queue(n) for n in names]
         self.redis = redis.Redis.from_url(redis_url)
         self.due: list[tuple[float, int, dict]] = []  # (when, seq, command) answers waiting for their time
@@ -150,10 +153,10 @@ class Fleet:
         self.busy_s += time.perf_counter() - t0
 
     def to_server(self, producer, task: str, name: str, body: dict, **options) -> None:
-        """``task`` on the server queue with ``body`` as its one argument ``name``, through this turn's producer."""
+        """``task`` on the server queue with ``body`` as its argument ``name``, signed by its node, through this turn's producer."""
         self.app.send_task(
             task,
-            kwargs={name: body},
+            kwargs={name: body, "auth": signing.sign(body, self.keys[body["node"]], name)},
             queue=contract.SERVER_QUEUE,
             producer=producer,
             declare=[],  # the server queue exists: no declaring it again per message
@@ -396,7 +399,7 @@ def measure(
     try:
         stack.start()
         names = node_names(nodes)
-        fleet = Fleet(stack.redis.url, names, probe_s, heartbeat_s, dead, failing)
+        fleet = Fleet(stack.redis.url, names, probe_s, heartbeat_s, dead, failing, enroll(names))
         fleet.start()
         wait_until(
             lambda: Node.objects.filter(Node.online_q(), name__in=names).count() == nodes,
@@ -411,6 +414,18 @@ def measure(
         if fleet is not None:
             fleet.stop()
         stack.stop()
+
+
+def enroll(names: list[str]) -> dict[str, signing.NodeKey]:
+    """A key per simulated node, enrolled as ``manage.py nodes enroll`` does; the fleet signs with them."""
+    from django.utils import timezone
+
+    from cluster_health.models import AgentKey
+
+    keys = {name: signing.new_key(name) for name in names}
+    AgentKey.objects.filter(node_name__in=names).update(revoked_at=timezone.now())
+    AgentKey.objects.bulk_create([AgentKey.sealed(key) for key in keys.values()], batch_size=500)
+    return keys
 
 
 def _vendor() -> str:
