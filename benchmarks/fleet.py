@@ -55,7 +55,6 @@ HEARTBEAT_S = 5.0  # as the agents' default
 POLL_S = 0.25  # how often the sweep's row is read while it runs
 SENDS_PER_TURN = 256  # halves sent before the simulator looks at its queues again
 READY_TIMEOUT_S = 120.0
-WORKER_CONN_MAX_AGE_S = 300
 # The half a simulated agent reports for a pair whose link is cut.
 LINK_CUT = {
     "status": "failed",
@@ -229,13 +228,10 @@ class ServerStack:
             CLUSTER_HEALTH_ONLINE_AFTER_S=str(max(20.0, 4 * self.heartbeat_s)),
         )
         self.sup = devstack.Supervisor(self.workdir / "logs", env)
-        # Server workers keep their database connection between tasks: a
-        # connection per half costs more than applying it.
-        worker_env = {**env, "DB_CONN_MAX_AGE": str(WORKER_CONN_MAX_AGE_S)}
         port = devstack.free_port()
         web = self.sup.start("web", devstack.web_args("127.0.0.1", port))
         for k in range(self.workers):
-            self.sup.start(f"worker{k}", devstack.server_worker_args(f"server{k}@fleet"), env=worker_env)
+            self.sup.start(f"worker{k}", devstack.server_worker_args(f"server{k}@fleet"))
         self.sup.start("beat", devstack.beat_args(self.workdir))
         devstack.wait_for_port("127.0.0.1", port, 60, web)
         for k in range(self.workers):
@@ -411,9 +407,11 @@ def measure(
         outcome = _run_sweep(broker, fleet, names, kind, timeout_s)
         return _sweep_figures(outcome, fleet, nodes, workers, kind, probe_s, timeout_s, dead, failing)
     finally:
-        if fleet is not None:
-            fleet.stop()
-        stack.stop()
+        try:
+            if fleet is not None:
+                fleet.stop()
+        finally:  # a second interrupt while the fleet stops must still stop the stack
+            stack.stop()
 
 
 def enroll(names: list[str]) -> dict[str, signing.NodeKey]:

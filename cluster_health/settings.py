@@ -113,6 +113,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
     DATABASES["default"]["TEST"] = {"NAME": envstr("CLUSTER_HEALTH_TEST_SQLITE") or None}
+# How long a server worker process keeps its database connection between tasks (seconds;
+# 0: a new one per task). Every agent message is a task, and opening a PostgreSQL connection
+# cost more than applying the message. The web process keeps DB_CONN_MAX_AGE (default 0).
+WORKER_DB_CONN_MAX_AGE = envint("CLUSTER_HEALTH_WORKER_DB_CONN_MAX_AGE", 300, 0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
