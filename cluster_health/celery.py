@@ -51,3 +51,11 @@ def _database_connection_checked(sender=None, **_):
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@signals.worker_process_shutdown.connect
+def _close_database_connections(**_):
+    """A pool process that stops says goodbye to the database, so its session ends with it."""
+    from django.db import connections
+
+    connections.close_all()

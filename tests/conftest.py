@@ -16,6 +16,8 @@ import copy
 import os
 import sys
 import threading
+import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -100,6 +102,32 @@ def _database_url(settings_dict: dict) -> str:
     host = settings_dict.get("HOST") or "127.0.0.1"
     port = settings_dict.get("PORT") or 5432
     return f"postgres://{auth}{host}:{port}/{settings_dict['NAME']}"
+
+
+# How long PostgreSQL may take to end the sessions of server processes just stopped (a killed
+# client's backend exits when it notices the closed socket), before the test database is dropped.
+SESSIONS_END_S = 15.0
+
+
+def _server_sessions_ended(connection) -> None:
+    """Wait until no other session uses the test database (PostgreSQL), so that dropping it succeeds."""
+    if connection.vendor != "postgresql":
+        return
+    deadline = time.monotonic() + SESSIONS_END_S
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, application_name, state FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            others = cursor.fetchall()
+        if not others:
+            return
+        if time.monotonic() > deadline:
+            # Not this session's failure to report: pytest-django then warns that the drop failed.
+            warnings.warn(f"sessions still open on the test database after the stack stopped: {others}", stacklevel=2)
+            return
+        time.sleep(0.2)
 
 
 class Stack:
@@ -231,6 +259,8 @@ def stack(django_db_setup, django_db_blocker, redis_server, tmp_path_factory):
         yield st
     finally:
         st.stop()
+        with django_db_blocker.unblock():
+            _server_sessions_ended(connection)
         logs = workdir / "logs"
         if logs.is_dir():
             dest = ARTIFACTS / "stack-logs"
