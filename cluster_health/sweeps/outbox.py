@@ -46,9 +46,10 @@ def resend_unsent(now) -> int:
     groups = list(
         GroupProbe.objects.filter(status="running", sent_at__isnull=True, started__lt=cutoff).select_related("sweep")
     )
-    resent = 0
-    for sweep_id in sorted({p.sweep_id for p in pairs}):
-        resent += _resend_pairs(now, [p for p in pairs if p.sweep_id == sweep_id])
+    by_sweep: dict[int, list[PairProbe]] = {}
+    for probe in pairs:
+        by_sweep.setdefault(probe.sweep_id, []).append(probe)
+    resent = sum(_resend_pairs(now, probes) for _, probes in sorted(by_sweep.items()))
     for group in groups:
         resent += _resend_group(now, group)
     if resent:

@@ -61,7 +61,7 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
     running = [p.pk for p in updated if p.status == "running"]
     transaction.on_commit(lambda: dispatch.send_probe_commands(PairProbe, running, commands))
     broadcast.sweep_update(sweep, [serializers.pair_dict_of(p) for p in updated], throttle=True)
-    return any(p.status == "running" for p in updated)
+    return bool(running)
 
 
 def pair_settings(sweep: Sweep) -> tuple[str, dict]:
