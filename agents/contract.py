@@ -19,6 +19,10 @@ VERSION = 1
 
 # Queues and task names (Celery routes by these strings; nothing else is shared).
 SERVER_QUEUE = "server"
+# Agents' probe halves and heartbeats (tasks TASK_RESULT, TASK_HEARTBEAT) travel on a queue of
+# their own, which the server's ingest consumers drain in batches (cluster_health/ingest/consumer.py),
+# not one Celery task each.
+INGEST_QUEUE = "server.ingest"
 AGENT_QUEUE_PREFIX = "agent."
 TASK_PROBE = "agent.probe"  # server -> agent: run one probe half (kwargs: command)
 TASK_RESULT = "server.result"  # agent -> server: a probe half finished (kwargs: result)

@@ -262,7 +262,7 @@ class Agent:
         self.app.send_task(
             contract.TASK_RESULT,
             kwargs=self.signed(result, "result", "result"),
-            queue=contract.SERVER_QUEUE,
+            queue=contract.INGEST_QUEUE,  # the server's ingest consumer takes halves in batches
             retry=True,
             retry_policy=RESULT_RETRY,
         )
@@ -296,7 +296,7 @@ class Agent:
         self.app.send_task(
             contract.TASK_HEARTBEAT,
             kwargs=self.signed(self.heartbeat(), "heartbeat", "heartbeat"),
-            queue=contract.SERVER_QUEUE,
+            queue=contract.INGEST_QUEUE,
             expires=max(10.0, 3 * self.heartbeat_s),
             retry=True,
             retry_policy=HEARTBEAT_RETRY,

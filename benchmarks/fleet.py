@@ -2,12 +2,13 @@
 
 The server side is what a deployment runs, started with the command lines of
 ``devtools/devstack.py``: a private redis-server, daphne, K Celery server workers
-(``-Q server``) and celery beat, on the given database. This one process plays N
+(``-Q server``, each with its ingest consumer process) and celery beat, on the given
+database. This one process plays N
 agents: it takes the probe commands off the N queues ``agent.<node>`` as they are
 stored by Celery's Redis transport, answers each with a synthetic half of the
 message contract after ``--probe-s`` seconds, one ``server.result`` message per
-half sent with Celery as the agents send it, and sends every node's heartbeat
-every ``--heartbeat-s``. Every node is enrolled with a key of its own, and every
+half on queue ``server.ingest``, sent with Celery as the agents send it, and sends every node's heartbeat
+(on the same queue) every ``--heartbeat-s``. Every node is enrolled with a key of its own, and every
 heartbeat and half is signed with it, as agents sign them: the server checks
 each signature (and refuses unsigned messages) as it does in production. Then it requests one sweep and reads the rows it wrote.
 
@@ -23,13 +24,20 @@ real fleet that work is spread over N machines.
 
 ``--database`` is used as given (migrated first); without it, a scratch SQLite file.
 
-What limits it on a 2-core machine (py-spy on the server worker's pool processes during a
-256-node sweep): every agent message is a Celery task, and until server workers kept their
-database connection between tasks, Celery's Django fixup opened a new PostgreSQL connection
-for each one (about 4.9 s per round then, against 1.66 s since). What remains is per message:
-the signature check's key lookup (about 16 % of a pool process), Celery's own handling, and
-applying the halves and heartbeats; the server, Redis, PostgreSQL and the simulator share the
-two cores, so a second worker adds little (1.41 s per round).
+What limits it on a 2-core machine (py-spy during 256-node sweeps on PostgreSQL). Agents'
+halves and heartbeats no longer cost a Celery task each: each server worker's ingest consumer
+takes them off queue ``server.ingest`` in batches, and its drainer applies a batch across every
+shard in one transaction (one broadcast and one advance per sweep and batch). The figures went
+from about 4.9 s per round (one worker, a new database connection per message) to 1.66 s
+(connections kept), 0.80 s (the consumer, one transaction per shard) and 0.49 s (one
+transaction per batch). A round is now a relay between two processes of at most one core
+each: the simulator (about 0.17 s a round decoding 256 commands and sending 256 halves and
+the heartbeats, work a real fleet spreads over its machines) and the consumer, which checks
+and applies the round's halves and, when the batch that closes the round commits, signs and
+publishes the next round's 256 commands through Celery and sends the browsers' updates. A
+second worker's consumer takes part of each round's halves (0.46 s a round), but a round's
+advance is one step after another, and PostgreSQL, Redis and the simulator share the same
+two cores.
 """
 
 from __future__ import annotations
@@ -117,6 +125,9 @@ class Fleet:
         self.thread = threading.Thread(target=self.loop, name="fleet", daemon=True)
 
     def start(self) -> None:
+        from cluster_health.ingest import consumer
+
+        consumer.declare_queue()  # as each agent's first result declares it
         self.thread.start()
 
     def stop(self) -> None:
@@ -159,14 +170,14 @@ class Fleet:
             heapq.heappush(self.due, (time.monotonic() + self.probe_s, self.seq, command))
         self.busy_s += time.perf_counter() - t0
 
-    def to_server(self, producer, task: str, name: str, body: dict, **options) -> None:
-        """``task`` on the server queue with ``body`` as its argument ``name``, signed by its node, through this turn's producer."""
+    def to_server(self, producer, task: str, name: str, body: dict, queue: str, **options) -> None:
+        """``task`` on ``queue`` with ``body`` as its argument ``name``, signed by its node, through this turn's producer."""
         self.app.send_task(
             task,
             kwargs={name: body, "auth": signing.sign(body, self.keys[body["node"]], name)},
-            queue=contract.SERVER_QUEUE,
+            queue=queue,
             producer=producer,
-            declare=[],  # the server queue exists: no declaring it again per message
+            declare=[],  # declared once at the start (declare_queues): not again per message
             kwargsrepr=f"{{{name}}}",  # logs name the argument, not its body
             **options,
         )
@@ -183,7 +194,7 @@ class Fleet:
             half = result_for(command, **(LINK_CUT if cut else {}))
             # One server.result message per half, as agents/worker.py sends it; the simulator only
             # pipelines its pushes, work that a real fleet spreads over its machines.
-            self.to_server(producer, contract.TASK_RESULT, "result", half)
+            self.to_server(producer, contract.TASK_RESULT, "result", half, contract.INGEST_QUEUE)
             sent += 1
         self.halves += sent
         if sent:
@@ -204,7 +215,12 @@ class Fleet:
                 "busy": False,
             }
             self.to_server(
-                producer, contract.TASK_HEARTBEAT, "heartbeat", beat, expires=max(10.0, 3 * self.heartbeat_s)
+                producer,
+                contract.TASK_HEARTBEAT,
+                "heartbeat",
+                beat,
+                contract.INGEST_QUEUE,
+                expires=max(10.0, 3 * self.heartbeat_s),
             )
         self.busy_s += time.perf_counter() - t0
 
@@ -355,6 +371,7 @@ def _sweep_figures(
         if sweep.finished and sweep.started
         else None,
         "request_to_end_s": round(wall_s, 2),
+        "rounds_measured": len(overheads),  # fewer than rounds when the sweep outlived --timeout
         "overhead_per_round_s": round(statistics.median(overheads), 3) if overheads else None,
         "overhead_per_round_p95_s": round(sorted(overheads)[int(0.95 * (len(overheads) - 1))], 3)
         if overheads

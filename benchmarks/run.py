@@ -211,11 +211,24 @@ def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
             if "overhead_per_round_s" in r
             else ""
         )
+        if r.get("status") not in (None, "finished"):
+            beside = (
+                f"sweep stopped at --timeout after {fmt(r.get('request_to_end_s'), ' s')}: "
+                f"{fmt(r.get('rounds_measured'))} of {fmt(r.get('rounds'))} rounds measured, "
+                f"{fmt(r.get('pairs_ok'))} pairs ok by then; p95 {fmt(r.get('overhead_per_round_p95_s'), ' s')}"
+            )
         name = f"overhead per round, {n} simulated agents, {k} server worker(s)"
         rows.append((name, f"<= {goal} s", r.get("overhead_per_round_s"), " s", at_most(goal, every), beside))
     full = next((r for r in runs if r["nodes"] == 1024), {})
     every_pair = full.get("pairs_ok") == full.get("pairs")
     full_ref = f"{fmt(full.get('pairs_ok'))} of {fmt(full.get('pairs'))} pairs ok" if full else ""
+    if full.get("status") not in (None, "finished") and full.get("overhead_per_round_s"):
+        projected = full["overhead_per_round_s"] * full["rounds"] / 60
+        full_ref = (
+            f"stopped at --timeout after {fmt(full.get('request_to_end_s'), ' s')} "
+            f"({fmt(full.get('rounds_measured'))} of {fmt(full.get('rounds'))} rounds); at its median round, "
+            f"the whole sweep would take about {projected:.0f} min (projected, not measured)"
+        )
     name = "full sweep, 1,024 simulated agents, 0-s probes"
     rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", at_most(600, every_pair), full_ref))
     return rows

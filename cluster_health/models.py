@@ -359,6 +359,23 @@ def _key_cipher():
     return Fernet(base64.urlsafe_b64encode(derived))
 
 
+_OPENED_MAX = 65536  # sealed secrets kept opened by one process: well above a fleet's keys
+
+
+def _opened(sealed: str) -> bytes:
+    """A sealed secret, decrypted once per process (the sealed text names it; a rotated key is a new text)."""
+    cached = (settings.SECRET_KEY, sealed)  # what opens it is part of the name
+    secret = _opened_secrets.get(cached)
+    if secret is None:
+        if len(_opened_secrets) >= _OPENED_MAX:
+            _opened_secrets.clear()
+        secret = _opened_secrets[cached] = _key_cipher().decrypt(sealed.encode())
+    return secret
+
+
+_opened_secrets: dict[tuple[str, str], bytes] = {}
+
+
 class AgentKey(models.Model):
     """A node's signing key: the agent holds the secret in its key file, the server keeps it sealed.
 
@@ -405,7 +422,7 @@ class AgentKey(models.Model):
         )
 
     def secret(self) -> bytes:
-        return _key_cipher().decrypt(self.secret_sealed.encode())
+        return _opened(self.secret_sealed)
 
     def as_node_key(self):
         from agents import signing
@@ -415,8 +432,22 @@ class AgentKey(models.Model):
     @classmethod
     def secret_for(cls, node: str, key_id: str) -> bytes | None:
         """The secret of a node's unrevoked key with this id; None for any other key."""
-        row = cls.objects.filter(key_id=key_id, node_name=node, revoked_at__isnull=True).first()
-        return row.secret() if row is not None else None
+        return cls.secrets_for({(node, key_id)}).get((node, key_id))
+
+    @classmethod
+    def secrets_for(cls, wanted) -> dict[tuple[str, str], bytes]:
+        """(node, key id) -> secret, in one query, for those of ``wanted`` that are a node's unrevoked key.
+
+        For a batch of messages: the rows are read every time (a revoke takes effect at the next
+        batch), and a sealed secret already opened by this process is not decrypted again.
+        """
+        wanted = set(wanted)
+        rows = cls.objects.filter(node_name__in={node for node, _ in wanted}, revoked_at__isnull=True)
+        found = {}
+        for row in rows.only("node_name", "key_id", "secret_sealed"):
+            if (row.node_name, row.key_id) in wanted:
+                found[(row.node_name, row.key_id)] = row.secret()
+        return found
 
     @classmethod
     def active_keys(cls, nodes) -> dict:

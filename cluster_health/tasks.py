@@ -18,8 +18,9 @@ from cluster_health.sweeps import lifecycle, reaper
 
 @shared_task(name=contract.TASK_RESULT, ignore_result=True, bind=True)
 def result(self, result=None, auth=None, **unexpected):
-    """One agent's half: checked at the boundary, then appended to the ingest buffer and applied in a
-    batch by its worker's drainer (ingest/buffer)."""
+    """One agent's half sent on queue "server" (agents before the ingest consumer; tools): checked at the
+    boundary, then appended to the ingest buffer and applied in a batch by its worker's drainer
+    (ingest/buffer). Agents send halves on queue "server.ingest", taken in batches by the ingest consumer."""
     # No nonce: a replayed or redelivered half is a duplicate and changes nothing.
     return authenticate(contract.TASK_RESULT, "result", result, auth) or ingest.buffer_result(
         result, worker=self.request.hostname
@@ -43,7 +44,9 @@ def start_sweep(sweep_id):
 
 @shared_task(name=contract.TASK_REAP, ignore_result=True, bind=True)
 def reap(self):
-    ingest.drain_all(worker=self.request.hostname)  # what a dead drainer left, before silence is judged
+    # What a dead consumer or drainer left, before silence is judged.
+    ingest.reclaim_orphans()
+    ingest.drain_all(worker=self.request.hostname)
     return reaper.reap()
 
 

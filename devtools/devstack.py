@@ -58,6 +58,9 @@ def refused(program: str, why: object) -> int:
     return 1
 
 
+SLOW_STOP_S = 3.0  # a process that takes longer than this to stop is named when everything stops
+
+
 def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signal.SIGTERM, group: bool = True) -> None:
     """Signal the process group (or, ``group=False``, its leader alone), then SIGKILL the group if it lingers
     past `timeout`.
@@ -250,7 +253,10 @@ class Supervisor:
         # Agents first (they may be mid-probe), then the server side, Redis last.
         order = sorted(self.procs, key=lambda n: 0 if n.startswith("agent") else 2 if n == "redis" else 1)
         for name in order:
+            started = time.monotonic()
             self.stop(name, timeout=8.0)
+            if time.monotonic() - started > SLOW_STOP_S:
+                print(f"{name} took {time.monotonic() - started:.1f}s to stop", flush=True)
 
 
 # `scripts/run`: the whole system on this one machine.

@@ -725,6 +725,9 @@ def _up(opts) -> int:
     sup = Supervisor(var / "logs", env)
     bed = TestBed(opts.hosts, workdir=var / "bed", tag="demo", second_interface=opts.second_interface)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Also when started in the background by a shell, which leaves SIGINT ignored (and Python keeps
+    # it so): Ctrl-C or kill -INT still tears the bed down.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         proc = sup.start("redis", redis_args(redis_port, var, var / "redis.sock"))
         wait_for_port("127.0.0.1", redis_port, 10, proc)
@@ -739,10 +742,13 @@ def _up(opts) -> int:
         return refused("scripts/testbed", exc)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        started = time.monotonic()
         bed.close()
+        closed = time.monotonic()
         sup.stop_all()
         STATE_FILE.unlink(missing_ok=True)
-        print("test bed torn down", flush=True)
+        took = f"hosts and agents {closed - started:.1f}s, server side {time.monotonic() - closed:.1f}s"
+        print(f"test bed torn down ({took})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

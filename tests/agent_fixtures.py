@@ -93,24 +93,51 @@ def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:
     return found
 
 
+# Where agents send: heartbeats on the server queue, probe halves on the ingest queue.
+AGENT_TO_SERVER = (contract.SERVER_QUEUE, contract.INGEST_QUEUE)
+POLL_S = 0.05  # between looks at empty queues
+
+
+class AgentMessages:
+    """Reads what agents sent to the server (both queues), acking each message it returns."""
+
+    def __init__(self, conn: Connection):
+        self.queues = [(name, conn.SimpleQueue(name)) for name in AGENT_TO_SERVER]
+
+    def next(self, timeout: float):
+        """(task, args, kwargs, queue name) of the next message on either queue, or None after ``timeout`` seconds."""
+        end = time.monotonic() + timeout
+        while True:
+            for name, queue in self.queues:
+                try:
+                    message = queue.get(block=False)
+                except queue.Empty:
+                    continue
+                message.ack()
+                args, kwargs, _ = message.decode()
+                return message.headers["task"], args, kwargs, name
+            if time.monotonic() >= end:
+                return None
+            time.sleep(POLL_S)
+
+    def close(self) -> None:
+        for _, queue in self.queues:
+            queue.close()
+
+
 def drain_until(url: str, predicate, timeout: float, environ: dict | None = None) -> dict:
-    """The first message on the server queue for which ``predicate(task, body)`` holds.
+    """The first message agents sent the server for which ``predicate(task, body)`` holds.
 
     ``environ``: where the TLS files of a ``rediss://`` URL are named (agents.broker).
     """
     end = time.monotonic() + timeout
     with Connection(url, ssl=broker.celery_ssl(url, environ)) as conn:
-        queue = conn.SimpleQueue(contract.SERVER_QUEUE)
+        messages = AgentMessages(conn)
         try:
             while time.monotonic() < end:
-                try:
-                    message = queue.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                message.ack()
-                body = message.decode()[1]
-                if predicate(message.headers["task"], body):
-                    return body
+                got = messages.next(timeout=1.0)
+                if got is not None and predicate(got[0], got[2]):
+                    return got[2]
         finally:
-            queue.close()
-    raise AssertionError(f"no matching message on {contract.SERVER_QUEUE} within {timeout}s")
+            messages.close()
+    raise AssertionError(f"no matching message on {AGENT_TO_SERVER} within {timeout}s")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -117,17 +118,36 @@ def _server_sessions_ended(connection) -> None:
     while True:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT pid, application_name, state FROM pg_stat_activity "
+                "SELECT pid, application_name, state, client_port, left(query, 120) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
             others = cursor.fetchall()
         if not others:
             return
         if time.monotonic() > deadline:
-            # Not this session's failure to report: pytest-django then warns that the drop failed.
-            warnings.warn(f"sessions still open on the test database after the stack stopped: {others}", stacklevel=2)
+            # The database is dropped next whatever holds it: end those sessions, and say whose they were.
+            owners = {port: _local_owner(port) for _, _, _, port, _ in others}
+            with connection.cursor() as cursor:
+                for pid, *_ in others:
+                    cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            warnings.warn(
+                f"sessions still open on the test database after the stack stopped, ended: {others}; "
+                f"their clients: {owners}",
+                stacklevel=2,
+            )
             return
         time.sleep(0.2)
+
+
+def _local_owner(port) -> str:
+    """The local process (pid and command) holding a TCP connection from ``port``, as ss names it."""
+    if not port:
+        return "?"
+    try:
+        out = subprocess.run(["ss", "-Htnp", f"sport = :{port}"], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return out.strip()[-200:] or "gone"
 
 
 class Stack:

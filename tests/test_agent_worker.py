@@ -17,7 +17,7 @@ from kombu import Connection
 
 from agents import contract, signing
 from devtools.services import agent_args, python_env, spawn, stop_process
-from tests.agent_fixtures import command, probe_processes, resident_kib
+from tests.agent_fixtures import AgentMessages, command, probe_processes, resident_kib
 
 NODES = ("a0", "a1")
 KEYS = {name: signing.new_key(name) for name in (*NODES, "a9")}  # enrolled as the server would
@@ -64,11 +64,11 @@ def sender(broker):
 
 
 class ServerQueue:
-    """Reads what the agents sent to the server queue, keeping what the current test does not ask for."""
+    """Reads what the agents sent to the server's queues, keeping what the current test does not ask for."""
 
     def __init__(self, url: str):
         self.conn = Connection(url)
-        self.queue = self.conn.SimpleQueue(contract.SERVER_QUEUE)
+        self.messages = AgentMessages(self.conn)
         self.seen: list[tuple[str, dict]] = []
 
     def wait_for(self, predicate, count: int, timeout: float) -> list[dict]:
@@ -79,12 +79,15 @@ class ServerQueue:
                 return matched
             left = end - time.monotonic()
             assert left > 0, f"only {len(matched)} of {count} expected messages after {timeout}s"
-            try:
-                message = self.queue.get(timeout=min(left, 1.0))
-            except self.queue.Empty:
+            got = self.messages.next(timeout=min(left, 1.0))
+            if got is None:
                 continue
-            args, kwargs, _ = message.decode()
-            task = message.headers["task"]
+            task, _args, kwargs, queue = got
+            # Halves and heartbeats go to the ingest consumers' queue.
+            assert queue == contract.INGEST_QUEUE, (
+                task,
+                queue,
+            )
             body = kwargs.get("result") if task == contract.TASK_RESULT else kwargs.get("heartbeat")
             # Every message an enrolled agent sends is signed by its own key.
             signing.verify(
@@ -94,7 +97,6 @@ class ServerQueue:
                 KEYS[body["node"]].secret_for,
             )
             self.seen.append((task, kwargs))
-            message.ack()
 
     def results(self, probe_id: int, count: int = 2, timeout: float = 60.0) -> list[dict]:
         found = self.wait_for(
@@ -103,7 +105,7 @@ class ServerQueue:
         return sorted((contract.validate_result(b["result"]) for b in found), key=lambda r: r["rank"])
 
     def close(self):
-        self.queue.close()
+        self.messages.close()
         self.conn.release()
 
 

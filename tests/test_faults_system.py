@@ -109,9 +109,10 @@ def test_results_sent_while_the_server_worker_is_down_are_ingested_after(bed, st
     stack.sup.stop("worker", group=False, timeout=60)
     queued = redis.Redis.from_url(stack.redis.url)
     try:
-        # The agents finish their round and report into the durable server queue, which waits.
-        wait_for(lambda: queued.llen(contract.SERVER_QUEUE) >= 2, 40, "results queued while the worker is down")
-        waiting = queued.llen(contract.SERVER_QUEUE)
+        # The agents finish their round and report into the durable ingest queue, which waits (the
+        # worker's ingest consumer stopped with it).
+        wait_for(lambda: queued.llen(contract.INGEST_QUEUE) >= 2, 40, "results queued while the worker is down")
+        waiting = queued.llen(contract.INGEST_QUEUE)
     finally:
         stack.start_server_worker()
     rc, report = sweep.report(timeout=timing.SWEEP_END_S)

@@ -1,4 +1,5 @@
-"""Halves sent as agents send them (one ``server.result`` message each) through real Celery workers."""
+"""Halves sent as agents send them (one ``server.result`` message each, on queue server.ingest) through the
+real server workers and their ingest consumers; and on queue server, as agents before the consumer sent them."""
 
 from __future__ import annotations
 
@@ -25,12 +26,21 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 PAIRS = 200  # open pairs at once: enough halves for several batches per shard
 
 
-def send_half(stack, result: dict) -> None:
+def send_half(stack, result: dict, queue: str = contract.INGEST_QUEUE) -> None:
     """Send one half as an agent does (agents/worker.py: one server.result message per half, signed)."""
     from cluster_health.celery import app
 
     auth = signing.sign(result, stack.keys[result["node"]], "result")
-    app.send_task(contract.TASK_RESULT, kwargs={"result": result, "auth": auth}, queue=contract.SERVER_QUEUE)
+    app.send_task(contract.TASK_RESULT, kwargs={"result": result, "auth": auth}, queue=queue)
+
+
+def consumers_waiting(url: str) -> int:
+    """Ingest consumers blocked on their queue right now (each waits in BRPOPLPUSH when idle)."""
+    client = redis.Redis.from_url(url)
+    try:
+        return sum(1 for c in client.client_list() if c.get("cmd") == "brpoplpush")
+    finally:
+        client.close()
 
 
 def open_pairs(stack, driver, tag: str, count: int) -> tuple[int, list[dict]]:
@@ -65,19 +75,29 @@ def test_it_applies_a_half_sent_as_a_message_within_a_second(stack, driver):
     assert wait_closed(sweep_id, 1, timeout=10) < 1.0
 
 
+def test_a_half_sent_on_the_server_queue_is_still_applied(stack, driver):
+    """Agents from before the ingest consumer send halves as server.result tasks on queue server."""
+    sweep_id, cmds = open_pairs(stack, driver, "old", 1)
+    for cmd in cmds:
+        send_half(stack, result_for(cmd), queue=contract.SERVER_QUEUE)
+    wait_closed(sweep_id, 1, timeout=30)
+
+
 def test_two_workers_share_the_ingest_and_apply_every_half_once(stack, driver):
     stack.sup.start("worker2", services.server_worker_args("server2@test"))
     try:
         services.wait_until(lambda: "ready" in stack.log("worker2"), 60, message="second worker ready")
-        before = {name: stack.log(name).count("ingested ") for name in ("worker", "worker2")}
+        # Both consumers idle on the queue: the first messages wake each of them.
+        services.wait_until(lambda: consumers_waiting(stack.redis.url) >= 2, 60, message="two consumers waiting")
+        before = {name: stack.log(name).count("took ") for name in ("worker", "worker2")}
         sweep_id, cmds = open_pairs(stack, driver, "two", PAIRS)
         for cmd in cmds:
             send_half(stack, result_for(cmd, busbw=4.0))
         wait_closed(sweep_id, PAIRS, timeout=60)
-        drained = {name: stack.log(name).count("ingested ") - before[name] for name in before}
+        took = {name: stack.log(name).count("took ") - before[name] for name in before}
     finally:
         stack.sup.stop("worker2")
-    assert all(drained.values()), f"both workers drain: {drained}"
+    assert all(took.values()), f"both workers' consumers take batches: {took}"
     probes = PairProbe.objects.filter(sweep_id=sweep_id)
     assert {p.busbw_gbps for p in probes} == {4.0}
     assert all(p.half_a and p.half_b for p in probes)

@@ -86,6 +86,19 @@ def bring_up(env):
     raise AssertionError(f"scripts/testbed exited {proc.returncode}:\n{''.join(seen)[-4000:]}")
 
 
+def torn_down_output(proc, env) -> str:
+    """What scripts/testbed printed once it exited; if it does not exit in time, what still runs and its last words."""
+    try:
+        return proc.communicate(timeout=timing.BED_COMMAND_S)[0]
+    except subprocess.TimeoutExpired:
+        running = {pid: " ".join(tb_module._cmdline(pid) or [])[:200] for pid in ours(env)}
+        proc.kill()
+        out = proc.communicate()[0] or ""
+        raise AssertionError(
+            f"not torn down within {timing.BED_COMMAND_S}s; still running: {running}\n{out[-3000:]}"
+        ) from None
+
+
 @contextmanager
 def bed_up(env):
     """A bed brought up by scripts/testbed; when the block ends it is killed if still running, then cleaned up."""
@@ -148,7 +161,7 @@ def test_it_brings_a_bed_up_injects_and_clears_faults_and_leaves_nothing_on_ctrl
         wait_online(tb_env, ["host1"])  # the restarted agent heartbeats
 
         proc.send_signal(signal.SIGINT)  # Ctrl-C
-        out, _ = proc.communicate(timeout=timing.BED_COMMAND_S)
+        out = torn_down_output(proc, tb_env)
         assert proc.returncode == 0 and "test bed torn down" in out, out[-3000:]
         assert_nothing_left(tb_env)
         assert "removed: nothing" in cli(tb_env, "cleanup")

@@ -50,16 +50,23 @@ def remember_nonce(auth) -> None:
         _redis().set(_nonce_key(auth), b"1", nx=True, ex=ttl)
 
 
-def authenticate(task: str, purpose: str, payload, auth, once: bool = False) -> str | None:
+def authenticate(task: str, purpose: str, payload, auth, once: bool = False, secret_for=None) -> str | None:
     """None when the message may be applied; otherwise the REJECTED outcome, recorded with its reason.
 
     ``once``: a nonce already used gives DUPLICATE, unrecorded (the caller remembers it after applying).
+    ``secret_for(node, key_id)``: the keys a batch's caller read at once (AgentKey.secrets_for);
+    by default each message reads its node's key.
     """
     if auth is None and settings.ALLOW_UNSIGNED_AGENTS:
         return None  # development only (refused in production mode); a signed message is still checked
     try:
         envelope = signing.verify(
-            payload, auth, purpose, AgentKey.secret_for, now=time.time(), window_s=settings.SIGNATURE_WINDOW_S
+            payload,
+            auth,
+            purpose,
+            secret_for or AgentKey.secret_for,
+            now=time.time(),
+            window_s=settings.SIGNATURE_WINDOW_S,
         )
         if once and _redis().exists(_nonce_key(envelope)):
             log.info(

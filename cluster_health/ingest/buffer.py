@@ -137,6 +137,20 @@ def buffer_result(payload, worker: str | None = None) -> str:
     return BUFFERED
 
 
+def append_halves(client: redis.Redis, halves: list, done: str | None = None) -> None:
+    """Append checked halves to their shards and, in the same transaction, delete the list ``done``
+    they were held in (the ingest consumer's batch): a half is in exactly one place at any time."""
+    by_shard: dict[int, list[str]] = {}
+    for half in halves:
+        by_shard.setdefault(shard_of(half), []).append(json.dumps(half))
+    pipe = client.pipeline(transaction=True)
+    for shard, encoded in by_shard.items():
+        pipe.rpush(pending_key(shard), *encoded)
+    if done is not None:
+        pipe.delete(done)
+    pipe.execute()
+
+
 def drain_all(worker: str | None = None) -> int:
     """Drain every shard nobody is draining (a dead drainer's batch, a half left behind); returns halves applied."""
     client = _client()
@@ -160,7 +174,7 @@ class Drainer:
         applied = 0
         while self.client.set(self.slot, self.token, nx=True, px=_lock_ms()):
             try:
-                while got := sum(self._drain_shard(s) for s in [first, *(s for s in range(SHARDS) if s != first)]):
+                while got := self._drain_once([first, *(s for s in range(SHARDS) if s != first)]):
                     applied += got
             finally:
                 self.client.eval(RELEASE_SCRIPT, 1, self.slot, self.token)
@@ -179,27 +193,47 @@ class Drainer:
         found = pipe.execute()
         return any(waiting and not locked for waiting, locked in zip(found[::2], found[1::2]))
 
-    def _drain_shard(self, shard: int) -> int:
-        keys = (pending_key(shard), processing_key(shard), lock_key(shard))
-        if not self.client.exists(keys[0], keys[1]):
+    def _drain_once(self, order: list[int]) -> int:
+        """One batch from every shard that has halves and no other drainer, applied in one go; returns its halves.
+
+        Each shard's part stays in its processing list, under its lock, until the batch is
+        committed: a drainer that dies leaves every part for the shards' next owners. One
+        transaction (one broadcast and one advance per sweep) for the batch, not one per shard.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for shard in order:
+            pipe.exists(pending_key(shard), processing_key(shard))
+        held = [shard for shard, waiting in zip(order, pipe.execute()) if waiting and self._lock(shard)]
+        if not held:
             return 0
-        if not self.client.set(keys[2], self.token, nx=True, px=_lock_ms()):
-            return 0  # another worker's drainer has it, and looks again after letting go
-        applied = 0
         try:
-            while batch := self.client.eval(TAKE_SCRIPT, 3, *keys, BATCH, self.token):
-                payloads = []
-                for raw in batch:
-                    try:
-                        payloads.append(json.loads(raw))
-                    except ValueError:  # only this module writes the lists: never block a shard on it
-                        log.error("unreadable half in the ingest buffer dropped: %r", raw[:200])
-                results.ingest_results(payloads)
-                applied += len(payloads)
-                log.info("ingested %d halves (shard %d)", len(payloads), shard)
-                if not self.client.eval(DONE_SCRIPT, 3, keys[1], keys[2], self.slot, self.token, _lock_ms()):
+            share = max(1, BATCH // len(held))
+            taken = {shard: self.client.eval(TAKE_SCRIPT, 3, *self._keys(shard), share, self.token) for shard in held}
+            payloads = []
+            for raw in (raw for batch in taken.values() for raw in batch or ()):
+                try:
+                    payloads.append(json.loads(raw))
+                except ValueError:  # only this module writes the lists: never block a shard on it
+                    log.error("unreadable half in the ingest buffer dropped: %r", raw[:200])
+            if not payloads and not any(taken.values()):
+                return 0
+            results.ingest_results(payloads)
+            log.info("ingested %d halves (shards %s)", len(payloads), ",".join(str(s) for s in held if taken[s]))
+            for shard in held:
+                keys = self._keys(shard)
+                if taken[shard] and not self.client.eval(
+                    DONE_SCRIPT, 3, keys[1], keys[2], self.slot, self.token, _lock_ms()
+                ):
                     log.warning("ingest shard %d: lock lost mid-batch; its new owner applies the batch again", shard)
-                    break
+            return max(1, len(payloads))
         finally:
-            self.client.eval(RELEASE_SCRIPT, 1, keys[2], self.token)
-        return applied
+            for shard in held:
+                self.client.eval(RELEASE_SCRIPT, 1, lock_key(shard), self.token)
+
+    @staticmethod
+    def _keys(shard: int) -> tuple[str, str, str]:
+        return pending_key(shard), processing_key(shard), lock_key(shard)
+
+    def _lock(self, shard: int) -> bool:
+        """This drainer's hold on a shard; False when another worker's drainer has it (it looks again after)."""
+        return bool(self.client.set(lock_key(shard), self.token, nx=True, px=_lock_ms()))

@@ -16,14 +16,14 @@ def record_heartbeat(payload) -> str:
         hb = contract.validate_heartbeat(payload)
     except contract.ContractError as exc:
         return reject(contract.TASK_HEARTBEAT, payload, str(exc))
-    Node.objects.update_or_create(
-        name=hb["node"],
-        defaults={
-            "address": hb["address"],
-            "facts": hb["facts"],
-            "agent_version": hb["agent_version"] or "",
-            "busy": hb["busy"],
-            "last_heartbeat": timezone.now(),
-        },
-    )
+    fields = {
+        "address": hb["address"],
+        "facts": hb["facts"],
+        "agent_version": hb["agent_version"] or "",
+        "busy": hb["busy"],
+        "last_heartbeat": timezone.now(),
+    }
+    # A known node (every heartbeat but its first) is one UPDATE, not a locked read and a write.
+    if not Node.objects.filter(name=hb["node"]).update(**fields):
+        Node.objects.update_or_create(name=hb["node"], defaults=fields)
     return APPLIED

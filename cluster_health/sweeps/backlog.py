@@ -1,4 +1,4 @@
-"""What the server was sent and has not applied yet: queued, held by a worker, or in the ingest buffer.
+"""What the server was sent and has not applied yet: queued, held by a worker or an ingest consumer, or in the ingest buffer.
 
 Silence is judged against this, not only against the rows: a node whose heartbeat
 or result is still waiting for a server worker (one back from an outage, a broker
@@ -17,15 +17,16 @@ import redis
 from django.conf import settings
 
 from agents import broker, contract
-from cluster_health.ingest import buffer
+from cluster_health.ingest import buffer, consumer
 
 # A message a worker reserved longer ago than this is not about to be applied: its worker
 # died, and the broker hands it back only after the visibility timeout (an hour). Generous,
 # because prefetched messages wait behind the longest task (planning a large sweep).
 RESERVED_ORPHAN_S = 120.0
-# Waiting messages are read (to see whose they are) up to this many; a longer queue is an
-# outage's backlog, and nothing is judged until the server has worked through it.
-PEEK_MAX = 64
+# Waiting messages are read (to see whose they are) up to this many per list: a 1,024-node round's
+# halves, waiting on the ingest queue or in a consumer's batch. A longer queue is an outage's
+# backlog, and nothing is judged until the server has worked through it.
+PEEK_MAX = 1100
 
 
 @dataclass
@@ -84,17 +85,23 @@ class Backlog:
 # only the node, kind and probe of each leave Redis.
 BUFFER_PEEK_MAX = 20000
 
-# The queue's length and head, the server messages workers reserved recently, and the halves in
-# the ingest buffer, read atomically. KEYS: queue, unacked index, unacked hash, then the buffer's
-# lists; ARGV: how many queued messages to read, oldest score, how many buffered halves to read.
+# The queues' lengths and heads, the server messages workers reserved recently, and the halves in
+# the ingest buffer, read atomically. KEYS: unacked index, unacked hash, then ARGV[4] lists of task
+# messages (the server queue, the ingest queue, ingest consumers' batches), then the buffer's lists;
+# ARGV: how many messages to read per list, oldest score, how many buffered halves to read, ARGV[4].
 SNAPSHOT_SCRIPT = """
-local head = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+local lists = tonumber(ARGV[4])
+local queued, head = 0, {}
+for k = 3, 2 + lists do
+  queued = queued + redis.call('LLEN', KEYS[k])
+  for _, raw in ipairs(redis.call('LRANGE', KEYS[k], 0, tonumber(ARGV[1]) - 1)) do head[#head + 1] = raw end
+end
 local reserved = {}
-for i, tag in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')) do
-  reserved[i] = redis.call('HGET', KEYS[3], tag)
+for i, tag in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf')) do
+  reserved[i] = redis.call('HGET', KEYS[2], tag)
 end
 local buffered, total = {}, 0
-for k = 4, #KEYS do
+for k = 3 + lists, #KEYS do
   total = total + redis.call('LLEN', KEYS[k])
   if total <= tonumber(ARGV[3]) then
     for _, raw in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
@@ -108,7 +115,7 @@ for k = 4, #KEYS do
     end
   end
 end
-return {redis.call('LLEN', KEYS[1]), head, reserved, buffered, total}
+return {queued, head, reserved, buffered, total}
 """
 
 
@@ -129,15 +136,26 @@ def server_backlog() -> Backlog | None:
     """
     client = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
-    keys = [
-        contract.SERVER_QUEUE,
-        options.get("unacked_index_key", "unacked_index"),
-        options.get("unacked_key", "unacked"),
-        *buffer.buffer_keys(),
-    ]
     try:
+        lists = [
+            contract.SERVER_QUEUE,
+            contract.INGEST_QUEUE,
+            *(consumer.taken_key(name) for name in consumer.registered(client)),
+        ]
+        keys = [
+            options.get("unacked_index_key", "unacked_index"),
+            options.get("unacked_key", "unacked"),
+            *lists,
+            *buffer.buffer_keys(),
+        ]
         queued, head, reserved, buffered, in_buffer = client.eval(
-            SNAPSHOT_SCRIPT, len(keys), *keys, PEEK_MAX, time.time() - RESERVED_ORPHAN_S, BUFFER_PEEK_MAX
+            SNAPSHOT_SCRIPT,
+            len(keys),
+            *keys,
+            PEEK_MAX,
+            time.time() - RESERVED_ORPHAN_S,
+            BUFFER_PEEK_MAX,
+            len(lists),
         )
     except redis.RedisError:
         return None

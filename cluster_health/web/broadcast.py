@@ -35,6 +35,12 @@ def message(sweep, pairs: list[dict] | None = None, progress: dict | None = None
     }
 
 
+async def _to_both_groups(layer, msg: dict) -> None:
+    """The sweep's page and the overview, in one trip into the event loop (each trip costs a loop)."""
+    await layer.group_send(sweep_group(msg["sweep"]), msg)
+    await layer.group_send(OVERVIEW_GROUP, msg)
+
+
 def _send(msg: dict) -> None:
     from channels.layers import get_channel_layer
 
@@ -42,8 +48,7 @@ def _send(msg: dict) -> None:
         layer = get_channel_layer()
         if layer is None:
             return
-        async_to_sync(layer.group_send)(sweep_group(msg["sweep"]), msg)
-        async_to_sync(layer.group_send)(OVERVIEW_GROUP, msg)
+        async_to_sync(_to_both_groups)(layer, msg)
     except Exception:  # browsers re-read state on reconnect; ingest must not fail for them
         log.warning("broadcast of sweep %s failed", msg.get("sweep"), exc_info=True)
 

@@ -1,0 +1,347 @@
+"""The ingest consumer: agents' halves and heartbeats taken off queue ``server.ingest`` many at a time.
+
+A Celery task per message costs a pool process a message round trip, a key lookup and
+Celery's own handling, which held a 256-node fleet near 150 halves a second
+(docs/BENCHMARKS.md). Agents send each half as a ``server.result`` task message, and
+each heartbeat as a ``server.heartbeat`` one, on queue ``server.ingest``
+(contract.INGEST_QUEUE), and no Celery worker consumes that
+queue: every server worker starts one consumer process beside it
+(``cluster_health.celery.IngestConsumerStep``), which reads the list Celery's Redis
+transport keeps for the queue directly, a batch at a time:
+
+1. up to TAKE_MAX messages move atomically from the queue to this consumer's
+   ``taken`` list (oldest first; it blocks up to BLOCK_S for the first one, so at low
+   load a half is taken as it arrives);
+2. each is decoded and its signature checked, with the keys of the whole batch read
+   in one query (a heartbeat's nonce too); a message that is unreadable, neither a
+   half nor a heartbeat, or forged is kept as a RejectedMessage with the reason and
+   never stops the others;
+3. the heartbeats that passed are applied in one transaction; the halves move to
+   the ingest buffer's shards and the ``taken`` list
+   is deleted, in one Redis transaction; the buffer's drainer (ingest/buffer.py)
+   then applies them, BATCH per database transaction.
+
+Nothing is lost when a consumer dies: its ``taken`` list stays, and it is checked
+again by the same consumer when its worker restarts (the list is named by the
+worker), or put back on the queue by another consumer or the reaper once the dead
+one's lease has lapsed (``reclaim_orphans``). A half checked twice is applied once
+(applying a half is idempotent). Several workers' consumers take different batches,
+and the shard locks keep two drainers off the same probe's row.
+
+Run: ``python manage.py ingest_consumer --name WORKER`` (the worker's bootstep runs it as
+``python -m django ingest_consumer``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+
+import redis
+from django.conf import settings
+from django.db import close_old_connections
+
+from agents import contract, signing
+from cluster_health.ingest import buffer
+from cluster_health.ingest.auth import authenticate, remember_nonce
+from cluster_health.ingest.rejects import reject
+
+log = logging.getLogger(__name__)
+
+TAKE_MAX = 1000  # messages per batch: a 1,024-node round's halves in one batch
+BLOCK_S = 1.0  # an idle consumer waits this long for a message before it looks around again
+LEASE_S = 30.0  # a consumer not heard of for this long is dead, and its batch goes back on the queue
+RECLAIM_EVERY_S = 10.0  # how often a live consumer binds its queue again and looks for a dead one's batch
+RETRY_S = 1.0  # after Redis or the database failed, the batch waits this long before it is tried again
+# What the queue carries: task name -> the argument that holds the message's body.
+CARRIED = {contract.TASK_RESULT: "result", contract.TASK_HEARTBEAT: "heartbeat"}
+CONSUMERS = "cluster_health:ingest:consumers"  # the registry of consumer names (under buffer.KEY_PREFIX)
+
+
+def taken_key(name: str) -> str:
+    return f"{buffer.KEY_PREFIX}:taken:{name}"
+
+
+def lease_key(name: str) -> str:
+    return f"{buffer.KEY_PREFIX}:lease:{name}"
+
+
+def registered(client: redis.Redis) -> list[str]:
+    """Every consumer name that may hold a batch (the backlog's view reads their ``taken`` lists)."""
+    return sorted(n.decode(errors="replace") if isinstance(n, bytes) else n for n in client.smembers(CONSUMERS))
+
+
+# A batch: what this consumer's last life left in ``taken`` first, then the oldest messages of the
+# queue (Celery's Redis transport pushes on the left and pops on the right), up to ARGV[1] in all.
+# KEYS: queue, taken.
+TAKE_SCRIPT = """
+local batch = redis.call('LRANGE', KEYS[2], 0, -1)
+local want = tonumber(ARGV[1]) - #batch
+if want <= 0 then return batch end
+local fresh = redis.call('LRANGE', KEYS[1], -want, -1)
+if #fresh == 0 then return batch end
+redis.call('LTRIM', KEYS[1], 0, -(#fresh + 1))
+for i = #fresh, 1, -500 do
+  local chunk = {}
+  for j = i, math.max(1, i - 499), -1 do chunk[#chunk + 1] = fresh[j] end
+  redis.call('RPUSH', KEYS[2], unpack(chunk))
+  for _, raw in ipairs(chunk) do batch[#batch + 1] = raw end
+end
+return batch
+"""
+
+# A dead consumer's batch back on the queue, oldest end (taken next). KEYS: its taken list, its
+# lease, the queue, the registry; ARGV: its name. Nothing while its lease lives.
+RECLAIM_SCRIPT = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return -1 end
+local left = redis.call('LRANGE', KEYS[1], 0, -1)
+for i = 1, #left, 500 do
+  redis.call('RPUSH', KEYS[3], unpack(left, i, math.min(i + 499, #left)))
+end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[4], ARGV[1])
+return #left
+"""
+
+
+# A stored message larger than this is refused unread: a signed half is at most MAX_SIGNED_BYTES,
+# and the transport's base64 and envelope add about a third.
+MAX_MESSAGE_BYTES = 2 * signing.MAX_SIGNED_BYTES
+
+
+def decode(raw) -> tuple[str | None, dict, bool]:
+    """A message as Celery's Redis transport stores it: (task name, keyword arguments, expired). Raises ValueError."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise ValueError(f"{len(raw)} bytes, more than the {MAX_MESSAGE_BYTES} a half's message can take")
+    try:
+        message = json.loads(raw)
+        headers = message.get("headers") or {}
+        if not isinstance(headers, dict):
+            raise TypeError("headers")
+        body = message.get("body") or ""
+        if (message.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body, validate=True)
+        args = json.loads(body)
+        kwargs = args[1] if isinstance(args, list) and len(args) >= 2 else None
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise ValueError(f"not a task message as Celery stores it ({type(exc).__name__})") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError("not a task message as Celery stores it (no keyword arguments)")
+    task = headers.get("task")
+    return (task if isinstance(task, str) else None), kwargs, _expired(headers.get("expires"))
+
+
+def _expired(expires) -> bool:
+    """Whether a message's ``expires`` header (ISO 8601, as Celery writes it) has passed."""
+    if not isinstance(expires, str):
+        return False
+    try:
+        when = datetime.fromisoformat(expires)
+    except ValueError:
+        return False
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)) < datetime.now(UTC)
+
+
+def declare_queue() -> None:
+    """Bind queue server.ingest as Celery declares a queue it sends to, so that no half sent before
+    any agent declared it is dropped for want of a binding (the Redis transport routes by bindings)."""
+    from cluster_health.celery import app
+
+    with app.connection_for_write() as conn:
+        app.amqp.queues[contract.INGEST_QUEUE].bind(conn.default_channel).declare()
+
+
+def _client() -> redis.Redis:
+    from agents import broker
+
+    client: redis.Redis = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=BLOCK_S + 30)
+    return client
+
+
+class Consumer:
+    """One consumer, named by its worker: takes, checks and buffers batches, then drains the buffer."""
+
+    def __init__(self, name: str, client: redis.Redis | None = None):
+        self.name, self.client = name, client or _client()
+        self.taken, self.lease = taken_key(name), lease_key(name)
+        self.token = uuid.uuid4().hex
+        self.reclaimed_at = 0.0
+
+    def alive(self) -> None:
+        """Renew the lease (it outlives a batch by far) and stay on the registry."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.set(self.lease, self.token, px=int(LEASE_S * 1000))
+        pipe.sadd(CONSUMERS, self.name)
+        pipe.execute()
+
+    def step(self, block_s: float = BLOCK_S) -> int:
+        """Take one batch, check it and apply it; returns the messages taken (0: none came within ``block_s``)."""
+        self.alive()
+        if time.monotonic() - self.reclaimed_at > RECLAIM_EVERY_S:
+            self.reclaimed_at = time.monotonic()
+            declare_queue()  # again: a broker restarted without its data has lost the binding
+            reclaim_orphans(self.client, but=self.name)
+        batch = self.client.eval(TAKE_SCRIPT, 2, contract.INGEST_QUEUE, self.taken, TAKE_MAX)
+        if not batch and block_s > 0:
+            if self.client.brpoplpush(contract.INGEST_QUEUE, self.taken, timeout=block_s) is None:
+                return 0
+            batch = self.client.eval(TAKE_SCRIPT, 2, contract.INGEST_QUEUE, self.taken, TAKE_MAX)
+        if not batch:
+            return 0
+        halves, beats = checked(batch)
+        if beats:
+            apply_heartbeats(beats)  # before the batch is let go: a failure leaves it to be taken again
+        buffer.append_halves(self.client, halves, done=self.taken)
+        log.info(
+            "took %d messages from %s: %d halves and %d heartbeats checked",
+            len(batch),
+            contract.INGEST_QUEUE,
+            len(halves),
+            len(beats),
+        )
+        buffer.Drainer(self.client, self.name).run(first=buffer.shard_of(halves[0]) if halves else 0)
+        return len(batch)
+
+    def run(self, stopping: threading.Event) -> None:
+        """Until ``stopping`` is set (a batch in hand is finished first); Redis or database trouble waits and retries."""
+        log.info("ingest consumer %s taking %s", self.name, contract.INGEST_QUEUE)
+        while not stopping.is_set():
+            try:
+                self.step()
+            except Exception:  # the batch stays in ``taken``, and is taken first next time
+                log.exception("ingest consumer %s: batch not applied; trying again in %.0fs", self.name, RETRY_S)
+                stopping.wait(RETRY_S)
+                close_old_connections()  # a connection the failure broke is replaced
+        self.client.delete(self.lease)  # its batch, if any, is this worker's to finish when it returns
+        log.info("ingest consumer %s stopped", self.name)
+
+
+def checked(batch: list) -> tuple[list, list]:
+    """(halves, heartbeats) of a batch: the messages that are readable, a half or a heartbeat, and
+    signed by their node's current key. A heartbeat comes with its signature (for its nonce).
+
+    Every other message is recorded as rejected (with the reason) and dropped from the batch; an
+    expired heartbeat (its agent sent a newer one since) is dropped quietly, as Celery drops it.
+    """
+    from cluster_health.models import AgentKey
+
+    readable: list[tuple[str, object, object]] = []
+    for raw in batch:
+        try:
+            task, kwargs, expired = decode(raw)
+        except ValueError as exc:
+            reject(contract.TASK_RESULT, _shown(raw), f"{contract.INGEST_QUEUE}: {exc}")
+            continue
+        if task not in CARRIED:
+            reject(
+                contract.TASK_RESULT,
+                kwargs,
+                f"{contract.INGEST_QUEUE}: carries {' and '.join(CARRIED)} messages only, not {contract.shown(task)}",
+            )
+            continue
+        if expired:
+            log.info("%s past its expiry dropped", task)
+            continue
+        readable.append((task, kwargs.get(CARRIED[task]), kwargs.get("auth")))
+    wanted = {
+        (auth["node"], auth["kid"])
+        for _, _, auth in readable
+        if isinstance(auth, dict) and isinstance(auth.get("node"), str) and isinstance(auth.get("kid"), str)
+    }
+    keys = AgentKey.secrets_for(wanted) if wanted else {}
+
+    def secret_for(node: str, kid: str) -> bytes | None:
+        return keys.get((node, kid))
+
+    halves: list[tuple[object, object]] = []
+    beats: list[tuple[object, object]] = []
+    for task, body, auth in readable:
+        name = CARRIED[task]
+        if authenticate(task, name, body, auth, once=task == contract.TASK_HEARTBEAT, secret_for=secret_for) is None:
+            (halves if task == contract.TASK_RESULT else beats).append((body, auth))
+    return [body for body, _ in halves], beats
+
+
+def apply_heartbeats(beats: list) -> None:
+    """Apply checked heartbeats in one transaction, then mark their nonces used (as the heartbeat task does)."""
+    from django.db import DataError, IntegrityError, transaction
+
+    from cluster_health.ingest.heartbeats import record_heartbeat
+
+    with transaction.atomic():
+        for heartbeat, _ in beats:
+            try:
+                with transaction.atomic():  # a savepoint: one heartbeat the database refuses is that one's loss
+                    record_heartbeat(heartbeat)
+            except (DataError, IntegrityError) as exc:
+                reject(contract.TASK_HEARTBEAT, heartbeat, f"heartbeat: refused by the database: {exc}")
+    for _, auth in beats:
+        remember_nonce(auth)
+
+
+def _shown(raw) -> str:
+    """An unreadable message as text for its RejectedMessage row (bounded, valid text)."""
+    raw = raw[:4000]
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+def reclaim_orphans(client: redis.Redis | None = None, but: str | None = None) -> int:
+    """Put the batches of consumers whose lease lapsed back on the queue; returns the messages put back."""
+    own = client is None
+    client = client or _client()
+    back = 0
+    try:
+        for name in registered(client):
+            if name == but:
+                continue
+            keys = (taken_key(name), lease_key(name), contract.INGEST_QUEUE, CONSUMERS)
+            moved = client.eval(RECLAIM_SCRIPT, len(keys), *keys, name)
+            if moved > 0:
+                log.warning("ingest consumer %s is gone: %d messages of its batch put back on the queue", name, moved)
+                back += moved
+    except redis.RedisError:
+        if not own:
+            raise
+        log.warning("ingest queue unreachable; a dead consumer's batch is looked for next time", exc_info=True)
+    finally:
+        if own:
+            client.close()
+    return back
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGTERM when the worker that started this process dies, however it dies."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if parent and os.getppid() != parent:  # the worker died before the line above
+        sys.exit(0)
+
+
+def serve(name: str, parent: int = 0) -> None:
+    """The consumer process's life (``manage.py ingest_consumer``): until SIGTERM or SIGINT, or its worker is gone."""
+    _die_with_parent(parent)
+    from django.db import connections
+
+    for alias in connections:  # a long-lived process keeps its connection, as the workers' pool processes do
+        connections.settings[alias]["CONN_MAX_AGE"] = settings.WORKER_DB_CONN_MAX_AGE
+        connections.settings[alias]["CONN_HEALTH_CHECKS"] = True
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    try:
+        Consumer(name).run(stopping)
+    finally:
+        connections.close_all()

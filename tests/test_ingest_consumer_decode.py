@@ -1,0 +1,59 @@
+"""The ingest consumer's reading of raw queue messages: whatever is on the queue, it answers or refuses."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agents import contract
+from cluster_health.ingest import consumer
+
+
+def stored(kwargs, task=contract.TASK_RESULT, **headers) -> bytes:
+    """A message as Celery's Redis transport stores it (protocol 2, JSON body, base64)."""
+    body = base64.b64encode(json.dumps([[], kwargs, {}]).encode()).decode()
+    message = {
+        "body": body,
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": {"task": task, "id": "x", **headers},
+        "properties": {"body_encoding": "base64", "delivery_tag": "t"},
+    }
+    return json.dumps(message).encode()
+
+
+def test_it_reads_a_task_message_and_its_expiry():
+    past = (datetime.now(UTC) - timedelta(seconds=5)).isoformat()
+    future = (datetime.now(UTC) + timedelta(seconds=60)).isoformat()
+    assert consumer.decode(stored({"result": {"a": 1}})) == (contract.TASK_RESULT, {"result": {"a": 1}}, False)
+    assert consumer.decode(stored({}, expires=past))[2] is True
+    assert consumer.decode(stored({}, expires=future))[2] is False
+    assert consumer.decode(stored({}, expires="not a time"))[2] is False
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"\x00\xff",
+        b"[]",
+        b'"text"',
+        json.dumps({"headers": "not an object", "body": ""}).encode(),
+        json.dumps({"headers": [], "body": "W10=", "properties": {"body_encoding": "base64"}}).encode(),
+        json.dumps({"headers": {}, "body": "!!", "properties": {"body_encoding": "base64"}}).encode(),
+        json.dumps({"headers": {}, "body": "[1]", "properties": "x"}).encode(),
+        json.dumps({"headers": {}, "body": json.dumps([[], "kwargs", {}])}).encode(),
+        b"[" * 100_000,
+    ],
+)
+def test_anything_else_is_refused_with_a_reason_never_an_exception_of_another_kind(raw):
+    with pytest.raises(ValueError, match="not a task message|bytes, more than"):
+        consumer.decode(raw)
+
+
+def test_a_message_too_large_for_a_half_is_refused_unread():
+    with pytest.raises(ValueError, match="more than the"):
+        consumer.decode(b" " * (consumer.MAX_MESSAGE_BYTES + 1))
