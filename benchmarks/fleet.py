@@ -43,7 +43,6 @@ two cores.
 from __future__ import annotations
 
 import argparse
-import base64
 import heapq
 import json
 import os
@@ -86,13 +85,10 @@ def node_names(n: int) -> list[str]:
 
 def decode_command(raw: bytes | str) -> dict | None:
     """The probe command in a task message as Celery's Redis transport stores it, or None."""
-    message = json.loads(raw)
-    if (message.get("headers") or {}).get("task") != contract.TASK_PROBE:
-        return None
-    body = message["body"]
-    if (message.get("properties") or {}).get("body_encoding") == "base64":
-        body = base64.b64decode(body)
-    return json.loads(body)[1]["command"]
+    from cluster_health.ingest import consumer
+
+    headers, kwargs = consumer.read(raw)
+    return kwargs["command"] if headers.get("task") == contract.TASK_PROBE else None
 
 
 class Fleet:

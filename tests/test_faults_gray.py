@@ -131,13 +131,13 @@ def _inbound(bed, stack, stateful: bool):
         p = cell(report, "rack1-n2", peer)
         assert (p["status"], p["stage"], p["reason"]) == ("timeout", "connect", "connect_timeout"), p
     blocked = findings(report, "inbound_blocked")
-    assert [f["subject"] for f in blocked] == ["rack1-n2"], report["findings"]
+    out = cell(report, "rack1-n1", "rack1-n2")  # rack1-n2 connects out to rack1-n1's store
+    assert [f["subject"] for f in blocked] == ["rack1-n2"], (report["findings"], out)
     text = blocked[0]["text"]
     assert "rack1-n2 accepts no inbound connection from any peer" in text and "connects out fine (to rack1-n1)" in text
     assert "open its firewall for the store port and Gloo's ephemeral range" in text
     assert {"rack1-n2<->rack2-n1", "rack1-n2<->rack2-n2"} <= set(blocked[0]["pairs"])
     assert not findings(report, "link_failed"), report["findings"]
-    out = cell(report, "rack1-n1", "rack1-n2")
     assert out["evidence"]["connections"][0] == {"from": "rack1-n2", "to": "rack1-n1", "step": "store", "ok": True}
     kind = "stateful (ct state new drop)" if stateful else "stateless (SYN drop)"
     shown = f"2 pairs timeout at connect, rack1-n2<->rack1-n1 {out['status']}; fail finding: {text[:80]}"

@@ -57,3 +57,29 @@ def test_anything_else_is_refused_with_a_reason_never_an_exception_of_another_ki
 def test_a_message_too_large_for_a_half_is_refused_unread():
     with pytest.raises(ValueError, match="more than the"):
         consumer.decode(b" " * (consumer.MAX_MESSAGE_BYTES + 1))
+
+
+def test_the_reapers_backlog_reads_messages_with_the_same_reader_and_never_trips_on_one():
+    from cluster_health.sweeps.backlog import Backlog
+
+    good = Backlog()
+    good.add(stored({"heartbeat": {"node": "n1"}}, task=contract.TASK_HEARTBEAT))
+    good.add(stored({"result": {"node": "n2", "kind": "pair", "probe_id": 7}}))
+    good.add(stored({"sweep_id": 3}, task=contract.TASK_START_SWEEP))
+    assert (good.nodes, good.probes, good.sweeps, good.messages, good.complete) == (
+        {"n1", "n2"},
+        {("pair", 7)},
+        {3},
+        3,
+        True,
+    )
+    # Wrong shapes inside a readable message: counted, and the backlog says it cannot vouch for anyone.
+    for raw in (
+        stored({"heartbeat": "n1"}, task=contract.TASK_HEARTBEAT),
+        stored({"results": ["not a half"]}),
+        stored({"result": 5}),
+        b"\x00\xff",
+    ):
+        bad = Backlog()
+        bad.add(raw)
+        assert (bad.messages, bad.complete) == (1, False), raw

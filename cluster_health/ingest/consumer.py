@@ -117,12 +117,16 @@ return #left
 MAX_MESSAGE_BYTES = 2 * signing.MAX_SIGNED_BYTES
 
 
-def decode(raw) -> tuple[str | None, dict, bool]:
-    """A message as Celery's Redis transport stores it: (task name, keyword arguments, expired). Raises ValueError."""
-    if len(raw) > MAX_MESSAGE_BYTES:
+def read(raw) -> tuple[dict, dict]:
+    """(headers, keyword arguments) of a task message as Celery's Redis transport stores it. Raises ValueError.
+
+    The one reader of raw task messages: the consumer, the reaper's backlog and the fleet
+    simulator all go through it. A message whose JSON is already parsed (a dict) is read as is.
+    """
+    if isinstance(raw, (bytes, str)) and len(raw) > MAX_MESSAGE_BYTES:
         raise ValueError(f"{len(raw)} bytes, more than the {MAX_MESSAGE_BYTES} a half's message can take")
     try:
-        message = json.loads(raw)
+        message = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
         headers = message.get("headers") or {}
         if not isinstance(headers, dict):
             raise TypeError("headers")
@@ -135,6 +139,12 @@ def decode(raw) -> tuple[str | None, dict, bool]:
         raise ValueError(f"not a task message as Celery stores it ({type(exc).__name__})") from None
     if not isinstance(kwargs, dict):
         raise ValueError("not a task message as Celery stores it (no keyword arguments)")
+    return headers, kwargs
+
+
+def decode(raw) -> tuple[str | None, dict, bool]:
+    """A message as Celery's Redis transport stores it: (task name, keyword arguments, expired). Raises ValueError."""
+    headers, kwargs = read(raw)
     task = headers.get("task")
     return (task if isinstance(task, str) else None), kwargs, _expired(headers.get("expires"))
 

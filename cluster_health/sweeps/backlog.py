@@ -7,7 +7,6 @@ backlog) is not silent, and a probe whose result is waiting is not overdue.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Iterable
@@ -42,32 +41,33 @@ class Backlog:
     def add(self, raw) -> None:
         """Count one message as the Redis transport stores it, unless it applies nothing (a reaper run)."""
         try:
-            message = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
-            headers = message.get("headers") or {}
-            own = _current_task_id()
-            if headers.get("task") == contract.TASK_REAP or (own is not None and headers.get("id") == own):
-                return
-            body = message.get("body") or ""
-            if (message.get("properties") or {}).get("body_encoding") == "base64":
-                body = base64.b64decode(body)
-            kwargs = json.loads(body)[1]
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            headers, kwargs = consumer.read(raw)
+        except ValueError:
             self.messages += 1
             self.complete = False  # unreadable: could be anyone's
             return
+        own = _current_task_id()
+        if headers.get("task") == contract.TASK_REAP or (own is not None and headers.get("id") == own):
+            return
         self.messages += 1
         task = headers.get("task")
-        if task == contract.TASK_HEARTBEAT:
-            node = (kwargs.get("heartbeat") or {}).get("node")
-            if isinstance(node, str):
-                self.nodes.add(node)
-        elif task == contract.TASK_RESULT:
-            for result in kwargs.get("results") or [kwargs.get("result") or {}]:
-                self.nodes.add(result.get("node"))
-                kind = "pair" if result.get("kind", "pair") in ("pair", "discover") else "group"
-                self.probes.add((kind, result.get("probe_id")))
-        elif task == contract.TASK_START_SWEEP:
-            self.sweeps.add(kwargs.get("sweep_id"))
+        try:
+            if task == contract.TASK_HEARTBEAT:
+                node = (kwargs.get("heartbeat") or {}).get("node")
+                if isinstance(node, str):
+                    self.nodes.add(node)
+            elif task == contract.TASK_RESULT:
+                for result in kwargs.get("results") or [kwargs.get("result") or {}]:
+                    self.nodes.add(result.get("node"))
+                    kind = "pair" if result.get("kind", "pair") in ("pair", "discover") else "group"
+                    self.probes.add((kind, result.get("probe_id")))
+            elif task == contract.TASK_START_SWEEP:
+                sweep_id = kwargs.get("sweep_id")
+                if not isinstance(sweep_id, int):
+                    raise TypeError("sweep_id")
+                self.sweeps.add(sweep_id)
+        except (AttributeError, TypeError):
+            self.complete = False  # a message of the wrong shape (its checks reject it later): could be anyone's
 
     def add_buffered(self, entry: str) -> None:
         """Count one half waiting in the ingest buffer, given as "node<TAB>kind<TAB>probe id"."""
