@@ -523,7 +523,11 @@ class Probe(StagedChild):
                 f"is not an address of this host (it has {', '.join(sorted(local))}): start the "
                 "agent with --address set to one of them",
             )
-        self.need_torch()
+        if not self.importer.is_alive():
+            self.need_torch()  # imported already (a warm probe): nothing to tell the peers
+        else:
+            rdv.publish_importing()  # the peers wait for the port without counting the import
+            self.need_torch()
         self.enter("connect", t["connect"], step="bind")
         want = cmd["master_port"] or 0
         try:
@@ -552,10 +556,15 @@ class Probe(StagedChild):
         try:
             self.port = rdv.lookup(t["store"])
         except RendezvousTimeout as e:
+            why = (
+                "the master started its probe but did not open its store (stuck importing torch, or it "
+                "failed before binding: see its own result)"
+                if e.master_started
+                else "the master never started its probe (offline agent, busy queue, or it failed before binding)"
+            )
             raise StageFailure(
                 "store_timeout",
-                f"{self.name} waited {t['store']:.1f}s for {self.peer_name(0)} to publish its store port: "
-                "the master never started its probe (offline agent, busy queue, or it failed before binding)",
+                f"{self.name} waited {t['store']:.1f}s for {self.peer_name(0)} to publish its store port: {why}",
                 detail=str(e),
                 status="timeout",
             ) from None

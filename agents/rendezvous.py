@@ -16,9 +16,19 @@ from typing import Any
 from agents.broker import redis_client
 from agents.contract import RENDEZVOUS_KEY_PREFIX
 
+# A cold probe imports torch (and CUDA) before its store can listen: 4.5 s on an idle H100 node
+# (docs/GPU.md), more on a busy one. The other ranks do not count the master's import against
+# their store wait, up to this much: the rest of the probe's deadline slack (contract.DEADLINE_SLACK_S)
+# is for their own start and reporting.
+MASTER_IMPORT_PAUSE_MAX_S = 10.0
+
 
 class RendezvousTimeout(Exception):
-    """No port was published within the timeout."""
+    """No port was published within the timeout. ``master_started``: rank 0 had said it was starting."""
+
+    def __init__(self, text: str, master_started: bool = False):
+        super().__init__(text)
+        self.master_started = master_started
 
 
 class PeerFailed(Exception):
@@ -42,7 +52,11 @@ class Rendezvous:
     def publish_failure(self, reason: str, hint: str) -> None:
         """Tell the other ranks not to wait: rank 0 cannot open its store."""
 
-    def lookup(self, timeout: float) -> int:
+    def publish_importing(self) -> None:
+        """Tell the other ranks that rank 0 runs and is importing torch: not to count that time against the store."""
+
+    def lookup(self, timeout: float, pause_max_s: float = MASTER_IMPORT_PAUSE_MAX_S) -> int:
+        """The master's store port, waiting up to ``timeout`` plus, while it says it is importing, up to ``pause_max_s``."""
         raise NotImplementedError
 
 
@@ -66,17 +80,33 @@ class RedisRendezvous(Rendezvous):
     def publish_failure(self, reason: str, hint: str) -> None:
         self._put({"error": reason, "hint": hint})
 
-    def lookup(self, timeout: float) -> int:
-        end = time.monotonic() + timeout
+    def publish_importing(self) -> None:
+        # NX: never over a port or a failure (rank 0 writes them later, but a stale probe's key may linger).
+        self.client.set(self.key, json.dumps({"importing": True}), px=self.ttl_ms, nx=True)
+
+    def lookup(self, timeout: float, pause_max_s: float = MASTER_IMPORT_PAUSE_MAX_S) -> int:
+        last = time.monotonic()
+        end, paused, started = last + timeout, 0.0, False
         while True:
             raw = self.client.get(self.key)
+            now = time.monotonic()
             if raw is not None:
                 value = json.loads(raw)
                 if "error" in value:
                     raise PeerFailed(value["error"], value.get("hint") or "")
-                return int(value["port"])
-            if time.monotonic() >= end:
-                raise RendezvousTimeout(f"no port under {self.key} after {timeout:.1f}s")
+                if "port" in value:
+                    return int(value["port"])
+                started = True
+                if value.get("importing") and paused < pause_max_s:
+                    step = min(now - last, pause_max_s - paused)  # the master's import is not the store's time
+                    paused += step
+                    end += step
+            if now >= end:
+                raise RendezvousTimeout(
+                    f"no port under {self.key} after {timeout:.1f}s (+{paused:.1f}s while the master imported torch)",
+                    master_started=started,
+                )
+            last = now
             time.sleep(self.poll_s)
 
 
@@ -93,7 +123,7 @@ class ManualRendezvous(Rendezvous):
         if self.announce:
             self.announce(address, port)
 
-    def lookup(self, timeout: float) -> int:
+    def lookup(self, timeout: float, pause_max_s: float = MASTER_IMPORT_PAUSE_MAX_S) -> int:
         if self.port is None:
             raise RendezvousTimeout("no port was given for the master's store")
         return self.port
