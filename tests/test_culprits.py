@@ -4,7 +4,7 @@ from itertools import combinations
 
 import pytest
 
-from cluster_health.core import culprits
+from cluster_health.core import culprits, evidence
 
 
 def pair(a, b, status="ok", stage="bandwidth", reason=None, busbw=1.0, evidence=None):
@@ -65,6 +65,36 @@ def test_a_later_transport_failure_where_the_node_connected_out_still_supports_i
     found = culprits.infer(NODES, matrix(NODES, bad))
     f = next(f for f in found if f["code"] == "inbound_blocked")
     assert sorted(f["pairs"]) == ["n1<->n2", "n2<->n3", "n2<->n4"]
+
+
+STORE_TIMEOUT = ("timeout", "store", "store_timeout")
+
+
+def test_a_master_that_never_published_its_port_is_not_called_inbound_blocked():
+    # n2's peers waited for its store port and never dialled: nothing says a connection into n2 failed.
+    pairs = matrix(NODES, lambda a, b: STORE_TIMEOUT if a == "n2" else None)
+    # What the halves say: n2 (rank 0) listened and no peer arrived; the peers never reached the store step.
+    for p in pairs:
+        if p["a"] == "n2":
+            p["evidence"] = evidence.pair_evidence(
+                {"node": "n2", "evidence": {"store": {"role": "listen", "connected": False}}},
+                {"node": p["b"], "evidence": {"interface": "eth0"}},
+            )
+            assert p["evidence"]["connections"] == [], p["evidence"]
+    assert not [f for f in culprits.infer(NODES, pairs) if f["code"] == "inbound_blocked"]
+
+
+def test_a_pair_where_the_node_never_dialled_out_does_not_count_as_connecting_out():
+    # n2 accepts nothing from n3 and n4, and its pair with n1 stopped before n2 dialled (n1 never
+    # published): its outbound connections are unknown, so the direction finding waits for evidence.
+    def bad(a, b):
+        if a == "n2":
+            return CONNECT_TIMEOUT
+        if b == "n2":
+            return STORE_TIMEOUT
+        return None
+
+    assert not [f for f in culprits.infer(NODES, matrix(NODES, bad)) if f["code"] == "inbound_blocked"]
 
 
 def test_it_names_a_segment_when_every_crossing_pair_fails_and_each_group_works_inside():

@@ -108,7 +108,9 @@ def _store_connection(p: dict[str, Any]) -> dict[str, Any] | None:
     if (
         p["status"] in BAD
         and p.get("stage") in CONNECT_STAGES
-        and p.get("reason") in ("connect_timeout", "refused", "store_timeout")
+        # Only the dial itself fails this way; a store_timeout may come after a dial that worked
+        # (joining, or waiting in the store) or with none (the master never published its port).
+        and p.get("reason") in ("connect_timeout", "refused")
     ):
         return {"from": p["b"], "to": p["a"], "step": "store", "ok": False}
     if p["status"] in PASSED or p.get("stage") in ("init", "collective", "bandwidth"):
