@@ -142,6 +142,9 @@ def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):
             context.close()
             if "sweep" in locals():
                 on_server(sweeps.cancel, sweep.pk)
+            # The thread's own database connection: left open, it outlives the test (and holds
+            # the PostgreSQL test database at the session's end).
+            on_server(connection.close)
             server_side.shutdown()
 
 
