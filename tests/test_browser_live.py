@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from cluster_health import ingest, sweeps
@@ -144,7 +144,7 @@ def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):
                 on_server(sweeps.cancel, sweep.pk)
             # The thread's own database connection: left open, it outlives the test (and holds
             # the PostgreSQL test database at the session's end).
-            on_server(connection.close)
+            on_server(connections.close_all)  # in that thread: its own connections
             server_side.shutdown()
 
 
