@@ -56,14 +56,39 @@ def open_pairs(stack, driver, tag: str, count: int) -> tuple[int, list[dict]]:
     return sweep.pk, sorted(driver.take(), key=lambda c: (c["probe_id"], c["rank"]))
 
 
+def where_messages_are() -> dict:
+    """Where halves can wait between an agent and the database: for a failure message."""
+    from django.conf import settings
+
+    from cluster_health.ingest import consumer
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        lists = [contract.INGEST_QUEUE, contract.SERVER_QUEUE, "ae.undeliver"]
+        lists += [consumer.taken_key(name) for name in consumer.registered(client)] + buffer.buffer_keys()
+        out: dict = {key: client.llen(key) for key in lists}
+        out["bindings"] = sorted(
+            m.decode(errors="replace") for m in client.smembers(f"_kombu.binding.{contract.INGEST_QUEUE}")
+        )
+        out["queue keys"] = sorted(k.decode(errors="replace") for k in client.scan_iter(f"{contract.INGEST_QUEUE}*"))
+        return out
+    finally:
+        client.close()
+
+
 def wait_closed(sweep_id: int, count: int, timeout: float) -> float:
     start = time.monotonic()
-    services.wait_until(
-        lambda: PairProbe.objects.filter(sweep_id=sweep_id, status="ok").count() == count,
-        timeout,
-        interval=0.02,
-        message=f"{count} pairs ok",
-    )
+    try:
+        services.wait_until(
+            lambda: PairProbe.objects.filter(sweep_id=sweep_id, status="ok").count() == count,
+            timeout,
+            interval=0.02,
+            message=f"{count} pairs ok",
+        )
+    except TimeoutError as exc:
+        statuses = list(PairProbe.objects.filter(sweep_id=sweep_id).values_list("status", flat=True))
+        counts = {s: statuses.count(s) for s in set(statuses)}
+        raise AssertionError(f"{exc}: pairs {counts}; messages: {where_messages_are()}") from None
     return time.monotonic() - start
 
 
