@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,7 @@ sys.path.insert(0, ROOT)
 
 from agents import gpu, gpu_contract  # noqa: E402
 from agents.gpu_check import run_gpu_check  # noqa: E402
-from agents.runner import run_probe  # noqa: E402
-from devtools.probe_commands import loopback_pair  # noqa: E402
+from devtools.probe_commands import loopback_pair, run_ranks  # noqa: E402
 from devtools.services import RedisServer  # noqa: E402
 
 # Dense (no sparsity) peak TFLOP/s from NVIDIA's datasheets, by the start of NVML's model name.
@@ -75,8 +73,8 @@ def peak_for(model: str | None) -> dict[str, float] | None:
     return next((v for k, v in DATASHEET_DENSE_TFLOPS.items() if model and model.startswith(k)), None)
 
 
-def facts() -> dict[str, Any]:
-    out = gpu.collect()
+def facts(out: dict[str, Any]) -> dict[str, Any]:
+    """What of gpu.collect()'s answer the report keeps."""
     return {
         "error": out.get("error"),
         "driver": out.get("driver"),
@@ -128,25 +126,17 @@ def nccl_pair() -> list[dict[str, Any]]:
                 loopback_pair(rank, rdv, backend="nccl", last_stage="collective", timeouts=timeouts, deadline_s=150.0)
                 for rank in (0, 1)
             ]
-            results: dict[int, dict[str, Any]] = {}
-            threads = [
-                threading.Thread(target=lambda c=c: results.__setitem__(c["rank"], run_probe(c, server.url)))
-                for c in commands
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            results = run_ranks(commands, server.url)
         finally:
             server.stop()
     keep = ("node", "rank", "status", "stage", "reason", "hint", "duration_s")
     return [
         {
-            **{k: results[r].get(k) for k in keep},
-            "stage_times": (results[r].get("evidence") or {}).get("stage_times"),
-            "stage_log": (results[r].get("extra") or {}).get("stage_log"),
+            **{k: result.get(k) for k in keep},
+            "stage_times": (result.get("evidence") or {}).get("stage_times"),
+            "stage_log": (result.get("extra") or {}).get("stage_log"),
         }
-        for r in sorted(results)
+        for result in results
     ]
 
 
@@ -158,7 +148,7 @@ def main() -> None:
     nvml = gpu.collect()
     report = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "facts": facts(),
+        "facts": facts(nvml),
         "check": check(nvml),
         "nccl_init": nccl_init(),
         "nccl_pair": nccl_pair(),
