@@ -76,7 +76,19 @@ VERDICTS = ("pass", "warn", "fail", "unknown")
 VERDICT_EXIT_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
 BACKENDS = ("gloo", "nccl")
 PROBE_KINDS = ("pair", "group", "discover", "preflight")
-SWEEP_KINDS = ("full", "connectivity", "quick", "pairs", "group", "preflight", "discover")
+SWEEP_KINDS = (
+    "full",
+    "connectivity",
+    "quick",
+    "pairs",
+    "group",
+    "preflight",
+    "discover",
+    "sampled",
+    "topology",
+    "bisect",
+)
+BANDWIDTH_SWEEP_KINDS = ("full", "pairs", "sampled", "topology")  # pairs measure bandwidth unless told otherwise
 GROUP_SWEEP_KINDS = ("full", "group")  # end with a group all_reduce over every node
 DISCOVER_SWEEP_KINDS = ("discover",)  # pair probes that try every interface combination
 LAST_STAGES = ("collective", "bandwidth")  # where a probe may be asked to stop

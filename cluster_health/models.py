@@ -173,8 +173,10 @@ class Sweep(models.Model):
 
     @property
     def last_stage(self) -> str:
-        """How far each pair climbs: full and explicit pairs measure bandwidth, the rest stop at collective."""
-        return self.params.get("last_stage") or ("bandwidth" if self.kind in ("full", "pairs") else "collective")
+        """How far each pair climbs: full, explicit pairs, sampled and topology measure bandwidth; the rest stop at
+        collective."""
+        measured = self.kind in contract.BANDWIDTH_SWEEP_KINDS
+        return self.params.get("last_stage") or ("bandwidth" if measured else "collective")
 
     def duration_s(self) -> float | None:
         if not self.started:

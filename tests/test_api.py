@@ -70,6 +70,10 @@ def test_it_starts_a_sweep_with_an_operator_token(client, operator_token, driver
         ({"nodes": ["bad name"]}, "nodes"),
         ({"colour": "red"}, "colour"),
         ({"timeouts": {"connect": 10**6}}, "connect"),
+        ({"kind": "sampled", "rounds": 0}, "rounds"),
+        ({"kind": "sampled", "seed": -1}, "seed"),
+        ({"kind": "sampled", "seed": "7"}, "seed"),
+        ({"kind": "full", "rounds": 4}, "rounds"),
     ],
 )
 def test_it_answers_out_of_bounds_parameters_with_a_clear_400(client, operator_token, body, field):

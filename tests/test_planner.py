@@ -90,3 +90,125 @@ def test_it_plans_1024_nodes_in_rounds_that_cover_every_pair():
     assert len(p.rounds) == 1023
     assert p.pair_count == 523_776
     assert_disjoint_rounds(p.rounds[:5])
+
+
+# -- the large-fleet kinds ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [2, 7, 64, 1024])
+def test_a_sampled_round_pairs_every_node_once_and_no_pair_comes_twice(n):
+    nodes = names(n)
+    rounds = planner.sampled_rounds(nodes, 8, seed=1234)
+    assert len(rounds) == min(8, n - 1 if n % 2 == 0 else n)
+    assert_disjoint_rounds(rounds)
+    for r in rounds:  # every node in each round (one bye with odd N)
+        assert len({x for p in r for x in p}) == n - n % 2
+    pairs = [frozenset(p) for r in rounds for p in r]
+    assert len(pairs) == len(set(pairs))
+    position = {x: i for i, x in enumerate(nodes)}
+    assert all(position[a] < position[b] for r in rounds for a, b in r)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_sampled_sweep_of_one_round_over_odd_n_still_probes_every_node(seed):
+    nodes = names(7)
+    rounds = planner.sampled_rounds(nodes, 1, seed)
+    assert {n for r in rounds for p in r for n in p} == set(nodes)
+    assert_disjoint_rounds(rounds)
+
+
+def test_a_sampled_plan_is_the_same_for_its_seed_and_differs_for_another():
+    nodes = names(256)
+    first = planner.plan("sampled", nodes, rounds=4, seed=7).rounds
+    assert planner.plan("sampled", nodes, rounds=4, seed=7).rounds == first
+    assert planner.plan("sampled", nodes, rounds=4, seed=8).rounds != first
+
+
+def test_a_sampled_plan_meets_a_pair_about_as_often_as_its_share_of_the_rounds():
+    nodes = names(32)  # 31 rounds in all: 4 of them meet a given link with probability 4/31
+    hits = sum(
+        any({"n0003", "n0017"} == set(p) for r in planner.sampled_rounds(nodes, 4, seed) for p in r)
+        for seed in range(2000)
+    )
+    assert 0.09 < hits / 2000 < 0.17, hits
+
+
+def groups_of(n_groups, size):
+    return {f"g{g:02d}-n{i:02d}": f"g{g:02d}" for g in range(n_groups) for i in range(size)}
+
+
+def test_a_topology_plan_covers_each_group_fully_and_every_two_groups_once():
+    groups = groups_of(5, 4) | {"lone": "solo"}
+    nodes = sorted(groups)
+    rounds = planner.topology_rounds(nodes, groups)
+    assert_disjoint_rounds(rounds)
+    pairs = [p for r in rounds for p in r]
+    inside = [p for p in pairs if groups[p[0]] == groups[p[1]]]
+    between = [frozenset((groups[a], groups[b])) for a, b in pairs if groups[a] != groups[b]]
+    for g in {*groups.values()}:
+        members = [n for n in nodes if groups[n] == g]
+        assert {frozenset(p) for p in inside if groups[p[0]] == g} == {
+            frozenset(p) for p in itertools.combinations(members, 2)
+        }
+    assert sorted(map(sorted, between)) == sorted(sorted(p) for p in itertools.combinations({*groups.values()}, 2))
+    assert "lone" in {x for p in pairs for x in p}  # a group of one still meets every other group
+
+
+def test_a_topology_plan_takes_32_rounds_at_1024_nodes_in_32_groups_of_32():
+    groups = groups_of(32, 32)
+    rounds = planner.plan("topology", sorted(groups), groups=groups).rounds
+    assert len(rounds) == 32  # 31 inside, side by side, and the 496 pairs between groups in one
+    assert sum(len(r) for r in rounds) == 32 * (32 * 31 // 2) + 32 * 31 // 2
+
+
+def test_a_topology_plan_refuses_a_node_without_a_group():
+    with pytest.raises(planner.PlanError, match="n0001 has no group"):
+        planner.topology_rounds(names(2), {"n0000": "a"})
+
+
+def outcome(*pairs):
+    """{(a, b): passed} from "0-1+" (passed) and "0-1-" (failed), nodes named n0000..."""
+    out = {}
+    for p in pairs:
+        a, b = p[:-1].split("-")
+        out[(f"n{int(a):04d}", f"n{int(b):04d}")] = p.endswith("+")
+    return out
+
+
+def test_bisect_tests_each_suspect_against_two_clean_nodes_spreading_the_load():
+    nodes = names(8)
+    quick = outcome("0-1-", "2-3+", "4-5+", "6-7+")
+    suspects = planner.bisect_suspects(quick)
+    assert suspects == {"n0000", "n0001"}
+    pairs = planner.bisect_pairs(nodes, quick, suspects)
+    for s in suspects:
+        partners = [x for p in pairs if s in p for x in p if x != s]
+        assert len(set(partners)) == planner.BISECT_PARTNERS and not set(partners) & suspects, pairs
+    clean_used = [x for p in pairs for x in p if x not in suspects]
+    assert len(clean_used) == len(set(clean_used))  # six clean nodes: none tests two suspects
+    assert len(planner.schedule_pairs(pairs, nodes)) == planner.BISECT_PARTNERS  # a node is in one probe a round
+
+
+def test_bisect_counts_the_quick_phase_s_clean_answers():
+    nodes = names(6)
+    quick = outcome("0-1-", "0-2+", "1-3+", "0-4+", "1-5+")  # each suspect passed twice with clean nodes
+    assert planner.bisect_pairs(nodes, quick, planner.bisect_suspects(quick)) == []  # the link 0-1, pinned
+
+
+def test_bisect_stops_when_every_suspect_is_pinned_or_nobody_is_clean():
+    nodes = names(6)
+    quick = outcome("0-1-", "2-3+", "4-5+")
+    later = quick | outcome("0-2-", "0-3-", "1-4+", "1-5+")  # n0000 failed with two clean nodes: the node
+    assert planner.bisect_pairs(nodes, later, {"n0000", "n0001"}) == []
+    split = outcome("0-1-", "2-3-")
+    assert planner.bisect_pairs(nodes, split, planner.bisect_suspects(split)) == []
+
+
+def test_bisect_asks_again_when_a_suspect_s_partners_disagree():
+    nodes = names(10)
+    quick = outcome("0-1-", "2-3+", "4-5+", "6-7+", "8-9+")
+    later = quick | outcome("0-2+", "0-4-", "1-3+", "1-5+")  # n0000's partners disagree; n0001 is fine
+    pairs = planner.bisect_pairs(nodes, later, {"n0000", "n0001"})
+    assert all("n0000" in p for p in pairs) and len(pairs) == 2 * planner.BISECT_PARTNERS - 2, pairs
+    partners = {x for p in pairs for x in p} - {"n0000"}
+    assert partners.isdisjoint({"n0001", "n0002", "n0004"})

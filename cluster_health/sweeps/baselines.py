@@ -5,7 +5,10 @@ from __future__ import annotations
 from cluster_health.core.baselines import median_and_mad
 from cluster_health.models import Baseline, BaselinePair, PairProbe, Sweep, pair_key
 
-ROLLING_BASELINE_SWEEPS = 5  # good nightly full sweeps the rolling median is taken over
+ROLLING_BASELINE_SWEEPS = 5  # good nightly sweeps the rolling median is taken over
+# The scheduled kinds that measure every pair they run (a nightly sampled or topology sweep
+# meets only some pairs: each pair's median is taken over the nights that met it).
+ROLLING_KINDS = ("full", "sampled", "topology")
 INSERT_BATCH = 5000  # baseline rows per INSERT
 READ_CHUNK = 10000  # pair rows read per round trip
 
@@ -28,9 +31,9 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
 
 
 def rolling_baseline(last: int = ROLLING_BASELINE_SWEEPS) -> Baseline | None:
-    """Median busbw per pair over the last good nightly full sweeps, with its spread (MAD); None if there is none yet."""
+    """Median busbw per pair over the last good nightly sweeps, with its spread (MAD); None if there is none yet."""
     good = list(
-        Sweep.objects.filter(kind="full", source="schedule", status="finished", verdict__in=("pass", "warn"))
+        Sweep.objects.filter(kind__in=ROLLING_KINDS, source="schedule", status="finished", verdict__in=("pass", "warn"))
         .order_by("-finished")
         .values_list("pk", flat=True)[:last]
     )

@@ -12,13 +12,15 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import redis
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from kombu.exceptions import KombuError
 
+from agents import contract
 from cluster_health.actions import tasks as actions_tasks
-from cluster_health.core import planner, verdicts
+from cluster_health.core import culprits, planner, verdicts
 from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GroupProbe, Node, PairProbe, Sweep
 from cluster_health.sweeps import baselines, findings, rounds
 from cluster_health.web import broadcast, serializers
@@ -26,7 +28,13 @@ from cluster_health.web import broadcast, serializers
 log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
 INSERT_BATCH = 5000  # probe rows per INSERT when a sweep is planned
-FORGOTTEN_PENDING_S = 30.0  # a pending sweep this old was never started: its start task was lost
+FORGOTTEN_PENDING_S = 30.0
+BASELINE_KINDS = (
+    "full",
+    "pairs",
+    "sampled",
+    "topology",
+)  # the kinds that measure bandwidth  # a pending sweep this old was never started: its start task was lost
 
 
 class PlanningError(ValueError):
@@ -52,7 +60,15 @@ def start_sweep(sweep_id: int) -> bool:
         params = sweep.params
         try:
             names = _sweep_nodes(sweep, now)
-            plan = planner.plan(sweep.kind, names, [tuple(p) for p in params.get("pairs") or []])
+            groups = _topology_groups(names) if sweep.kind == "topology" else None
+            plan = planner.plan(
+                sweep.kind,
+                names,
+                [tuple(p) for p in params.get("pairs") or []],
+                rounds=params.get("rounds"),
+                seed=params.get("seed", 0),
+                groups=groups,
+            )
         except (PlanningError, planner.PlanError) as exc:
             _fail(sweep, str(exc))
             return True
@@ -65,7 +81,14 @@ def start_sweep(sweep_id: int) -> bool:
             "group": plan.group,
             "offline_at_start": _offline_at_start(names, now),
         }
-        if sweep.kind in ("full", "pairs") or params.get("baseline"):
+        if groups is not None:  # the grouping it ran with, as declared and named then
+            members: dict[str, list[str]] = {}
+            for n in names:
+                members.setdefault(groups[n], []).append(n)
+            sweep.params["groups"] = members
+        if sweep.kind == "bisect":
+            sweep.params["bisect_phase"] = 1
+        if sweep.kind in contract.BANDWIDTH_SWEEP_KINDS or params.get("baseline"):
             sweep.baseline = baselines.resolve_baseline(params.get("baseline"))
         sweep.save(update_fields=["nodes", "total_rounds", "params", "baseline"])
         broadcast.sweep_update(sweep)
@@ -99,16 +122,24 @@ def _sweep_nodes(sweep: Sweep, now: datetime) -> list[str]:
     return names
 
 
+def _topology_groups(names: list[str]) -> dict[str, str]:
+    """Each node's group for a topology sweep: its declared group, else the one the hostname pattern gives."""
+    declared = dict(
+        Node.objects.filter(name__in=names).exclude(topology_group="").values_list("name", "topology_group")
+    )
+    return {n: group for n, (group, _) in culprits.node_groups(names, settings.GROUP_PATTERN, declared).items()}
+
+
 def _offline_at_start(names: list[str], now: datetime) -> dict[str, str | None]:
     """The sweep's nodes that were offline when it was planned, with their last heartbeat (ISO, or None)."""
     silent = Node.objects.filter(name__in=names).exclude(Node.online_q(now)).values_list("name", "last_heartbeat")
     return {name: beat and beat.isoformat() for name, beat in sorted(silent)}
 
 
-def _create_probes(sweep: Sweep, names: list[str], plan: planner.Plan) -> None:
+def _create_probes(sweep: Sweep, names: list[str], plan: planner.Plan, first_round: int = 1) -> None:
     node_ids = dict(Node.objects.filter(name__in=names).values_list("name", "pk"))
     batch = []
-    for number, pairs in enumerate(plan.rounds, start=1):
+    for number, pairs in enumerate(plan.rounds, start=first_round):
         for a, b in pairs:
             batch.append(
                 PairProbe(
@@ -132,6 +163,12 @@ def advance(sweep_id: int) -> None:
             if k and _round_open(sweep, k):
                 return
             if k >= sweep.total_rounds:
+                if sweep.kind == "bisect":
+                    extended = _next_bisect_phase(sweep)
+                    if extended is None:
+                        return  # another worker planned the next phase
+                    if extended:
+                        continue
                 finish(sweep)
                 return
             if not Sweep.objects.filter(pk=sweep_id, status="running", current_round=k).update(current_round=k + 1):
@@ -140,6 +177,44 @@ def advance(sweep_id: int) -> None:
             still_open = rounds.dispatch_round(sweep, k + 1)
         if still_open:
             return
+
+
+def _next_bisect_phase(sweep: Sweep) -> bool | None:
+    """Plan a bisect sweep's next phase after its last round: True if it has one now, False when the
+    sweep is done (every suspect pinned, no clean partner left, or its last phase ran), None when
+    another worker planned it first. Runs inside advance()'s transaction."""
+    phase = sweep.params.get("bisect_phase", 1)
+    if phase >= planner.BISECT_MAX_PHASES:
+        return False
+    outcomes = {}
+    for a, b, status, reason in PairProbe.objects.filter(sweep=sweep).values_list(
+        "node_a__name", "node_b__name", "status", "reason"
+    ):
+        if status == "offline" or reason == "agent_offline":
+            continue  # the silent node is named already, and tells nothing of its peer
+        outcomes[(a, b)] = status in contract.PASSED_STATUSES
+    suspects = sweep.params.get("bisect_suspects")
+    if suspects is None:  # after the quick phase: the suspects the later phases look into
+        suspects = sorted(planner.bisect_suspects(outcomes), key=sweep.nodes.index)
+    pairs = planner.bisect_pairs(sweep.nodes, outcomes, suspects)
+    if not pairs:
+        return False
+    rounds = planner.schedule_pairs(pairs, sweep.nodes)
+    total, pair_rounds = sweep.total_rounds + len(rounds), sweep.params.get("pair_rounds", 0) + len(rounds)
+    params = {**sweep.params, "pair_rounds": pair_rounds, "bisect_phase": phase + 1, "bisect_suspects": suspects}
+    if not Sweep.objects.filter(pk=sweep.pk, status="running", total_rounds=sweep.total_rounds).update(
+        total_rounds=total, params=params
+    ):
+        return None
+    _create_probes(sweep, sweep.nodes, planner.Plan(sweep.nodes, rounds), first_round=sweep.total_rounds + 1)
+    log.info(
+        "sweep %s: bisect phase %d, %d pairs around the suspects in %d rounds",
+        sweep.pk,
+        phase + 1,
+        len(pairs),
+        len(rounds),
+    )
+    return True
 
 
 # The broker or the database away for a moment (a restart, a failover): nothing is wrong with

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
+
 from django.db import transaction
 
 from agents import contract
+from cluster_health.core import planner
 from cluster_health.models import Node, Sweep
 from cluster_health.sweeps import dispatch
 
 MAX_NODES = contract.MAX_WORLD_SIZE
 MAX_PAIRS = 10000  # explicit pairs in one "pairs" sweep
+MAX_SEED = 2**31 - 1
 
 
 class SweepRequestError(ValueError):
@@ -36,6 +40,7 @@ def clean_request(kind: str = "full", backend: str = "gloo", nodes=None, **param
         clean.update(_clean_probe_params(params))
         if kind == "pairs":
             clean["pairs"] = _clean_pairs(params.get("pairs"))
+        clean.update(_clean_sampling(kind, params))
     except contract.ContractError as exc:
         raise SweepRequestError(str(exc)) from None
     if kind == "preflight" and clean.get("master_port") is None:
@@ -102,6 +107,22 @@ def _clean_probe_params(params: dict) -> dict:
     if params.get("master") is not None:
         clean["master"] = contract.check_node_name(params["master"], "master")
     return clean
+
+
+def _clean_sampling(kind: str, params: dict) -> dict:
+    """A sampled sweep's rounds and seed; the seed is drawn here when none is given, and kept, so that
+    the same pairs can be run again. Other kinds take neither."""
+    given = [key for key in ("rounds", "seed") if params.get(key) is not None]
+    if kind != "sampled":
+        if given:
+            raise SweepRequestError(f"{given[0]}: only a sampled sweep takes {given[0]}")
+        return {}
+    rounds = _int(params, "rounds", 1, MAX_NODES)
+    seed = _int(params, "seed", 0, MAX_SEED)
+    return {
+        "rounds": planner.SAMPLED_ROUNDS if rounds is None else rounds,
+        "seed": secrets.randbelow(MAX_SEED + 1) if seed is None else seed,
+    }
 
 
 def _clean_pairs(raw) -> list[list[str]]:

@@ -197,6 +197,8 @@ def _create_sweep(request):
         "env",
         "multi_group",
         "last_stage",
+        "rounds",
+        "seed",
     }
     unknown = sorted(set(body) - allowed)
     if unknown:

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from django import forms
 
-from cluster_health.core import matrix
+from cluster_health.core import matrix, planner
 from cluster_health.models import Node, Sweep
 
-PAGE_KINDS = ("connectivity", "quick", "full", "group", "discover")
+PAGE_KINDS = ("connectivity", "quick", "full", "group", "discover", "sampled", "topology", "bisect")
 KIND_HELP = {
     "connectivity": "every pair reaches the collective stage (fast, no bandwidth)",
     "quick": "a quick pass with small messages",
     "full": "every pair, bandwidth over the message-size sweep, then a group all_reduce",
     "group": "one all_reduce across all chosen nodes",
     "discover": "every interface combination of every pair: which GLOO_SOCKET_IFNAME works on each node",
+    "sampled": "large fleets: rounds of random disjoint pairs with bandwidth, every node in each round",
+    "topology": "large fleets: every pair inside each group (rack, leaf), one pair between every two groups",
+    "bisect": "large fleets: a quick pass, then probes around the suspects until each failure is pinned",
 }
 
 
@@ -23,6 +26,14 @@ class StartSweepForm(forms.Form):
         initial="connectivity",
     )
     backend = forms.ChoiceField(choices=[("gloo", "gloo (CPU, TCP)"), ("nccl", "nccl (GPU)")], initial="gloo")
+    rounds = forms.IntegerField(
+        required=False,
+        min_value=1,
+        help_text=f"sampled: rounds of random pairs (empty: {planner.SAMPLED_ROUNDS})",
+    )
+    seed = forms.IntegerField(
+        required=False, min_value=0, help_text="sampled: the seed of an earlier sweep, to draw its pairs again"
+    )
     nodes = forms.MultipleChoiceField(
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -33,6 +44,14 @@ class StartSweepForm(forms.Form):
         super().__init__(*args, **kwargs)
         online = Node.objects.filter(Node.online_q(), active=True).values_list("name", flat=True)
         self.fields["nodes"].choices = [(n, n) for n in matrix.natural_sorted(online)]
+
+    def request(self) -> dict:
+        """The sweep request the form asks for (sweeps.request_sweep bounds it)."""
+        data = self.cleaned_data
+        out = {"kind": data["kind"], "backend": data["backend"], "nodes": list(data["nodes"]) or None}
+        if data["kind"] == "sampled":
+            out.update({key: data[key] for key in ("rounds", "seed") if data.get(key) is not None})
+        return out
 
 
 class HistoryFilterForm(forms.Form):

@@ -127,6 +127,9 @@ def sweep_json(
             {"node": n, "last_heartbeat": beat} for n, beat in (sweep.params.get("offline_at_start") or {}).items()
         ],
     }
+    plan = plan_json(sweep)
+    if plan:
+        out["plan"] = plan
     if with_pairs:
         out["pairs"] = pair_dicts(sweep, window=pair_window)
         out["groups"] = [group_dict(g) for g in GroupProbe.objects.filter(sweep=sweep)]
@@ -136,6 +139,19 @@ def sweep_json(
     out["findings"] = [f.as_dict() for f in findings]
     out["trending_down"] = trending_down(findings)
     return out
+
+
+def plan_json(sweep: Sweep) -> dict:
+    """How a large-fleet kind chose its pairs: a sampled sweep's rounds and seed (to draw them again), a
+    topology sweep's groups with their sizes, a bisect sweep's phase. Empty for the other kinds."""
+    params = sweep.params
+    if sweep.kind == "sampled":
+        return {"sample_rounds": params.get("rounds"), "seed": params.get("seed")}
+    if sweep.kind == "topology" and "groups" in params:
+        return {"groups": {g: len(members) for g, members in params["groups"].items()}}
+    if sweep.kind == "bisect" and "bisect_phase" in params:
+        return {"bisect_phase": params["bisect_phase"]}
+    return {}
 
 
 def trending_down(findings: list[Finding]) -> list[dict]:

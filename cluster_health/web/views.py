@@ -154,6 +154,7 @@ def sweep_detail(request, sweep_id: int):
             "trending_down": serializers.trending_down(findings),
             "groups": GroupProbe.objects.filter(sweep=sweep),
             "previous": previous,
+            "plan": serializers.plan_json(sweep),
         },
     )
 
@@ -372,15 +373,8 @@ def probe_detail(request, probe_id: int):
 def start_sweep(request):
     form = StartSweepForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        data = form.cleaned_data
         try:
-            sweep = sweeps.request_sweep(
-                source="page",
-                user=request.user,
-                kind=data["kind"],
-                backend=data["backend"],
-                nodes=list(data["nodes"]) or None,
-            )
+            sweep = sweeps.request_sweep(source="page", user=request.user, **form.request())
         except sweeps.SweepRequestError as exc:
             form.add_error(None, str(exc))
         else:

@@ -12,14 +12,17 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from agents import contract
-from cluster_health.core import textmatrix
+from cluster_health.core import planner, textmatrix
 from cluster_health.sweeps import waiting
 from cluster_health.web import serializers
 
 REQUESTABLE_KINDS = [k for k in contract.SWEEP_KINDS if k != "preflight"]  # a preflight has its own command
 KIND_HELP = (
     "discover: try every interface combination of every pair and name the "
-    "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node"
+    "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node; for large fleets, "
+    "sampled: --rounds rounds of random disjoint pairs (--seed to repeat them), "
+    "topology: every pair inside each group and one between every two groups, "
+    "bisect: a quick pass, then probes around the suspects until each failure is pinned"
 )
 
 
@@ -35,6 +38,12 @@ class Command(BaseCommand):
         parser.add_argument("--backend", default="gloo", choices=contract.BACKENDS)
         parser.add_argument("--sizes", help="message sizes in bytes, comma-separated")
         parser.add_argument("--iterations", type=int)
+        parser.add_argument(
+            "--rounds", type=int, help=f"for --kind sampled: rounds of random pairs (default {planner.SAMPLED_ROUNDS})"
+        )
+        parser.add_argument(
+            "--seed", type=int, help="for --kind sampled: the seed that draws the pairs (default: drawn)"
+        )
         waiting.add_assignments_option(
             parser, "--stage-timeout", "STAGE=S", "per-stage timeout, e.g. connect=2 (repeatable)"
         )
@@ -59,8 +68,9 @@ class Command(BaseCommand):
                 request["sizes"] = [int(s) for s in opts["sizes"].split(",")]
             except ValueError:
                 raise CommandError("--sizes: expected whole numbers of bytes, comma-separated") from None
-        if opts["iterations"] is not None:
-            request["iterations"] = opts["iterations"]
+        for key in ("iterations", "rounds", "seed"):
+            if opts[key] is not None:
+                request[key] = opts[key]
         if opts["stage_timeout"]:
             timeouts = waiting.assignments(opts["stage_timeout"], "--stage-timeout", "STAGE=SECONDS")
             try:
