@@ -46,6 +46,7 @@ KNOWN = (
     "bandwidth_honesty",
     "dead_link",
     "false_alarms",
+    "storage",
 )
 NETNS = ("netns_sweep", "bandwidth_honesty", "dead_link", "false_alarms")
 
@@ -150,6 +151,7 @@ def targets(fig: dict, nodes: int) -> list[Row]:
         _link_rows,
         _alarm_rows,
         _agent_rows,
+        _storage_rows,
     ):
         for name, goal, value, unit, ok, reference in section(fig, nodes):
             met = "not measured" if value is None else ("yes" if ok(value) else "no")
@@ -319,6 +321,53 @@ def _agent_rows(fig: dict, nodes: int) -> list[Target]:
     ]
 
 
+def _storage_rows(fig: dict, nodes: int) -> list[Target]:
+    """What one nightly full sweep adds to PostgreSQL, and a year of them at the retention defaults."""
+    s = fig.get("storage", {})
+    n = s.get("nodes", nodes)
+    mib = 2**20
+    per = (
+        ""
+        if not s
+        else (
+            f"{fmt(s.get('pairs'))} pairs: {fmt(s.get('fresh_bytes_per_pair'), ' B')} a pair fresh, "
+            f"{fmt(s.get('pruned_bytes_per_pair'), ' B')} pruned, {fmt(s.get('collapsed_bytes_per_pair'), ' B')} "
+            f"collapsed (stored matrix {fmt(round(s['stored_matrix_bytes'] / mib, 1), ' MiB')})"
+        )
+    )
+    year_ref = (
+        ""
+        if not s
+        else (
+            f"{s.get('year_rule')}; without collapsing, "
+            f"{fmt(round(s['year_without_collapse_bytes'] / 2**30, 1), ' GiB')}"
+        )
+    )
+
+    def mib_of(key):
+        return round(s[key] / mib, 1) if key in s else None
+
+    return [
+        (f"one nightly full sweep, {n} nodes, fresh", "reported", mib_of("fresh_bytes"), " MiB", bool, per),
+        (
+            f"the same sweep collapsed (past PAIR_ROWS_DAYS), {n} nodes",
+            "reported",
+            mib_of("collapsed_bytes"),
+            " MiB",
+            bool,
+            "",
+        ),
+        (
+            f"a year of nightly full sweeps, {n} nodes",
+            "reported",
+            round(s["year_bytes"] / 2**30, 1) if "year_bytes" in s else None,
+            " GiB",
+            bool,
+            year_ref,
+        ),
+    ]
+
+
 METHODS = {
     "planner": "`planner.plan('full', nodes)` over synthetic names, best of three.",
     "ingest_throughput": "Synthetic nodes register by heartbeat; a connectivity sweep is requested and started "
@@ -416,6 +465,7 @@ def main() -> int:
         "bandwidth_honesty": {"runs": 5},
         "dead_link": {"database": opts.database},
         "false_alarms": {"database": opts.database},
+        "storage": {"database": opts.database, "nodes": opts.nodes},
     }
     others = sorted(
         p.stem

@@ -183,6 +183,11 @@ class Sweep(models.Model):
             return None
         return round(((self.finished or timezone.now()) - self.started).total_seconds(), 3)
 
+    @property
+    def collapsed_ok(self) -> int:
+        """Passing pair rows retention deleted (``manage.py prune``); their results live in the stored matrix."""
+        return int((self.params.get("collapsed") or {}).get("ok_rows", 0))
+
     def progress(self, round_only: bool = False) -> dict:
         """Counts by pair status, rounds and failures: what a progress line or a browser shows.
 
@@ -191,6 +196,8 @@ class Sweep(models.Model):
         """
         qs = self.pairs.filter(round=self.current_round) if round_only else self.pairs.all()
         counts = dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
+        if self.collapsed_ok and not round_only:  # rows deleted by retention; their matrix cells remain
+            counts["ok"] = counts.get("ok", 0) + self.collapsed_ok
         total = sum(counts.values())
         done = total - counts.get("pending", 0) - counts.get("running", 0)
         bad = sum(counts.get(s, 0) for s in contract.BAD_STATUSES)

@@ -196,6 +196,9 @@ DEGRADED_RATIO = envfloat("CLUSTER_HEALTH_DEGRADED_RATIO", 0.9, 0.0, 1.0)
 GROUP_PATTERN = envstr("CLUSTER_HEALTH_GROUP_PATTERN")
 NIGHTLY_SWEEP_CRON = envstr("CLUSTER_HEALTH_NIGHTLY_CRON", "30 2 * * *")
 RETENTION_DAYS = envint("CLUSTER_HEALTH_RETENTION_DAYS", 90, 1)
+# Past this age a closed sweep's passing pair rows are deleted: its stored matrix keeps their
+# status, busbw and latency, and every pair that did not pass keeps its row (0: never).
+PAIR_ROWS_DAYS = envint("CLUSTER_HEALTH_PAIR_ROWS_DAYS", 90, 0)
 REJECTED_RETENTION_DAYS = envint("CLUSTER_HEALTH_REJECTED_RETENTION_DAYS", 7, 1)
 MAX_REJECTED_MESSAGES = envint("CLUSTER_HEALTH_MAX_REJECTED_MESSAGES", 100_000, 100)
 PRUNE_CRON = envstr("CLUSTER_HEALTH_PRUNE_CRON", "15 3 * * *")

@@ -66,9 +66,58 @@ def test_it_exits_with_the_verdicts_code(finished, monkeypatch):
 
 
 def test_it_prunes_raw_detail_and_keeps_summaries(finished):
-    assert prune(30) == {"pairs": 0, "groups": 0, "rejected": 0}
+    assert prune(30) == {"pairs": 0, "groups": 0, "rejected": 0, "collapsed": {"sweeps": 0, "rows": 0}}
     Sweep.objects.filter(pk=finished.pk).update(created=timezone.now() - timedelta(days=40))
     assert prune(30)["pairs"] == 3
     probe = PairProbe.objects.filter(sweep=finished, status="ok").first()
     assert probe.half_a is None and probe.sizes is None and probe.pruned
     assert probe.latency_us_p50 is not None and probe.status == "ok"
+
+
+def pair_results(sweep):
+    """What a reader of the sweep sees of each pair: status, stage, reason, hint, busbw, algbw and latency."""
+    out = {}
+    for p in serializers.sweep_json(sweep)["pairs"]:
+        key = tuple(sorted((p["a"], p["b"])))
+        out[key] = tuple(p[f] for f in ("status", "stage", "reason", "hint", "busbw_gbps", "algbw_gbps", "latency_us"))
+    return out
+
+
+def test_a_sweep_past_its_pair_rows_days_collapses_into_its_matrix_and_reads_the_same(finished, client):
+    from django.contrib.auth.models import User
+
+    from cluster_health.models import BaselinePair, SweepMatrix
+    from cluster_health.sweeps import baselines
+
+    before, progress = pair_results(finished), finished.progress()
+    stored = SweepMatrix.objects.get(sweep=finished).payload
+
+    def measured(baseline):
+        rows = BaselinePair.objects.filter(baseline=baseline).values_list("node_a", "node_b", "busbw_gbps")
+        return {(a, b): bw for a, b, bw in rows}
+
+    base = measured(baselines.baseline_from_sweep(finished))
+    assert len(base) == 2
+    Sweep.objects.filter(pk=finished.pk).update(created=timezone.now() - timedelta(days=100))
+    assert prune(30, pair_rows_days=60)["collapsed"] == {"sweeps": 1, "rows": 2}
+    finished.refresh_from_db()
+    kept = PairProbe.objects.filter(sweep=finished)
+    assert [(p.status, p.hint) for p in kept] == [("failed", "n0 cannot reach 127.0.0.1:1")]  # failures keep rows
+    assert pair_results(finished) == before and serializers.sweep_json(finished)["collapsed"] is True
+    assert SweepMatrix.objects.get(sweep=finished).payload == stored
+    assert finished.progress()["counts"] == progress["counts"]
+    assert measured(baselines.baseline_from_sweep(finished)) == base
+    assert prune(30, pair_rows_days=60)["collapsed"] == {"sweeps": 0, "rows": 0}
+    client.force_login(User.objects.create_user("viewer", password="x"))
+    page = client.get(f"/api/sweeps/{finished.pk}/pairs?offset=2&limit=1").json()
+    assert page["total"] == 3 and len(page["pairs"]) == 1 and page["next"] is None
+    whole = client.get(f"/api/sweeps/{finished.pk}/pairs?limit=10").json()["pairs"]
+    assert sorted(tuple(sorted((p["a"], p["b"]))) for p in whole) == sorted(before)
+
+
+def test_an_open_or_recent_sweep_is_never_collapsed(finished):
+    assert prune(30, pair_rows_days=60)["collapsed"] == {"sweeps": 0, "rows": 0}
+    Sweep.objects.filter(pk=finished.pk).update(created=timezone.now() - timedelta(days=100), status="running")
+    assert prune(30, pair_rows_days=60)["collapsed"] == {"sweeps": 0, "rows": 0}
+    assert prune(30, pair_rows_days=0)["collapsed"] == {"sweeps": 0, "rows": 0}  # 0: never
+    assert PairProbe.objects.filter(sweep=finished).count() == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cluster_health.core.baselines import median_and_mad
 from cluster_health.models import Baseline, BaselinePair, PairProbe, Sweep, pair_key
+from cluster_health.web import serializers
 
 ROLLING_BASELINE_SWEEPS = 5  # good nightly sweeps the rolling median is taken over
 # The scheduled kinds that measure every pair they run (a nightly sampled or topology sweep
@@ -18,13 +19,13 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
         name=name or f"sweep {sweep.pk}", source="sweep", from_sweep=sweep, sweeps_used=[sweep.pk]
     )
     rows = PairProbe.objects.filter(sweep=sweep, status__in=("ok", "degraded"), busbw_gbps__isnull=False)
+    measured = {pair_key(a, b): bw for a, b, bw in rows.values_list("node_a__name", "node_b__name", "busbw_gbps")}
+    if sweep.collapsed_ok:  # its passing pairs' rows are gone; the stored matrix has their busbw
+        for p in serializers.collapsed_pairs(sweep):
+            if p["busbw_gbps"] is not None:
+                measured[pair_key(p["a"], p["b"])] = p["busbw_gbps"]
     BaselinePair.objects.bulk_create(
-        [
-            BaselinePair(baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=bw)
-            for k, bw in {
-                pair_key(a, b): bw for a, b, bw in rows.values_list("node_a__name", "node_b__name", "busbw_gbps")
-            }.items()
-        ],
+        [BaselinePair(baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=bw) for k, bw in measured.items()],
         batch_size=INSERT_BATCH,
     )
     return base

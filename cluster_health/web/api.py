@@ -226,7 +226,7 @@ class _PairPage:
 
     def __init__(self, sweep: Sweep, offset: int, limit: int):
         self.sweep, self.offset, self.limit = sweep, offset, limit
-        self.total = PairProbe.objects.filter(sweep=sweep).count()
+        self.total = PairProbe.objects.filter(sweep=sweep).count() + sweep.collapsed_ok
 
     @classmethod
     def of_request(cls, request, sweep: Sweep) -> _PairPage:

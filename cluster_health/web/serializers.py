@@ -6,6 +6,7 @@ one name everywhere.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -78,7 +79,50 @@ def _r(x, nd=1):
 
 
 def pair_dicts(sweep: Sweep, qs=None, window: slice | None = None) -> list[dict]:
-    return list(pair_rows(qs if qs is not None else PairProbe.objects.filter(sweep=sweep), window))
+    """The sweep's pairs in round order; of a collapsed sweep (``manage.py prune``), the rows it kept
+    (every pair that did not pass) and then its passing pairs from the stored matrix, in matrix order."""
+    if qs is not None or not sweep.collapsed_ok:
+        return list(pair_rows(qs if qs is not None else PairProbe.objects.filter(sweep=sweep), window))
+    kept = PairProbe.objects.filter(sweep=sweep)
+    rows: Iterator[dict] = itertools.chain(pair_rows(kept), collapsed_pairs(sweep))
+    if window is not None:
+        rows = itertools.islice(rows, window.start, window.stop)
+    return list(rows)
+
+
+def collapsed_pairs(sweep: Sweep) -> Iterator[dict]:
+    """The passing pairs of a collapsed sweep, from its stored matrix: no probe id, round or evidence kept.
+
+    A pair probe is two ranks, so its algbw is its busbw; a and b are in matrix (name) order.
+    """
+    stored = SweepMatrix.objects.filter(sweep=sweep).values_list("payload", flat=True).first()
+    if stored is None:
+        return
+    payload = json.loads(stored)
+    names, codes = payload["nodes"], payload["status_codes"]
+    status = matrix.decode(payload["status"], "B")
+    busbw, latency = matrix.decode(payload["busbw_gbps"], "f"), matrix.decode(payload["latency_us"], "f")
+    ok = codes.index("ok")
+    n, k = len(names), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if status[k] == ok:
+                bw = None if busbw[k] != busbw[k] else _r(busbw[k], 4)
+                yield {
+                    "a": names[i],
+                    "b": names[j],
+                    "status": "ok",
+                    "stage": sweep.last_stage,
+                    "reason": None,
+                    "latency_us": None if latency[k] != latency[k] else _r(latency[k]),
+                    "algbw_gbps": bw,
+                    "busbw_gbps": bw,
+                    "hint": None,
+                    "round": None,
+                    "probe": None,
+                    "evidence": None,
+                }
+            k += 1
 
 
 def group_dict(g: GroupProbe) -> dict:
@@ -122,6 +166,8 @@ def sweep_json(
         "rounds": sweep.total_rounds,
         "baseline": sweep.baseline_id,
         "error": sweep.error or None,
+        # Retention deleted its passing pair rows: those pairs come from the stored matrix, without probe ids.
+        "collapsed": bool(sweep.collapsed_ok),
         # Nodes of the fleet that were offline when the sweep was planned: in it, but not probed.
         "offline_at_start": [
             {"node": n, "last_heartbeat": beat} for n, beat in (sweep.params.get("offline_at_start") or {}).items()
@@ -192,7 +238,12 @@ def matrix_text(sweep: Sweep) -> str:
 
 
 def store_matrix(sweep: Sweep) -> None:
-    """Store a closed sweep's matrix now (replacing any stored one), so its first reader does not wait."""
+    """Store a closed sweep's matrix now (replacing any stored one), so its first reader does not wait.
+
+    Never for a collapsed sweep: its matrix holds the passing pairs whose rows are gone.
+    """
+    if sweep.collapsed_ok:
+        return
     text = json.dumps(build_sweep_matrix(sweep), separators=(",", ":"))
     SweepMatrix.objects.update_or_create(sweep_id=sweep.pk, defaults={"payload": text, "built": timezone.now()})
 

@@ -1,8 +1,13 @@
-"""Retention: drop raw detail older than N days, keep per-pair summaries.
+"""Retention: drop raw detail older than N days, keep per-pair summaries; collapse old sweeps.
 
 Raw halves and per-size results of old probes are cleared (status, stage, reason,
 latency and busbw stay, so history and baselines keep working); rejected messages
-older than N days are deleted.
+older than N days are deleted. A closed sweep older than ``PAIR_ROWS_DAYS``
+collapses into its stored matrix: its passing pair rows are deleted (the matrix
+keeps their status, busbw and latency), and every pair that did not pass keeps its
+row, hint and evidence. The sweep JSON, the API, baselines and comparisons read a
+collapsed sweep's passing pairs from the matrix; pair history lists only what rows
+remain (docs/CONTROL_PLANE.md, "Storage").
 """
 
 from __future__ import annotations
@@ -11,12 +16,44 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import transaction
 from django.utils import timezone
 
-from cluster_health.models import GroupProbe, PairProbe, RejectedMessage
+from cluster_health.models import GroupProbe, PairProbe, RejectedMessage, Sweep, SweepMatrix
+from cluster_health.web import serializers
+
+DELETE_BATCH = 50000  # pair rows per DELETE when a sweep collapses: bounded locks and WAL per statement
 
 
-def prune(days: int, now=None) -> dict:
+def collapse(sweep: Sweep, now) -> int:
+    """Delete a closed sweep's passing pair rows, its matrix stored first; returns the rows deleted."""
+    if not SweepMatrix.objects.filter(sweep=sweep).exists():
+        serializers.store_matrix(sweep)
+    deleted = 0
+    while True:
+        with transaction.atomic():
+            ids = list(PairProbe.objects.filter(sweep=sweep, status="ok").values_list("pk", flat=True)[:DELETE_BATCH])
+            if not ids:
+                break
+            deleted += PairProbe.objects.filter(pk__in=ids).delete()[0]
+            done = {"at": now.isoformat(), "ok_rows": sweep.collapsed_ok + deleted}
+            Sweep.objects.filter(pk=sweep.pk).update(params={**sweep.params, "collapsed": done})
+    return deleted
+
+
+def collapse_old(days: int, now=None) -> dict:
+    """Collapse every closed sweep created more than ``days`` ago that still has passing pair rows."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=days)
+    old = Sweep.objects.filter(created__lt=cutoff).exclude(status__in=Sweep.OPEN_STATUSES)
+    sweeps, rows = 0, 0
+    for sweep in old.filter(pk__in=PairProbe.objects.filter(status="ok").values("sweep_id")).order_by("pk"):
+        rows += collapse(sweep, now)
+        sweeps += 1
+    return {"sweeps": sweeps, "rows": rows}
+
+
+def prune(days: int, now=None, pair_rows_days: int | None = None) -> dict:
     now = now or timezone.now()
     cutoff = now - timedelta(days=days)
     pairs = PairProbe.objects.filter(sweep__created__lt=cutoff, pruned=False).update(
@@ -33,7 +70,9 @@ def prune(days: int, now=None) -> dict:
     )
     if newest is not None:
         rejected += RejectedMessage.objects.filter(received__lte=newest).delete()[0]
-    return {"pairs": pairs, "groups": groups, "rejected": rejected}
+    keep = settings.PAIR_ROWS_DAYS if pair_rows_days is None else pair_rows_days
+    collapsed = collapse_old(keep, now) if keep else {"sweeps": 0, "rows": 0}
+    return {"pairs": pairs, "groups": groups, "rejected": rejected, "collapsed": collapsed}
 
 
 class Command(BaseCommand):
@@ -46,5 +85,7 @@ class Command(BaseCommand):
         counts = prune(max(1, opts["days"]))
         self.stdout.write(
             f"pruned raw detail of {counts['pairs']} pair probes and {counts['groups']} group "
-            f"probes; deleted {counts['rejected']} rejected messages"
+            f"probes; deleted {counts['rejected']} rejected messages; collapsed "
+            f"{counts['collapsed']['sweeps']} sweeps into their matrices ({counts['collapsed']['rows']} "
+            "passing pair rows deleted)"
         )
