@@ -48,6 +48,23 @@ def test_it_runs_a_4_node_full_sweep_with_every_pair_ok(stack):
     assert report["groups"][0]["status"] == "ok"
 
 
+def test_it_runs_a_sampled_sweep_of_real_probes_and_the_same_pairs_from_its_seed(stack):
+    names = ["e0", "e1", "e2", "e3"]
+    agents(stack, names)
+    flags = ("--kind", "sampled", "--rounds", "2", "--nodes", ",".join(names), "--wait", "--json", *FAST)
+    run = manage(stack, "sweep", *flags)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert (report["kind"], report["verdict"], report["rounds"]) == ("sampled", "pass", 2)
+    assert len(report["pairs"]) == 4 and {(p["status"], p["stage"]) for p in report["pairs"]} == {("ok", "bandwidth")}
+    for k in (1, 2):  # every node in each round
+        assert sorted(n for p in report["pairs"] if p["round"] == k for n in (p["a"], p["b"])) == names
+    again = manage(stack, "sweep", *flags, "--seed", str(report["plan"]["seed"]))
+    assert again.returncode == 0, again.stdout + again.stderr
+    pairs = sorted(sorted((p["a"], p["b"])) for p in report["pairs"])
+    assert sorted(sorted((p["a"], p["b"])) for p in json.loads(again.stdout)["pairs"]) == pairs
+
+
 def test_it_gives_byes_to_5_nodes(stack):
     names = ["e0", "e1", "e2", "e3", "e4"]
     agents(stack, names)
