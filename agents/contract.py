@@ -253,31 +253,65 @@ EVIDENCE_BOUNDS = JsonBounds(MAX_EVIDENCE_DEPTH, MAX_EVIDENCE_BYTES, MAX_EVIDENC
 
 def bounded_json(val: Any, field: str, bounds: JsonBounds = FACTS_BOUNDS) -> Any:
     """A copy of a free-form JSON value with NUL removed; refuses NaN, odd types and anything too deep or long."""
+    return _bounded(val, field, bounds.depth, bounds)
+
+
+def _where(at: Any) -> str:
+    """The path of a value in an error message: ``at`` is a field name, or (parent path, key or index)."""
+    if isinstance(at, str):
+        return at
+    parent, step = at
+    return f"{_where(parent)}[{step}]" if isinstance(step, int) else f"{_where(parent)}.{step[:64]}"
+
+
+def _plain(val: Any) -> Any:
+    """A subclass of a JSON type as that type (None for anything else)."""
     if isinstance(val, str):
-        if len(val) > bounds.string:
-            raise ContractError(f"{field}: a string of {len(val)} characters, at most {bounds.string} allowed")
-        return val.replace("\x00", "")
-    if val is None or isinstance(val, (bool, int)):
-        if isinstance(val, int) and not isinstance(val, bool) and abs(val) > 2**63:
-            raise ContractError(f"{field}: integer out of range")
-        return val
+        return str(val)
+    if isinstance(val, int):
+        return int(val)
     if isinstance(val, float):
-        return _finite(val, field)
-    if not isinstance(val, (dict, list)):
-        raise ContractError(f"{field}: {type(val).__name__} is not a JSON value")
-    if bounds.depth <= 0:
-        raise ContractError(f"{field}: nested too deep")
-    if len(val) > bounds.entries:
-        raise ContractError(f"{field}: {len(val)} entries, at most {bounds.entries} allowed")
-    inner = bounds._replace(depth=bounds.depth - 1)
+        return float(val)
+    if isinstance(val, dict):
+        return dict(val)
     if isinstance(val, list):
-        return [bounded_json(v, f"{field}[{i}]", inner) for i, v in enumerate(val)]
+        return list(val)
+    return None
+
+
+def _bounded(val: Any, at: Any, depth: int, bounds: JsonBounds) -> Any:
+    # Every agent message's free-form parts pass here (a real probe half has about 90 values): the
+    # path of a value is built only for an error message, never on the way through.
+    kind = type(val)
+    if kind is str:
+        if len(val) > bounds.string:
+            raise ContractError(f"{_where(at)}: a string of {len(val)} characters, at most {bounds.string} allowed")
+        return val.replace("\x00", "") if "\x00" in val else val
+    if kind is float:
+        return val if math.isfinite(val) else _finite(val, _where(at))
+    if kind is int:
+        if abs(val) > 2**63:
+            raise ContractError(f"{_where(at)}: integer out of range")
+        return val
+    if val is None or kind is bool:
+        return val
+    if kind is not dict and kind is not list:
+        plain = _plain(val)  # a subclass (an IntEnum, a defaultdict): checked as its base type
+        if plain is not None:
+            return _bounded(plain, at, depth, bounds)
+        raise ContractError(f"{_where(at)}: {type(val).__name__} is not a JSON value")
+    if depth <= 0:
+        raise ContractError(f"{_where(at)}: nested too deep")
+    if len(val) > bounds.entries:
+        raise ContractError(f"{_where(at)}: {len(val)} entries, at most {bounds.entries} allowed")
+    if kind is list:
+        return [_bounded(v, (at, i), depth - 1, bounds) for i, v in enumerate(val)]
     out = {}
     for k, v in val.items():
         if not isinstance(k, str) or len(k) > 256:
-            raise ContractError(f"{field}: keys must be strings of at most 256 characters")
-        key = k.replace("\x00", "")
-        out[key] = bounded_json(v, f"{field}.{key[:64]}", inner)
+            raise ContractError(f"{_where(at)}: keys must be strings of at most 256 characters")
+        key = k.replace("\x00", "") if "\x00" in k else k
+        out[key] = _bounded(v, (at, key), depth - 1, bounds)
     return out
 
 

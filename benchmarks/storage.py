@@ -17,9 +17,9 @@ what the rows need, not the dead versions updates leave until autovacuum reuses
 them (``fresh_on_disk_bytes`` is the size before it). Three states of the same
 sweep: fresh; pruned (``manage.py prune``'s raw-detail step: halves and per-size
 results cleared); collapsed (its passing pair rows deleted, the stored matrix kept).
-A year of nightly sweeps at the defaults (raw detail kept ``RETENTION_DAYS``, pair
-rows kept ``PAIR_ROWS_DAYS``, both 90) is ``90 x fresh + 275 x collapsed``; the
-figures scale with the pairs, N(N-1)/2.
+A year of nightly sweeps at the defaults (raw detail kept ``RETENTION_DAYS``, 14;
+pair rows kept ``PAIR_ROWS_DAYS``, 90) is ``14 x fresh + 76 x pruned + 275 x
+collapsed``; the figures scale with the pairs, N(N-1)/2.
 
     .venv/bin/python benchmarks/storage.py --nodes 1024 \
         --database postgres://postgres@127.0.0.1:5432/postgres
@@ -28,7 +28,6 @@ figures scale with the pairs, N(N-1)/2.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
@@ -48,7 +47,6 @@ TABLES = (
 )
 BATCH = 500  # halves per ingest_results call, as the drainer takes them
 NIGHTS = 365
-DAYS_KEPT = 90  # RETENTION_DAYS and PAIR_ROWS_DAYS at their defaults
 
 
 def main() -> None:
@@ -100,6 +98,23 @@ def _size(cursor, table: str) -> int:
     return int(cursor.fetchone()[0])
 
 
+def column_bytes() -> dict[str, float]:
+    """Average stored bytes of each pair-row column (after TOAST compression), largest first."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s", ["cluster_health_pairprobe"]
+        )
+        columns = [c for (c,) in cursor.fetchall()]
+        cursor.execute(
+            "SELECT " + ", ".join(f'avg(pg_column_size("{c}"))' for c in columns) + " FROM cluster_health_pairprobe"
+        )
+        averages = cursor.fetchone()
+    out = {c: round(float(v), 1) for c, v in zip(columns, averages, strict=True) if v is not None}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def compact() -> dict[str, int]:
     from django.db import connection
 
@@ -134,9 +149,11 @@ def measure(n: int, template: list[dict]) -> dict:
     pairs = PairProbe.objects.filter(sweep=sweep).count()
     on_disk = sizes()
     fresh = compact()
+    columns_fresh = column_bytes()
     matrix_bytes = len(SweepMatrix.objects.get(sweep=sweep).payload)
     prune.prune(0, pair_rows_days=0)  # raw detail of every sweep (this one) cleared; nothing collapsed
     pruned = compact()
+    columns_pruned = column_bytes()
     collapsed_rows = prune.collapse(sweep, sweep.finished)
     collapsed = compact()
 
@@ -144,7 +161,8 @@ def measure(n: int, template: list[dict]) -> dict:
         return sum(state.values()) - sum(empty.values())
 
     fresh_b, pruned_b, collapsed_b = grown(fresh), grown(pruned), grown(collapsed)
-    year = DAYS_KEPT * fresh_b + (NIGHTS - DAYS_KEPT) * collapsed_b
+    raw_days, row_days = settings.RETENTION_DAYS, settings.PAIR_ROWS_DAYS or NIGHTS
+    year = raw_days * fresh_b + (row_days - raw_days) * pruned_b + (NIGHTS - row_days) * collapsed_b
     return {
         "database": f"{connection.vendor} {connection.cursor().connection.info.server_version}",
         "nodes": n,
@@ -164,9 +182,11 @@ def measure(n: int, template: list[dict]) -> dict:
         "stored_matrix_bytes": matrix_bytes,
         "by_table_fresh": {t: fresh[t] - empty[t] for t in TABLES},
         "by_table_collapsed": {t: collapsed[t] - empty[t] for t in TABLES},
+        "row_columns_fresh_bytes": columns_fresh,
+        "row_columns_pruned_bytes": columns_pruned,
         "year_bytes": year,
-        "year_without_collapse_bytes": DAYS_KEPT * fresh_b + (NIGHTS - DAYS_KEPT) * pruned_b,
-        "year_rule": f"{DAYS_KEPT} x fresh + {NIGHTS - DAYS_KEPT} x collapsed",
+        "year_without_collapse_bytes": raw_days * fresh_b + (NIGHTS - raw_days) * pruned_b,
+        "year_rule": f"{raw_days} x fresh + {row_days - raw_days} x pruned + {NIGHTS - row_days} x collapsed",
     }
 
 
@@ -176,6 +196,7 @@ def answer_rounds(sent: list, template: list[dict]) -> int:
     from devtools.captured import take_probe_commands
     from devtools.sweep_driver import result_for
 
+    texts = [json.dumps(half) for half in template]  # a fresh copy per half, as each arrives decoded
     count = 0
     while True:
         commands = take_probe_commands(sent)
@@ -186,7 +207,7 @@ def answer_rounds(sent: list, template: list[dict]) -> int:
             if cmd["kind"] != "pair":  # the group all_reduce closing the sweep: a plain passing half
                 results.append(result_for(cmd))
                 continue
-            half = copy.deepcopy(template[cmd["rank"]])
+            half = json.loads(texts[cmd["rank"]])
             half.update(probe_id=cmd["probe_id"], sweep_id=cmd["sweep_id"], node=cmd["node"], rank=cmd["rank"])
             results.append(half)
         for k in range(0, len(results), BATCH):

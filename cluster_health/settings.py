@@ -195,7 +195,9 @@ DEGRADED_RATIO = envfloat("CLUSTER_HEALTH_DEGRADED_RATIO", 0.9, 0.0, 1.0)
 # matching group is the group; unset, the name up to its last '-', '_' or '.' (or without trailing digits).
 GROUP_PATTERN = envstr("CLUSTER_HEALTH_GROUP_PATTERN")
 NIGHTLY_SWEEP_CRON = envstr("CLUSTER_HEALTH_NIGHTLY_CRON", "30 2 * * *")
-RETENTION_DAYS = envint("CLUSTER_HEALTH_RETENTION_DAYS", 90, 1)
+# Raw probe detail (both halves, per-size results, a passing pair's evidence): about 4.5 KB of a
+# pair's 4.9 KB, 2.4 GiB a night at 1,024 nodes (docs/BENCHMARKS.md, storage).
+RETENTION_DAYS = envint("CLUSTER_HEALTH_RETENTION_DAYS", 14, 1)
 # Past this age a closed sweep's passing pair rows are deleted: its stored matrix keeps their
 # status, busbw and latency, and every pair that did not pass keeps its row (0: never).
 PAIR_ROWS_DAYS = envint("CLUSTER_HEALTH_PAIR_ROWS_DAYS", 90, 0)

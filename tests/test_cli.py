@@ -68,10 +68,13 @@ def test_it_exits_with_the_verdicts_code(finished, monkeypatch):
 def test_it_prunes_raw_detail_and_keeps_summaries(finished):
     assert prune(30) == {"pairs": 0, "groups": 0, "rejected": 0, "collapsed": {"sweeps": 0, "rows": 0}}
     Sweep.objects.filter(pk=finished.pk).update(created=timezone.now() - timedelta(days=40))
+    PairProbe.objects.filter(sweep=finished).update(evidence={"retransmits": 3})
     assert prune(30)["pairs"] == 3
     probe = PairProbe.objects.filter(sweep=finished, status="ok").first()
-    assert probe.half_a is None and probe.sizes is None and probe.pruned
+    assert probe.half_a is None and probe.sizes is None and probe.evidence is None and probe.pruned
     assert probe.latency_us_p50 is not None and probe.status == "ok"
+    failed = PairProbe.objects.get(sweep=finished, status="failed")
+    assert failed.half_a is None and failed.pruned and failed.evidence == {"retransmits": 3}  # what findings rest on
 
 
 def pair_results(sweep):

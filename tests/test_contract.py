@@ -73,3 +73,23 @@ def test_the_runner_refuses_before_starting_a_process():
 def test_a_failed_result_needs_a_reason():
     with pytest.raises(contract.ContractError, match="reason"):
         contract.validate_result({"v": 1, "probe_id": 1, "node": "n0", "rank": 0, "status": "failed", "stage": "init"})
+
+
+def test_free_form_values_are_refused_with_their_path_and_subclasses_are_taken_as_their_base_type():
+    import enum
+    from collections import OrderedDict, defaultdict
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    deep = {"a": [1, {"b": float("nan")}]}
+    with pytest.raises(contract.ContractError, match=r"^extra\.a\[1\]\.b: .* is not finite"):
+        contract.bounded_json(deep, "extra", contract.DETAIL_BOUNDS)
+    with pytest.raises(contract.ContractError, match=r"^facts\.x\[0\]: set is not a JSON value"):
+        contract.bounded_json({"x": [set()]}, "facts")
+    with pytest.raises(contract.ContractError, match=r"^facts\.k: a string of"):
+        contract.bounded_json({"k": "x" * (contract.FACTS_BOUNDS.string + 1)}, "facts")
+    value = defaultdict(list, {"level": Level.HIGH, "o": OrderedDict(n="a\x00b")})
+    out = contract.bounded_json(value, "facts")
+    assert out == {"level": 3, "o": {"n": "ab"}}
+    assert type(out) is dict and type(out["level"]) is int and type(out["o"]) is dict

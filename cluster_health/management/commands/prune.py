@@ -1,7 +1,8 @@
 """Retention: drop raw detail older than N days, keep per-pair summaries; collapse old sweeps.
 
-Raw halves and per-size results of old probes are cleared (status, stage, reason,
-latency and busbw stay, so history and baselines keep working); rejected messages
+Raw halves and per-size results of old probes are cleared, and a passing probe's
+evidence (status, stage, reason, latency and busbw stay, so history and baselines
+keep working; a failure keeps the evidence its findings rest on); rejected messages
 older than N days are deleted. A closed sweep older than ``PAIR_ROWS_DAYS``
 collapses into its stored matrix: its passing pair rows are deleted (the matrix
 keeps their status, busbw and latency), and every pair that did not pass keeps its
@@ -56,9 +57,11 @@ def collapse_old(days: int, now=None) -> dict:
 def prune(days: int, now=None, pair_rows_days: int | None = None) -> dict:
     now = now or timezone.now()
     cutoff = now - timedelta(days=days)
-    pairs = PairProbe.objects.filter(sweep__created__lt=cutoff, pruned=False).update(
-        half_a=None, half_b=None, sizes=None, pruned=True
-    )
+    old = PairProbe.objects.filter(sweep__created__lt=cutoff, pruned=False)
+    # A passing pair's evidence (TCP counters and the like) is raw detail too; a failure keeps the
+    # evidence its findings rest on.
+    pairs = old.filter(status="ok").update(half_a=None, half_b=None, sizes=None, evidence=None, pruned=True)
+    pairs += old.update(half_a=None, half_b=None, sizes=None, pruned=True)
     groups = GroupProbe.objects.filter(sweep__created__lt=cutoff).exclude(halves={}).update(halves={})
     # Rejected messages are whatever reached Redis: kept shorter, and never more than a bounded number.
     reject_cutoff = now - timedelta(days=min(days, settings.REJECTED_RETENTION_DAYS))
