@@ -16,6 +16,7 @@ operators' topology), else the one its name gives through the hostname pattern.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from statistics import median
@@ -41,6 +42,7 @@ MIN_PEER_LINKS = 2  # links to compare with before anything is called slow
 OUTLIER_Z = 3.5
 OUTLIER_NODE_Z = 2.0  # a node's links must all be slow as well, which scatter seldom does
 MAD_TO_SIGMA = 1.4826
+DEVIATION_STEPS = 200  # bisection steps for a median deviation: a float's precision is reached well before
 # Below this message size an all_reduce's time is latency and scheduling, not the link's speed
 # (nccl-tests' busbw curves flatten only past the MiB range): links are compared above it only.
 OUTLIER_MIN_BYTES = 1 << 20
@@ -118,12 +120,20 @@ def _store_connection(p: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _peers_connect_elsewhere(node: str, peers: set[str], pairs: list[dict[str, Any]]) -> bool:
+def _peers_connect_elsewhere(node: str, peers: set[str], pairs_of: Mapping[str, list[dict[str, Any]]]) -> bool:
     """Whether every peer that could not connect in to the node passed a pair without it."""
     return all(
-        any(q["status"] in PASSED for q in pairs if peer in (q["a"], q["b"]) and node not in (q["a"], q["b"]))
-        for peer in peers
+        any(q["status"] in PASSED and node not in (q["a"], q["b"]) for q in pairs_of.get(peer, ())) for peer in peers
     )
+
+
+def pairs_by_node(pairs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each node's pairs, in one pass (a rule that scanned every pair for each node was quadratic)."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for p in pairs:
+        out[p["a"]].append(p)
+        out[p["b"]].append(p)
+    return out
 
 
 def _inbound_blocked_finding(
@@ -166,9 +176,9 @@ def inbound_blocked(
     where the node connected out is consistent with it, and never counts against it.
     """
     out = []
+    pairs_of = pairs_by_node(pairs)
     for node in nodes:
-        mine = [p for p in pairs if node in (p["a"], p["b"])]
-        conns = [(p, _store_connection(p)) for p in mine]
+        conns = [(p, _store_connection(p)) for p in pairs_of.get(node, ())]
         inbound = [(p, c) for p, c in conns if c and c["to"] == node]
         outbound = [(p, c) for p, c in conns if c and c["from"] == node]
         failed_in = [p for p, c in inbound if c["ok"] is False]
@@ -180,7 +190,7 @@ def inbound_blocked(
             continue
         # The peers that could not connect in must connect elsewhere, or the fault is theirs.
         peers = {p["a"] if p["b"] == node else p["b"] for p in failed_in}
-        if not _peers_connect_elsewhere(node, peers, pairs) and len(nodes_of(pairs)) > 2:
+        if not _peers_connect_elsewhere(node, peers, pairs_of) and len(pairs_of) > 2:
             continue
         out.append(_inbound_blocked_finding(node, failed_in, inbound, outbound))
     return out
@@ -335,17 +345,18 @@ def _bw_at(p: dict[str, Any], size: int | None) -> float | None:
     return at if at is not None else p.get("busbw_gbps")
 
 
-def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: list[float]) -> dict[str, Any] | None:
+def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: Reference) -> dict[str, Any] | None:
     """Warn finding for a node all of whose links are slow next to the links without it, else None."""
-    if len(mine) < MIN_PEER_LINKS or len(without) < MIN_PEER_LINKS:
+    if len(mine) < MIN_PEER_LINKS or without.count < MIN_PEER_LINKS:
         return None
-    ref = median(without)
+    ref = without.median
     mine_bw = [bw for _, bw in mine]
     # Every link under half the others' median, and apart from them: either each is slower than
     # every link without the node (what a slow NIC does, and all a 4-node sweep's 3 reference links
     # can show), or the median sits far below their robust spread (larger fleets, noisier links).
-    apart = max(mine_bw) < min(without) or _far_below(median(mine_bw), without, OUTLIER_NODE_Z)
-    if not (all(bw < OUTLIER_NODE_RATIO * ref for bw in mine_bw) and apart):
+    if not all(bw < OUTLIER_NODE_RATIO * ref for bw in mine_bw):
+        return None
+    if not (max(mine_bw) < without.minimum or without.far_below(median(mine_bw), OUTLIER_NODE_Z)):
         return None
     mid = median(bw for _, bw in mine)
     text = (
@@ -354,7 +365,7 @@ def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: lis
         f"check {node}'s NIC speed, cable and any rate limit"
     )
     chain = [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in mine] + [
-        f"links without {node}: median {ref:.3g} GB/s over {len(without)}"
+        f"links without {node}: median {ref:.3g} GB/s over {without.count}"
     ]
     return _finding(
         "warn",
@@ -372,10 +383,10 @@ def _slow_links(rest: list[tuple[dict[str, Any], float]]) -> list[dict[str, Any]
     out: list[dict[str, Any]] = []
     if len(rest) <= MIN_PEER_LINKS:
         return out
-    ref = median(bw for _, bw in rest)
+    links = Reference([bw for _, bw in rest])
+    ref = links.median
     for p, bw in rest:
-        others = [x for q, x in rest if q is not p]
-        if bw < OUTLIER_LINK_RATIO * ref and _far_below(bw, others):
+        if bw < OUTLIER_LINK_RATIO * ref and links.without([bw]).far_below(bw):
             out.append(
                 _finding(
                     "warn",
@@ -405,10 +416,14 @@ def outliers(
     measured = [(p, bw) for p in pairs if p["status"] in PASSED and (bw := _bw_at(p, size)) is not None and bw > 0]
     out: list[dict[str, Any]] = []
     slow_nodes: set[str] = set()
-    for node in sorted(nodes_of([p for p, _ in measured])):
-        mine = [(p, bw) for p, bw in measured if node in (p["a"], p["b"])]
-        without = [bw for p, bw in measured if node not in (p["a"], p["b"])]
-        found = _slow_node(node, mine, without)
+    links_of: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
+    for p, bw in measured:
+        links_of[p["a"]].append((p, bw))
+        links_of[p["b"]].append((p, bw))
+    every = Reference([bw for _, bw in measured])
+    for node in sorted(links_of):
+        mine = links_of[node]
+        found = _slow_node(node, mine, every.without([bw for _, bw in mine]))
         if found is not None:
             slow_nodes.add(node)
             out.append(found)
@@ -420,9 +435,87 @@ def outliers(
 
 def _far_below(value: float, reference: list[float], z: float = OUTLIER_Z) -> bool:
     """Whether value lies more than z robust standard deviations below the reference values."""
-    mid = median(reference)
-    spread = MAD_TO_SIGMA * median(abs(x - mid) for x in reference)
-    return spread == 0 or (mid - value) / spread > z
+    return Reference(reference).far_below(value, z)
+
+
+class Reference:
+    """Link speeds to compare with: median, robust spread (MAD) and minimum, also of the set less a few values.
+
+    A node's links are compared with every link without it, and each link with all the others: at
+    1,024 nodes that is 523,776 values less 1,023 (or 1), for each node (or link). Copying and sorting
+    the rest each time is quadratic (hours at 1,024 nodes); here the values are sorted once, and the
+    statistics of the set less some of its values are found by counting with bisection, exactly.
+    """
+
+    def __init__(self, values: Iterable[float], removed: list[float] | None = None, _sorted: list[float] | None = None):
+        self.values = _sorted if _sorted is not None else sorted(values)
+        self.removed = removed or []  # sorted, each one of ``values``
+        self.count = len(self.values) - len(self.removed)
+
+    def without(self, removed: Iterable[float]) -> Reference:
+        return Reference((), sorted(removed), self.values)
+
+    def _at_most(self, v: float) -> int:
+        return bisect_right(self.values, v) - bisect_right(self.removed, v)
+
+    def _rank(self, r: int) -> float:
+        """The r-th smallest (from 0) of the values left."""
+        lo, hi = 0, len(self.values) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._at_most(self.values[mid]) >= r + 1:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self.values[lo]
+
+    @property
+    def minimum(self) -> float:
+        return self._rank(0)
+
+    @property
+    def median(self) -> float:
+        n = self.count
+        return self._rank(n // 2) if n % 2 else (self._rank(n // 2 - 1) + self._rank(n // 2)) / 2
+
+    def _within(self, mid: float, t: float) -> int:
+        """Values left no further than t from mid."""
+
+        def inside(xs: list[float]) -> int:
+            return bisect_right(xs, mid + t) - bisect_left(xs, mid - t)
+
+        return inside(self.values) - inside(self.removed)
+
+    def _deviation(self, mid: float, r: int) -> float:
+        """The r-th smallest (from 0) distance from mid among the values left."""
+        if self._within(mid, 0.0) >= r + 1:
+            return 0.0
+        lo, hi = 0.0, max(mid - self.values[0], self.values[-1] - mid)
+        for _ in range(DEVIATION_STEPS):
+            t = (lo + hi) / 2
+            if t in (lo, hi):
+                break
+            if self._within(mid, t) >= r + 1:
+                hi = t
+            else:
+                lo = t
+        return hi
+
+    @property
+    def spread(self) -> float:
+        """MAD_TO_SIGMA x the median absolute deviation from the median."""
+        mid, n = self.median, self.count
+        mad = (
+            self._deviation(mid, n // 2)
+            if n % 2
+            else (self._deviation(mid, n // 2 - 1) + self._deviation(mid, n // 2)) / 2
+        )
+        return MAD_TO_SIGMA * mad
+
+    def far_below(self, value: float, z: float = OUTLIER_Z) -> bool:
+        """Whether value lies more than z robust standard deviations below these values."""
+        spread = self.spread
+        return spread == 0 or (self.median - value) / spread > z
 
 
 def _slow_segments(
