@@ -28,13 +28,7 @@ from cluster_health.web import broadcast, serializers
 log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
 INSERT_BATCH = 5000  # probe rows per INSERT when a sweep is planned
-FORGOTTEN_PENDING_S = 30.0
-BASELINE_KINDS = (
-    "full",
-    "pairs",
-    "sampled",
-    "topology",
-)  # the kinds that measure bandwidth  # a pending sweep this old was never started: its start task was lost
+FORGOTTEN_PENDING_S = 30.0  # a pending sweep this old was never started: its start task was lost
 
 
 class PlanningError(ValueError):

@@ -8,7 +8,7 @@ collapses into its stored matrix: its passing pair rows are deleted (the matrix
 keeps their status, busbw and latency), and every pair that did not pass keeps its
 row, hint and evidence. The sweep JSON, the API, baselines and comparisons read a
 collapsed sweep's passing pairs from the matrix; pair history lists only what rows
-remain (docs/CONTROL_PLANE.md, "Storage").
+remain (docs/CONTROL_PLANE.md, "Retention and storage").
 """
 
 from __future__ import annotations
