@@ -5,8 +5,12 @@ The server side is what a deployment runs, started with the command lines of
 (``-Q server``, each with its ingest consumer process) and celery beat, on the given
 database. This one process plays N
 agents: it takes the probe commands off the N queues ``agent.<node>`` as they are
-stored by Celery's Redis transport, answers each with a synthetic half of the
-message contract after ``--probe-s`` seconds, one ``server.result`` message per
+stored by Celery's Redis transport, answers each after ``--probe-s`` seconds with a
+half that holds what a real half holds (``--halves real``, the default: both halves
+of one real Gloo probe run on loopback with the agent's own code before the sweep,
+versions, stage times, evidence and all, with each command's probe, node and rank put
+in; ``--halves synthetic``: the contract's minimal half, as figures before 2026-11-23
+were taken), one ``server.result`` message per
 half on queue ``server.ingest``, sent with Celery as the agents send it, and sends every node's heartbeat
 (on the same queue) every ``--heartbeat-s``. Every node is enrolled with a key of its own, and every
 heartbeat and half is signed with it, as agents sign them: the server checks
@@ -103,6 +107,7 @@ class Fleet:
         dead: set[str],
         failing: set[frozenset],
         keys: dict[str, signing.NodeKey],
+        template: list[dict] | None = None,
     ):
         import redis
 
@@ -110,6 +115,8 @@ class Fleet:
 
         self.app, self.names, self.probe_s, self.heartbeat_s = app, names, probe_s, heartbeat_s
         self.dead, self.failing, self.keys = dead, failing, keys
+        # Both halves of a real probe (JSON text per rank): each answer carries what a real half carries.
+        self.template = [json.dumps(half) for half in template] if template else None
         self.queues = [contract.agent_queue(n) for n in names]
         self.redis = redis.Redis.from_url(redis_url)
         self.due: list[tuple[float, int, dict]] = []  # (when, seq, command) answers waiting for their time
@@ -187,7 +194,11 @@ class Fleet:
             command = heapq.heappop(self.due)[2]
             peers = {p["name"] for p in command.get("peers", [])}
             cut = any(frozenset((command["node"], peer)) in self.failing for peer in peers)
-            half = result_for(command, **(LINK_CUT if cut else {}))
+            if self.template and not cut:
+                half = json.loads(self.template[command["rank"]])
+                half.update({k: command[k] for k in ("kind", "probe_id", "sweep_id", "node", "rank")})
+            else:
+                half = result_for(command, **(LINK_CUT if cut else {}))
             # One server.result message per half, as agents/worker.py sends it; the simulator only
             # pipelines its pushes, work that a real fleet spreads over its machines.
             self.to_server(producer, contract.TASK_RESULT, "result", half, contract.INGEST_QUEUE)
@@ -393,6 +404,20 @@ def _sweep_figures(
     return figures
 
 
+def real_template(kind: str, broker_url: str) -> list[dict]:
+    """Both halves of one real Gloo pair probe on loopback (the agent's own probe code), stopping at the
+    stage the sweep kind's pairs stop at: the content every simulated half then carries (versions,
+    stage times, evidence, per-size results), so the server checks and stores what real halves hold."""
+    from devtools.probe_commands import loopback_pair, run_ranks
+
+    last_stage = "bandwidth" if kind in contract.BANDWIDTH_SWEEP_KINDS else "collective"
+    commands = [loopback_pair(rank, f"fleettemplate{os.getpid()}", last_stage=last_stage) for rank in (0, 1)]
+    out = run_ranks(commands, broker_url)
+    if any(h.get("status") != "ok" for h in out):
+        raise RuntimeError(f"the template probe did not pass: {[h.get('reason') for h in out]}")
+    return out
+
+
 def measure(
     nodes: int,
     workers: int,
@@ -405,6 +430,7 @@ def measure(
     database_url: str,
     workdir: Path,
     redis_server: RedisServer,
+    halves: str = "real",
 ) -> dict:
     """Start the stack, bring N simulated agents online, run one sweep, read its rows; Django is set up."""
     import redis
@@ -416,7 +442,8 @@ def measure(
     try:
         stack.start()
         names = node_names(nodes)
-        fleet = Fleet(stack.redis.url, names, probe_s, heartbeat_s, dead, failing, enroll(names))
+        template = real_template(kind, redis_server.url) if halves == "real" else None
+        fleet = Fleet(stack.redis.url, names, probe_s, heartbeat_s, dead, failing, enroll(names), template)
         fleet.start()
         wait_until(
             lambda: Node.objects.filter(Node.online_q(), name__in=names).count() == nodes,
@@ -426,7 +453,8 @@ def measure(
         )
         broker = redis.Redis.from_url(stack.redis.url)
         outcome = _run_sweep(broker, fleet, names, kind, timeout_s)
-        return _sweep_figures(outcome, fleet, nodes, workers, kind, probe_s, timeout_s, dead, failing)
+        figures = _sweep_figures(outcome, fleet, nodes, workers, kind, probe_s, timeout_s, dead, failing)
+        return {**figures, "halves_content": halves}
     finally:
         try:
             if fleet is not None:
@@ -515,6 +543,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failing-link", action="append", default=[], help="A,B: a pair whose probes fail")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--logs", default=None, help="copy the server processes' logs into this folder")
+    parser.add_argument(
+        "--halves",
+        default="real",
+        choices=("real", "synthetic"),
+        help="real: every half carries what a real probe's half holds (one real probe on loopback first); "
+        "synthetic: the minimal half of the contract (figures before 2026-11-23)",
+    )
     opts = parser.parse_args(argv)
     if not 2 <= opts.nodes <= contract.MAX_WORLD_SIZE:
         parser.error(f"--nodes: 2..{contract.MAX_WORLD_SIZE}")
@@ -543,11 +578,11 @@ def main(argv: list[str] | None = None) -> int:
                 from benchmarks.scratch import scratch_database
 
                 with scratch_database(opts.database) as url:
-                    figures = measure(*args, url, workdir, redis_server)
+                    figures = measure(*args, url, workdir, redis_server, opts.halves)
             else:
                 url = opts.database or f"sqlite:///{workdir}/fleet.sqlite3"
                 setup_django(url, workdir)
-                figures = measure(*args, url, workdir, redis_server)
+                figures = measure(*args, url, workdir, redis_server, opts.halves)
         finally:
             redis_server.stop()
             if opts.logs:
