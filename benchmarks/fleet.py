@@ -41,7 +41,10 @@ and applies the round's halves and, when the batch that closes the round commits
 publishes the next round's 256 commands through Celery and sends the browsers' updates. A
 second worker's consumer takes part of each round's halves (0.46 s a round), but a round's
 advance is one step after another, and PostgreSQL, Redis and the simulator share the same
-two cores.
+two cores. Those figures were taken with minimal synthetic halves. A real half holds about
+1.6 KB of JSON (versions, stage times, evidence) that the consumer validates and the drainer
+stores; with real halves a 256-node round costs 0.61 s with one worker and 0.53 s with two,
+and a 1,024-node round 2.27 s and 1.94 s.
 """
 
 from __future__ import annotations
