@@ -467,7 +467,7 @@ def main() -> int:
         "bandwidth_honesty": {"runs": 5},
         "dead_link": {"database": opts.database},
         "false_alarms": {"database": opts.database},
-        "storage": {"database": opts.database, "nodes": 256},  # per pair it scales; 1,024 nodes takes 15 min
+        "storage": {"database": opts.database, "nodes": 256},  # it scales with the pairs; 1,024 nodes would take about 25 min
     }
     others = sorted(
         p.stem
