@@ -411,14 +411,10 @@ def real_template(kind: str, broker_url: str) -> list[dict]:
     """Both halves of one real Gloo pair probe on loopback (the agent's own probe code), stopping at the
     stage the sweep kind's pairs stop at: the content every simulated half then carries (versions,
     stage times, evidence, per-size results), so the server checks and stores what real halves hold."""
-    from devtools.probe_commands import loopback_pair, run_ranks
+    from devtools.probe_commands import real_halves
 
     last_stage = "bandwidth" if kind in contract.BANDWIDTH_SWEEP_KINDS else "collective"
-    commands = [loopback_pair(rank, f"fleettemplate{os.getpid()}", last_stage=last_stage) for rank in (0, 1)]
-    out = run_ranks(commands, broker_url)
-    if any(h.get("status") != "ok" for h in out):
-        raise RuntimeError(f"the template probe did not pass: {[h.get('reason') for h in out]}")
-    return out
+    return real_halves(broker_url, f"fleettemplate{os.getpid()}", last_stage=last_stage)
 
 
 def measure(

@@ -71,19 +71,15 @@ def run(database: str | None = None, nodes: int = 1024) -> dict:
 def real_halves() -> list[dict]:
     """Both halves of one real Gloo pair probe on loopback, run as a nightly full sweep runs it."""
     from devtools import services
-    from devtools.probe_commands import loopback_pair, run_ranks
+    from devtools.probe_commands import real_halves as run_real_probe
 
     with tempfile.TemporaryDirectory(prefix="ch-storage-") as workdir:
         redis = services.RedisServer(Path(workdir))
         redis.start()
         try:
-            commands = [loopback_pair(rank, "storagebench1") for rank in (0, 1)]
-            halves = run_ranks(commands, redis.url)
+            return run_real_probe(redis.url, "storagebench1")
         finally:
             redis.stop()
-    if any(h.get("status") != "ok" for h in halves):
-        raise RuntimeError(f"the template probe did not pass: {[h.get('reason') for h in halves]}")
-    return halves
 
 
 def sizes(tables=TABLES) -> dict[str, int]:

@@ -56,3 +56,12 @@ def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict
     if errors:
         raise errors[0]
     return [results[c["rank"]] for c in commands]
+
+
+def real_halves(broker_url: str, rendezvous: str, **fields: Any) -> list[dict]:
+    """Both halves of one real Gloo pair probe on loopback, run by the agent's own probe code; an error unless
+    both passed. The benchmarks write every simulated half from them, so each holds what a real half holds."""
+    halves = run_ranks([loopback_pair(rank, rendezvous, **fields) for rank in (0, 1)], broker_url)
+    if any(h.get("status") != "ok" for h in halves):
+        raise RuntimeError(f"the template probe did not pass: {[h.get('reason') for h in halves]}")
+    return halves
