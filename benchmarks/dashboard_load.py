@@ -16,7 +16,11 @@ finishes is the one served. Figures:
 - live: an open page of a running 64-node sweep while its results are ingested at
   ``--rate`` halves/s with broadcasts over Redis; every cell must turn ok from
   WebSocket frames alone (no state re-read), and the time from the last result to
-  the last cell is reported.
+  the last cell is reported;
+- groups: a topology sweep over ``--group-nodes`` nodes (64 racks, every pair inside
+  each rack and one between every two racks, every half through ingest): the group
+  matrix API and a drill-down into one rack pair, and in the browser the overview and
+  the sweep page to the group matrix drawn, and a click on a cell to its nodes drawn.
 """
 
 from __future__ import annotations
@@ -44,12 +48,13 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--database", default=None, help="postgres:// server URL (default: scratch SQLite)")
     parser.add_argument("--rate", type=int, default=500, help="live results per second")
+    parser.add_argument("--group-nodes", type=int, default=4096, help="nodes of the topology sweep (0: none)")
     opts = parser.parse_args()
-    print(json.dumps(run(opts.database, opts.nodes, opts.rate), indent=2))
+    print(json.dumps(run(opts.database, opts.nodes, opts.rate, opts.group_nodes), indent=2))
     return 0
 
 
-def run(database: str | None = None, nodes=(64, 1024), rate: int = 500) -> dict:
+def run(database: str | None = None, nodes=(64, 1024), rate: int = 500, group_nodes: int = 4096) -> dict:
     """Runner entry point: a scratch database, histories through ingest, then the browser figures."""
     from benchmarks.scratch import scratch_database
 
@@ -57,10 +62,49 @@ def run(database: str | None = None, nodes=(64, 1024), rate: int = 500) -> dict:
         from benchmarks.ingest_throughput import measure as ingest_sweep
 
         sweeps = {n: ingest_sweep(n, 500, reference_rounds=0)["sweep_id"] for n in sorted(nodes)}
-        return measure(sweeps, rate)
+        grouped = topology_sweep(group_nodes) if group_nodes else None
+        return measure(sweeps, rate, grouped)
 
 
-def measure(sweeps: dict[int, int], rate: int = 500) -> dict:
+RACK_SIZE = 64  # nodes per rack of the topology sweep: 4,096 nodes are 64 racks of 64
+
+
+def topology_sweep(n: int) -> dict:
+    """A finished topology sweep over ``n`` synthetic nodes in racks, every half through ingest."""
+    from django.conf import settings
+    from django.utils import timezone
+
+    from benchmarks.ingest_throughput import _answer_rounds
+    from cluster_health import sweeps
+    from cluster_health.models import Node, PairProbe, Sweep
+    from cluster_health.sweeps import dispatch
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    settings.NODE_ONLINE_AFTER_S = 24 * 3600
+    names = [f"r{k // RACK_SIZE:02d}-n{k % RACK_SIZE:02d}" for k in range(n)]
+    now = timezone.now()
+    Node.objects.bulk_create(
+        Node(name=name, address=f"10.{k // 250}.{k % 250}.2", last_heartbeat=now, agent_version="bench")
+        for k, name in enumerate(names)
+    )
+    t0 = time.perf_counter()
+    with dispatch.capture() as sent:
+        sweep = sweeps.request_sweep(source="command", kind="topology", nodes=names)
+        sweeps.start_sweep(sweep.pk)
+        _answer_rounds(sent, 500, 0)
+    sweep = Sweep.objects.get(pk=sweep.pk)
+    return {
+        "sweep_id": sweep.pk,
+        "nodes": n,
+        "groups": n // RACK_SIZE,
+        "pairs": PairProbe.objects.filter(sweep=sweep).count(),
+        "rounds": sweep.total_rounds,
+        "status": sweep.status,
+        "ingest_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def measure(sweeps: dict[int, int], rate: int = 500, grouped: dict | None = None) -> dict:
     """Figures for finished sweeps ``{nodes: sweep id}`` already in the current database."""
     work = Path(tempfile.mkdtemp(prefix="ch-bench-web-"))
     redis_port, web_port = devstack.free_port(), devstack.free_port()
@@ -88,9 +132,12 @@ def measure(sweeps: dict[int, int], rate: int = 500) -> dict:
         channel_layers.backends.clear()
         User.objects.create_user("bench", password=PASSWORD)
         out.update(api_figures(sweeps))
+        if grouped:
+            out.update({f"groups_{k}": v for k, v in grouped.items() if k != "sweep_id"})
+            out.update(group_api_figures(grouped["sweep_id"]))
         proc = sup.start("web", devstack.web_args("127.0.0.1", web_port))
         devstack.wait_for_port("127.0.0.1", web_port, 60, proc)
-        out.update(browser_figures(f"http://127.0.0.1:{web_port}", sweeps, rate))
+        out.update(browser_figures(f"http://127.0.0.1:{web_port}", sweeps, rate, grouped))
     finally:
         sup.stop_all()
     return out
@@ -119,7 +166,71 @@ def api_figures(sweeps: dict[int, int]) -> dict:
     return out
 
 
-def browser_figures(base: str, sweeps: dict[int, int], rate: int) -> dict:
+def _median_ms(client, url: str, times: int = 5) -> tuple[int, int]:
+    """The median time of GET ``url`` (after one first read, not counted) and its size in bytes."""
+    first = client.get(url)
+    assert first.status_code == 200, first.content[:300]
+    spent = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        body = client.get(url).content
+        spent.append(time.perf_counter() - t0)
+    return round(sorted(spent)[len(spent) // 2] * 1000), len(body)
+
+
+def group_api_figures(pk: int) -> dict:
+    """The group matrix API of a closed sweep (stored as it closed), and a drill-down into two racks."""
+    from django.test import Client
+
+    from cluster_health.models import Sweep
+    from cluster_health.web import serializers
+
+    client = Client()
+    client.login(username="bench", password=PASSWORD)
+    out = {}
+    out["groups_api_ms"], out["groups_api_bytes"] = _median_ms(client, f"/api/sweeps/{pk}/groups")
+    url = f"/api/sweeps/{pk}/matrix?group=r03&group=r41"
+    out["drill_down_api_ms"], out["drill_down_api_bytes"] = _median_ms(client, url)
+    # The reference: the same group matrix built again from the sweep's stored node matrix.
+    sweep = Sweep.objects.get(pk=pk)
+    t0 = time.perf_counter()
+    serializers.build_group_text(sweep, serializers.sweep_matrix_arrays(sweep))
+    out["groups_build_from_rows_ms"] = round((time.perf_counter() - t0) * 1000)
+    out["state_ms"], out["state_bytes"] = _median_ms(client, f"/sweeps/{pk}/state.json", times=3)
+    return out
+
+
+def group_browser_figures(page, base: str, pk: int) -> dict:
+    """The overview and the sweep page of the topology sweep, to its group matrix drawn; a click to its nodes."""
+    from django.utils import timezone
+
+    from cluster_health.models import Sweep
+
+    Sweep.objects.filter(pk=pk).update(created=timezone.now())  # the newest: the overview follows it
+    out = {}
+    loaded = (
+        f"() => document.body.dataset.loaded === '{pk}' && document.getElementById('groups').dataset.loaded === '{pk}'"
+    )
+    page.goto(f"{base}/", timeout=120_000)
+    page.wait_for_function(loaded, timeout=120_000)
+    out["groups_overview_to_drawn_ms"] = round(page.evaluate("CH.firstDrawMs"))
+    out["groups_overview_nodes_listed"] = page.locator("#nodes-table tbody tr").count()
+    for attempt in ("cold", "warm"):
+        page.goto(f"{base}/sweeps/{pk}/", timeout=120_000)
+        page.wait_for_function(loaded, timeout=120_000)
+        out[f"groups_sweep_page_to_drawn_ms_{attempt}"] = round(page.evaluate("CH.firstDrawMs"))
+    groups = page.evaluate("CH.groups.names.length")
+    box = page.locator("#groups [data-groups-plot] .nsewdrag").bounding_box()
+    g, h = 3, 41
+    t0 = time.perf_counter()
+    page.mouse.click(box["x"] + box["width"] * (h + 0.5) / groups, box["y"] + box["height"] * (g + 0.5) / groups)
+    page.wait_for_function("() => document.getElementById('groups').dataset.drilled === 'r03 r41'", timeout=60_000)
+    out["groups_click_to_drill_down_drawn_ms"] = round((time.perf_counter() - t0) * 1000)
+    out["groups_drill_down_nodes"] = page.evaluate("CH.groups.drillMatrix.nodes.length")
+    return out
+
+
+def browser_figures(base: str, sweeps: dict[int, int], rate: int, grouped: dict | None = None) -> dict:
     from playwright.sync_api import sync_playwright
 
     from devtools.browser import ARGS, CHROMIUM
@@ -145,6 +256,8 @@ def browser_figures(base: str, sweeps: dict[int, int], rate: int) -> dict:
         page.wait_for_function(f"() => document.body.dataset.loaded === '{newest}'", timeout=120_000)
         out[f"overview_to_heatmap_ms_{biggest}"] = round(page.evaluate("CH.firstDrawMs"))
         out.update(live_figures(page, base, rate))
+        if grouped:
+            out.update(group_browser_figures(page, base, grouped["sweep_id"]))
         browser.close()
     return out
 

@@ -479,4 +479,7 @@ class SweepMatrix(models.Model):
 
     sweep = models.OneToOneField(Sweep, on_delete=models.CASCADE, primary_key=True, related_name="stored_matrix")
     payload = models.TextField()
+    # The group matrix (cluster_health.core.groupmatrix) as JSON text, grouped as the sweep was
+    # when it was stored; "" until first read.
+    groups = models.TextField(blank=True, default="")
     built = models.DateTimeField(default=timezone.now)

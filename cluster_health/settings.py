@@ -194,6 +194,12 @@ DEGRADED_RATIO = envfloat("CLUSTER_HEALTH_DEGRADED_RATIO", 0.9, 0.0, 1.0)
 # How node names map to groups (rack, leaf, rail) for segment findings: a regex whose first
 # matching group is the group; unset, the name up to its last '-', '_' or '.' (or without trailing digits).
 GROUP_PATTERN = envstr("CLUSTER_HEALTH_GROUP_PATTERN")
+# Sweeps over more nodes than this show their group matrix (group x group) on the overview and
+# sweep pages, with a drill-down into one group pair, instead of the node matrix: a node matrix of
+# 1,024 nodes is 6 MB and about a second to draw; one of 4,096 would be 100 MB (docs/DASHBOARD.md).
+NODE_MATRIX_MAX_NODES = envint("CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES", 1024, 2, 4096)
+# A drill-down draws the node matrix of at most this many nodes (the two groups' members).
+DRILL_DOWN_MAX_NODES = envint("CLUSTER_HEALTH_DRILL_DOWN_MAX_NODES", 1024, 2, 4096)
 NIGHTLY_SWEEP_CRON = envstr("CLUSTER_HEALTH_NIGHTLY_CRON", "30 2 * * *")
 # Raw probe detail (both halves, per-size results, a passing pair's evidence): about 4.5 KB of a
 # pair's 4.9 KB, 2.4 GiB a night at 1,024 nodes (docs/BENCHMARKS.md, storage).

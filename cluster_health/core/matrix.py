@@ -92,14 +92,77 @@ def build_matrix(nodes: Iterable[str], pairs: Iterable[dict[str, Any]]) -> dict[
     )
 
 
+class MatrixArrays:
+    """A matrix before encoding: node names in natural order and the typed arrays over the upper triangle."""
+
+    __slots__ = ("nodes", "status", "busbw", "latency", "details")
+
+    def __init__(
+        self,
+        nodes: list[str],
+        status: array[int],
+        busbw: array[float],
+        latency: array[float],
+        details: dict[str, list[str | None]],
+    ):
+        self.nodes, self.status, self.busbw, self.latency, self.details = nodes, status, busbw, latency, details
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "nodes": self.nodes,
+            "status_codes": list(STATUS_CODES),
+            "open_statuses": list(OPEN_CODES),
+            "status": encode(self.status),
+            "busbw_gbps": encode(self.busbw),
+            "latency_us": encode(self.latency),
+            "details": self.details,
+        }
+
+    @classmethod
+    def of_payload(cls, payload: dict[str, Any]) -> MatrixArrays:
+        return cls(
+            payload["nodes"],
+            decode(payload["status"], "B"),
+            decode(payload["busbw_gbps"], "f"),
+            decode(payload["latency_us"], "f"),
+            payload.get("details") or {},
+        )
+
+    def restricted(self, names: Iterable[str]) -> MatrixArrays:
+        """The matrix over some of its nodes only (a drill-down into one or two groups)."""
+        pos = {name: i for i, name in enumerate(self.nodes)}
+        keep = natural_sorted(name for name in names if name in pos)
+        n, m = len(self.nodes), len(keep)
+        count = m * (m - 1) // 2
+        status = array("B", bytes(count))
+        busbw = array("f", [float("nan")]) * count
+        latency = array("f", [float("nan")]) * count
+        details: dict[str, list[str | None]] = {}
+        k = 0
+        for r, a in enumerate(keep):
+            i = pos[a]
+            for b in keep[r + 1 :]:
+                src = pair_index(i, pos[b], n)
+                status[k], busbw[k], latency[k] = self.status[src], self.busbw[src], self.latency[src]
+                if str(src) in self.details:
+                    details[str(k)] = self.details[str(src)]
+                k += 1
+        return MatrixArrays(keep, status, busbw, latency, details)
+
+
 def build_matrix_rows(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> dict[str, Any]:
     """The matrix payload from rows (a, b, status, busbw_gbps, latency_us, stage, reason, hint).
 
     The one matrix builder: pages, the API and the stored matrix of a closed sweep
-    all come from here. Rows naming a node outside `nodes` are ignored; for a pair
-    given twice the later one wins unless it would move the pair back from a final
-    result to pending/running.
+    all come from here (through build_matrix_arrays). Rows naming a node outside
+    `nodes` are ignored; for a pair given twice the later one wins unless it would
+    move the pair back from a final result to pending/running.
     """
+    return build_matrix_arrays(nodes, rows).payload()
+
+
+def build_matrix_arrays(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> MatrixArrays:
+    """The matrix of build_matrix_rows, not yet encoded."""
     names = natural_sorted(nodes)
     n = len(names)
     pos: dict[str | None, int] = {name: i for i, name in enumerate(names)}  # an unknown (None) name: no position
@@ -125,15 +188,7 @@ def build_matrix_rows(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> dict[s
             details[str(k)] = [stage, reason, hint]
         elif details:
             details.pop(str(k), None)
-    return {
-        "nodes": names,
-        "status_codes": list(STATUS_CODES),
-        "open_statuses": list(OPEN_CODES),
-        "status": encode(status),
-        "busbw_gbps": encode(busbw),
-        "latency_us": encode(latency),
-        "details": details,
-    }
+    return MatrixArrays(names, status, busbw, latency, details)
 
 
 def status_counts(payload: dict[str, Any]) -> dict[str, int]:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from agents import contract
 from cluster_health.core import consistency, culprits, discovery, fleet, history, preflight, verdicts
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
-from cluster_health.sweeps import backlog
+from cluster_health.sweeps import backlog, grouping
 
 READ_CHUNK = 10000  # pair rows read per round trip
 HALVES_CHUNK = 2000  # pair rows with both halves (larger) read per round trip
@@ -43,7 +43,7 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     addresses = {n.name: n.address for n in nodes}
     offline = {n.name for n in nodes if not n.is_online(now)} - backlog.unheard_is_not_silent(sweep.nodes)
     groups = list(GroupProbe.objects.filter(sweep=sweep))
-    declared = {n.name: n.topology_group for n in nodes if n.topology_group}
+    declared = grouping.declared(sweep.nodes)
     found = _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep), declared)
     blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
     found += verdicts.degraded_findings(pairs)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import redis
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -20,9 +19,9 @@ from kombu.exceptions import KombuError
 
 from agents import contract
 from cluster_health.actions import tasks as actions_tasks
-from cluster_health.core import culprits, planner, verdicts
+from cluster_health.core import planner, verdicts
 from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GroupProbe, Node, PairProbe, Sweep
-from cluster_health.sweeps import baselines, findings, rounds
+from cluster_health.sweeps import baselines, findings, grouping, rounds
 from cluster_health.web import broadcast, serializers
 
 log = logging.getLogger(__name__)
@@ -54,7 +53,7 @@ def start_sweep(sweep_id: int) -> bool:
         params = sweep.params
         try:
             names = _sweep_nodes(sweep, now)
-            groups = _topology_groups(names) if sweep.kind == "topology" else None
+            groups = grouping.groups_of(names) if sweep.kind == "topology" else None
             plan = planner.plan(
                 sweep.kind,
                 names,
@@ -114,14 +113,6 @@ def _sweep_nodes(sweep: Sweep, now: datetime) -> list[str]:
             raise PlanningError(f"master: {master} is not one of the sweep's nodes")
         names = [master] + [n for n in names if n != master]
     return names
-
-
-def _topology_groups(names: list[str]) -> dict[str, str]:
-    """Each node's group for a topology sweep: its declared group, else the one the hostname pattern gives."""
-    declared = dict(
-        Node.objects.filter(name__in=names).exclude(topology_group="").values_list("name", "topology_group")
-    )
-    return {n: group for n, (group, _) in culprits.node_groups(names, settings.GROUP_PATTERN, declared).items()}
 
 
 def _offline_at_start(names: list[str], now: datetime) -> dict[str, str | None]:

@@ -283,12 +283,49 @@ def sweep_cancel(request, sweep):
     return JsonResponse(serializers.sweep_json(sweep, with_pairs=False))
 
 
+MAX_DRILL_GROUPS = 2  # a drill-down is one cell of the group matrix: one group, or a pair of them
+MAX_GROUP_CHARS = 255
+
+
+def drill_groups(request) -> list[str]:
+    """The ``group`` parameters of a drill-down (none: the whole matrix); SweepRequestError if unusable."""
+    wanted = request.GET.getlist("group")
+    if len(wanted) > MAX_DRILL_GROUPS:
+        raise sweeps.SweepRequestError(f"group: at most {MAX_DRILL_GROUPS} (one cell of the group matrix)")
+    for g in wanted:
+        if not g or len(g) > MAX_GROUP_CHARS or "\x00" in g:
+            raise sweeps.SweepRequestError(f"group: expected a group name of 1 to {MAX_GROUP_CHARS} characters")
+    return list(dict.fromkeys(wanted))
+
+
+def matrix_response(sweep, wanted: list[str]) -> HttpResponse:
+    """The sweep's node matrix, or with groups named the node matrix of their members only."""
+    head = {"sweep": sweep.pk, "status": sweep.status, "verdict": sweep.verdict}
+    if not wanted:
+        text = serializers.matrix_text(sweep)
+    else:
+        try:
+            text = serializers.drill_down_text(sweep, wanted)
+        except serializers.DrillDownError as exc:
+            return error(exc.status, str(exc))
+    return HttpResponse(serializers.json_object(head, spread=text), content_type="application/json")
+
+
 @api_view()
+@bad_requests
 @with_sweep
 def sweep_matrix(request, sweep):
-    head = {"sweep": sweep.pk, "status": sweep.status, "verdict": sweep.verdict}
+    """The node matrix; ``?group=A[&group=B]``: only the nodes of those groups (a cell of the group matrix)."""
+    return matrix_response(sweep, drill_groups(request))
+
+
+@api_view()
+@with_sweep
+def sweep_groups(request, sweep):
+    """The group matrix (cluster_health.core.groupmatrix): group x group worst status, counts, busbw."""
+    head = {"status": sweep.status, "verdict": sweep.verdict}
     return HttpResponse(
-        serializers.json_object(head, spread=serializers.matrix_text(sweep)), content_type="application/json"
+        serializers.json_object(head, spread=serializers.group_matrix_text(sweep)), content_type="application/json"
     )
 
 

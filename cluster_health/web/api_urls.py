@@ -14,6 +14,7 @@ urlpatterns = [
     path("sweeps/<int:pk>/pairs", api.sweep_pairs, name="api-sweep-pairs"),
     path("sweeps/<int:pk>/cancel", api.sweep_cancel, name="api-sweep-cancel"),
     path("sweeps/<int:pk>/matrix", api.sweep_matrix, name="api-sweep-matrix"),
+    path("sweeps/<int:pk>/groups", api.sweep_groups, name="api-sweep-groups"),
     path("sweeps/<int:pk>/pairs.csv", api.sweep_csv, name="api-sweep-csv"),
     path("pairs/<str:a>/<str:b>/history", api.pair_history, name="api-pair-history"),
 ]

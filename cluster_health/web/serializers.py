@@ -11,13 +11,15 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import F
 from django.utils import timezone
 
 from agents import contract
-from cluster_health.core import evidence, history, matrix
+from cluster_health.core import evidence, groupmatrix, history, matrix
 from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep, SweepMatrix
+from cluster_health.sweeps import grouping
 
 READ_CHUNK = 20000  # pair rows per round trip when a whole sweep is read
 # The pair fields every outside view reads, by PairProbe field name; ``a``/``b`` are the node names.
@@ -238,29 +240,40 @@ def matrix_text(sweep: Sweep) -> str:
 
 
 def store_matrix(sweep: Sweep) -> None:
-    """Store a closed sweep's matrix now (replacing any stored one), so its first reader does not wait.
+    """Store a closed sweep's matrix and group matrix now (replacing any stored), so its first reader does not wait.
 
     Never for a collapsed sweep: its matrix holds the passing pairs whose rows are gone.
     """
     if sweep.collapsed_ok:
         return
-    text = json.dumps(build_sweep_matrix(sweep), separators=(",", ":"))
-    SweepMatrix.objects.update_or_create(sweep_id=sweep.pk, defaults={"payload": text, "built": timezone.now()})
+    arrays = sweep_matrix_arrays(sweep)
+    text = json.dumps(arrays.payload(), separators=(",", ":"))
+    groups = build_group_text(sweep, arrays)
+    SweepMatrix.objects.update_or_create(
+        sweep_id=sweep.pk, defaults={"payload": text, "groups": groups, "built": timezone.now()}
+    )
 
 
 def build_sweep_matrix(sweep: Sweep) -> dict:
     """The matrix payload built from the sweep's pair rows (one query, no joins)."""
+    return sweep_matrix_arrays(sweep).payload()
+
+
+def sweep_matrix_arrays(sweep: Sweep, only: list[str] | None = None) -> matrix.MatrixArrays:
+    """The sweep's matrix from its pair rows, over all its nodes or ``only`` those named (a drill-down)."""
     names = dict(Node.objects.filter(name__in=sweep.nodes).values_list("pk", "name")) if sweep.nodes else {}
-    rows = (
-        PairProbe.objects.filter(sweep=sweep)
-        .order_by()
-        .values_list("node_a_id", "node_b_id", "status", "busbw_gbps", "latency_us_p50", "stage", "reason", "hint")
+    rows = PairProbe.objects.filter(sweep=sweep).order_by()
+    if only is not None:
+        ids = [pk for pk, name in names.items() if name in set(only)]
+        rows = rows.filter(node_a_id__in=ids, node_b_id__in=ids)
+    rows = rows.values_list(
+        "node_a_id", "node_b_id", "status", "busbw_gbps", "latency_us_p50", "stage", "reason", "hint"
     )
     if not sweep.nodes:  # never planned, or planned before nodes were kept: name them from the rows
         names = dict(Node.objects.filter(pk__in={i for r in rows for i in r[:2]}).values_list("pk", "name"))
     # The same rounding as the sweep JSON, so every view of a pair shows one number.
-    return matrix.build_matrix_rows(
-        sweep.nodes or names.values(),
+    return matrix.build_matrix_arrays(
+        (names.values() if not sweep.nodes else sweep.nodes) if only is None else only,
         (
             (
                 names.get(a),
@@ -275,6 +288,69 @@ def build_sweep_matrix(sweep: Sweep) -> dict:
             for a, b, st, bw, lat, stage, reason, hint in rows.iterator(chunk_size=READ_CHUNK)
         ),
     )
+
+
+def build_group_text(sweep: Sweep, arrays: matrix.MatrixArrays) -> str:
+    """The group matrix of a sweep's node matrix as JSON text (or, past groupmatrix.MAX_GROUPS, what to do)."""
+    head = {"sweep": sweep.pk, "grouping": "planned" if sweep.kind == "topology" else "current"}
+    try:
+        payload = groupmatrix.build(arrays, grouping.sweep_groups(sweep, arrays.nodes))
+    except groupmatrix.TooManyGroups as exc:
+        payload = {"groups": None, "nodes": len(arrays.nodes), "message": str(exc)}
+    return json.dumps({**head, **payload}, separators=(",", ":"))
+
+
+def group_matrix_text(sweep: Sweep) -> str:
+    """The sweep's group matrix (cluster_health.core.groupmatrix) as JSON text.
+
+    A closed sweep's is stored beside its matrix, grouped as the nodes were when it
+    was first read; an open sweep's is built from its pair rows on every call.
+    """
+    if sweep.is_open:
+        return build_group_text(sweep, sweep_matrix_arrays(sweep))
+    stored = SweepMatrix.objects.filter(sweep_id=sweep.pk).values_list("groups", flat=True).first()
+    if stored:
+        return stored
+    text = build_group_text(sweep, matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))))
+    SweepMatrix.objects.filter(sweep_id=sweep.pk).update(groups=text)
+    return text
+
+
+class DrillDownError(ValueError):
+    """A drill-down that names no group of the sweep (status 404), or one too large to draw (400)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def drill_down_text(sweep: Sweep, wanted: list[str]) -> str:
+    """The node matrix over the members of one or two of the sweep's groups, as JSON text."""
+    nodes = list(sweep.nodes) or matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))).nodes
+    group_of = grouping.sweep_groups(sweep, nodes)
+    known = set(group_of.values()) | {n for n in nodes if not group_of.get(n)}
+    unknown = [g for g in wanted if g not in known]
+    if unknown:
+        raise DrillDownError(f"sweep {sweep.pk} has no group {unknown[0]!r}", status=404)
+    members = groupmatrix.members(group_of, nodes, wanted)
+    if len(members) > settings.DRILL_DOWN_MAX_NODES:
+        raise DrillDownError(
+            f"groups {', '.join(wanted)} hold {len(members)} nodes, more than CLUSTER_HEALTH_DRILL_DOWN_MAX_NODES "
+            f"({settings.DRILL_DOWN_MAX_NODES})"
+        )
+    if sweep.collapsed_ok:  # its passing pairs live in the stored matrix only
+        arrays = matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))).restricted(members)
+    else:
+        arrays = sweep_matrix_arrays(sweep, only=members)
+    member_groups = [group_of.get(n) or n for n in arrays.nodes]
+    return json.dumps(
+        {"sweep": sweep.pk, "groups": wanted, "member_groups": member_groups, **arrays.payload()}, separators=(",", ":")
+    )
+
+
+def node_matrix_shown(sweep: Sweep) -> bool:
+    """Whether pages draw the sweep's node matrix (else its group matrix): CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES."""
+    return len(sweep.nodes or ()) <= settings.NODE_MATRIX_MAX_NODES
 
 
 CSV_HEADER = ["sweep", "round", "a", "b", "status", "stage", "reason", "latency_us", "algbw_gbps", "busbw_gbps", "hint"]

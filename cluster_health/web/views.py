@@ -37,12 +37,16 @@ def sweep_matrix(sweep: Sweep) -> dict:
 @login_required
 @never_cache
 def sweep_state(request, sweep_id: int):
-    """Everything a sweep page draws, in one response: summary, progress, findings, matrix."""
+    """Everything a sweep page draws, in one response: summary, progress, findings, and its node matrix,
+    or past CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES its group matrix instead (``matrix`` is then null)."""
     sweep = get_object_or_404(Sweep, pk=sweep_id)
     summary = serializers.sweep_json(sweep, with_pairs=False, with_progress=True)
-    return HttpResponse(
-        serializers.json_object(summary, {"matrix": serializers.matrix_text(sweep)}), content_type="application/json"
-    )
+    summary["node_matrix_max_nodes"] = settings.NODE_MATRIX_MAX_NODES
+    if serializers.node_matrix_shown(sweep):
+        views = {"matrix": serializers.matrix_text(sweep)}
+    else:
+        views = {"matrix": "null", "groups": serializers.group_matrix_text(sweep)}
+    return HttpResponse(serializers.json_object(summary, views), content_type="application/json")
 
 
 def _latest_sweep():
@@ -50,6 +54,9 @@ def _latest_sweep():
 
 
 NODE_POLL_MS = 5000  # how often the overview re-reads its node table
+# While results arrive, an open group matrix re-reads itself at most this often: a group cell's
+# median needs all of its pairs, so frames cannot update it in place as they do a node cell.
+GROUP_REFRESH_MS = 2000
 
 
 def _nodes_in_order():
@@ -130,6 +137,7 @@ def overview(request):
             "findings": findings,
             "last_closed": last_closed,
             "node_poll_ms": NODE_POLL_MS,
+            "group_refresh_ms": GROUP_REFRESH_MS,
             "stale_days": settings.STALE_NODE_DAYS,
         },
     )
@@ -155,6 +163,7 @@ def sweep_detail(request, sweep_id: int):
             "groups": GroupProbe.objects.filter(sweep=sweep),
             "previous": previous,
             "plan": serializers.plan_json(sweep),
+            "group_refresh_ms": GROUP_REFRESH_MS,
         },
     )
 

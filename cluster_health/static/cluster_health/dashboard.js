@@ -42,9 +42,15 @@
     const root = document.getElementById("heatmaps");
     const pairUrl = (a, b) => cfg.pairUrl.replace("/A/", `/${encodeURIComponent(a)}/`).replace("/B/", `/${encodeURIComponent(b)}/`);
     const matrix = new CH.SweepMatrix(root, { pairUrl });
+    const sweepUrl = (url, id) => url.replace("/sweeps/0/", `/sweeps/${id}/`);
+    const groups = new CH.GroupPanel(document.getElementById("groups"), {
+      pairUrl, refreshMs: cfg.groupRefreshMs,
+      groupsUrl: (id) => sweepUrl(cfg.groupsUrl, id),
+      drillUrl: (id, names) => sweepUrl(cfg.matrixUrl, id) + "?" + names.map((g) => `group=${encodeURIComponent(g)}`).join("&"),
+    });
     let lastStatus = null;
     const live = new CH.LiveSweep({
-      sweepId: cfg.sweepId, wsPath: cfg.wsPath, followNewest: cfg.followNewest, matrix,
+      sweepId: cfg.sweepId, wsPath: cfg.wsPath, followNewest: cfg.followNewest, matrix, groups,
       stateUrl: (id) => cfg.stateUrl.replace("/0/", `/${id}/`),
       onState: (state) => {
         lastStatus = state.status;
@@ -62,6 +68,7 @@
     });
     CH.live = live;
     CH.matrix = matrix;
+    CH.groups = groups;
     live.start();
   };
 })();

@@ -47,11 +47,14 @@ CH.fmt = function (v, digits) {
   return v == null || Number.isNaN(v) ? "–" : Number(v).toFixed(digits);
 };
 
-/* Display order of the nodes: natural order, optionally grouped by a hostname pattern (rack). */
-CH.displayOrder = function (nodes, pattern) {
+/* Display order of the nodes: natural order, grouped by each node's given group (a drill-down's),
+ * else optionally by a hostname pattern (rack). */
+CH.displayOrder = function (nodes, pattern, given) {
   const idx = nodes.map((_, i) => i);
   let groups = nodes.map(() => "");
-  if (pattern) {
+  if (given && given.length === nodes.length) {
+    groups = given;
+  } else if (pattern) {
     let re = null;
     try { re = new RegExp(pattern); } catch (e) { re = null; }
     if (re) groups = nodes.map((n) => { const m = n.match(re); return m ? (m[1] !== undefined ? m[1] : m[0]) : "~"; });
@@ -69,7 +72,9 @@ CH.displayOrder = function (nodes, pattern) {
 class MatrixPlot {
   constructor(el, opts) {
     this.el = el;
-    this.opts = opts; // {kind: "discrete"|"continuous", codes, colors, colorscale, zmin, zmax, zmid, title, hover(i,j), click(i,j)}
+    // {kind: "discrete"|"continuous", codes, colors, colorscale, zmin, zmax, zmid, title, hover(i,j), click(i,j),
+    //  index(i,j,n) (default CH.pairIndex), diagonal (cells (i, i) hold values: a group matrix)}
+    this.opts = opts;
     this.revision = 0;
     this.tooltip = document.createElement("div");
     this.tooltip.className = "tooltip";
@@ -83,13 +88,14 @@ class MatrixPlot {
     this.order = order;
     this.bounds = bounds || [];
     const n = nodes.length;
+    const index = this.opts.index || CH.pairIndex, diagonal = !!this.opts.diagonal;
     this.z = [];
     for (let r = 0; r < n; r++) {
       const row = new Float32Array(n);
       const i = order[r];
       for (let c = 0; c < n; c++) {
         const j = order[c];
-        row[c] = i === j ? NaN : values[CH.pairIndex(i, j, n)];
+        row[c] = i === j && !diagonal ? NaN : values[index(i, j, n)];
       }
       this.z.push(row);
     }
@@ -152,7 +158,7 @@ class MatrixPlot {
       this.el.on("plotly_click", (ev) => {
         const p = ev.points[0];
         const i = this.order[p.pointIndex[0]], j = this.order[p.pointIndex[1]];
-        if (i !== j && this.opts.click) this.opts.click(i, j);
+        if ((i !== j || this.opts.diagonal) && this.opts.click) this.opts.click(i, j);
       });
     }
     return done.then(() => { this.el.dataset.drawnMs = String(performance.now() - started); this.el.dataset.revision = String(this.revision); });
@@ -161,7 +167,7 @@ class MatrixPlot {
   hover(ev) {
     const p = ev.points[0];
     const i = this.order[p.pointIndex[0]], j = this.order[p.pointIndex[1]];
-    if (i === j) { this.tooltip.hidden = true; return; }
+    if (i === j && !this.opts.diagonal) { this.tooltip.hidden = true; return; }
     this.tooltip.innerHTML = this.opts.hover(i, j);
     this.tooltip.hidden = false;
     const e = ev.event;
@@ -190,6 +196,7 @@ class SweepMatrix {
   }
 
   load(m) {
+    this.root.hidden = false;
     this.nodes = m.nodes;
     this.codes = m.status_codes;
     this.open = new Set(m.open_statuses); // statuses a final result never goes back to
@@ -198,13 +205,22 @@ class SweepMatrix {
     this.busbw = CH.decode(m.busbw_gbps, Float32Array);
     this.latency = CH.decode(m.latency_us, Float32Array);
     this.details = m.details || {};
-    this.reorder();
+    this.memberGroups = m.member_groups || null; // a drill-down: each node's group, drawn apart
+    return this.reorder();
+  }
+
+  /* No node matrix for this sweep (it has more nodes than a node matrix shows): the group panel stands in. */
+  clear() {
+    this.nodes = null;
+    this.root.hidden = true;
+    if (this.plot) { Plotly.purge(this.plotEl); this.plot = null; }
   }
 
   reorder() {
-    const d = CH.displayOrder(this.nodes, this.pattern);
+    if (!this.nodes) return Promise.resolve();
+    const d = CH.displayOrder(this.nodes, this.pattern, this.memberGroups);
     this.order = d.order; this.bounds = d.bounds;
-    this.show(this.view);
+    return this.show(this.view);
   }
 
   plotOptions(view) {
@@ -257,6 +273,7 @@ class SweepMatrix {
   /* Apply pair dicts (a, b, status, stage, reason, hint, busbw_gbps, latency_us) in place.
    * Returns false if a pair names a node this matrix does not have (the caller re-reads). */
   apply(pairs) {
+    if (!this.nodes) return true; // no node matrix drawn: nothing to update
     const n = this.nodes.length;
     for (const p of pairs) {
       const i = this.index.get(p.a), j = this.index.get(p.b);
@@ -270,7 +287,7 @@ class SweepMatrix {
       this.status[k] = code;
       this.busbw[k] = p.busbw_gbps == null ? NaN : p.busbw_gbps;
       this.latency[k] = p.latency_us == null ? NaN : p.latency_us;
-      if ((p.status !== "ok" && !open(p.status)) || p.hint) this.details[k] = [p.stage, p.reason, p.hint];
+      if ((p.status !== "ok" && !this.open.has(p.status)) || p.hint) this.details[k] = [p.stage, p.reason, p.hint];
       else delete this.details[k];
       if (this.plot) this.plot.setCell(i, j, this.valuesFor(this.view)[k]);
     }
@@ -289,12 +306,153 @@ class SweepMatrix {
   }
 
   statusOf(a, b) {
+    if (!this.nodes) return null;
     const i = this.index.get(a), j = this.index.get(b);
     if (i === undefined || j === undefined || i === j) return null;
     return this.codes[this.status[CH.pairIndex(i, j, this.nodes.length)]];
   }
 }
 CH.SweepMatrix = SweepMatrix;
+
+/* Index of cell (g, h) in a group matrix: the upper triangle with its diagonal (cluster_health/core/groupmatrix.py). */
+CH.groupCellIndex = function (g, h, n) {
+  if (g > h) { const t = g; g = h; h = t; }
+  return (g * (2 * n - g + 1)) / 2 + (h - g);
+};
+
+/* The group matrix of a sweep (group x group: worst status, median busbw, failing share) and its
+ * drill-down into one cell: the node matrix of that cell's groups, fetched from the API. Shown
+ * in place of the node matrix when a sweep has more nodes than a node matrix shows; otherwise
+ * folded, and read when opened. Live frames re-read it at most every refreshMs (a group cell's
+ * median needs all its pairs); the drill-down's cells are updated in place. */
+class GroupPanel {
+  constructor(root, opts) {
+    this.root = root;
+    this.opts = opts; // {groupsUrl(id), drillUrl(id, groups), pairUrl(a, b), refreshMs}
+    this.detailsEl = root.querySelector("[data-groups-details]");
+    this.plotEl = root.querySelector("[data-groups-plot]");
+    this.legendEl = root.querySelector("[data-groups-legend]");
+    this.noteEl = root.querySelector("[data-groups-note]");
+    this.drillEl = root.querySelector("[data-drill]");
+    this.view = localStorage.getItem("ch.groupView") || "worst";
+    this.refreshQueued = false;
+    root.querySelectorAll("[data-group-view]").forEach((b) => b.addEventListener("click", () => this.show(b.dataset.groupView)));
+    this.detailsEl.addEventListener("toggle", () => { if (this.detailsEl.open && !this.data && this.sweepId) this.refresh(); });
+    root.querySelector("[data-drill-close]").addEventListener("click", () => this.closeDrill());
+  }
+
+  note(text) { this.noteEl.textContent = text || ""; this.noteEl.hidden = !text; }
+
+  loadState(state) {
+    if (this.sweepId !== state.sweep) { this.closeDrill(); this.data = null; }
+    this.sweepId = state.sweep;
+    this.sizeNote = state.matrix ? "" : `This sweep has more nodes than the ${state.node_matrix_max_nodes} a node matrix shows (CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES): click a cell for the nodes of its two groups.`;
+    if (state.groups) { this.detailsEl.open = true; return this.load(state.groups); }
+    return this.detailsEl.open ? this.refresh() : Promise.resolve();
+  }
+
+  refresh() {
+    const id = this.sweepId;
+    return fetch(this.opts.groupsUrl(id), { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => { if (!r.ok) throw new Error(`groups: HTTP ${r.status}`); return r.json(); })
+      .then((g) => (id === this.sweepId ? this.load(g) : undefined))
+      .catch((err) => { this.note(`The group matrix could not be read (${err.message}); retrying with the next update.`); this.data = null; });
+  }
+
+  load(g) {
+    this.data = g;
+    if (!g.groups) { // more groups than a summary can show: the message says what to do
+      this.names = null;
+      this.note([this.sizeNote, g.message].filter(Boolean).join(" "));
+      Plotly.purge(this.plotEl);
+      this.legendEl.innerHTML = "";
+      return Promise.resolve();
+    }
+    this.note(this.sizeNote);
+    this.names = g.groups;
+    this.sizes = g.sizes;
+    this.codes = g.status_codes;
+    this.worst = CH.decode(g.worst, Uint8Array);
+    this.pairs = CH.decode(g.pairs, Uint32Array);
+    this.tested = CH.decode(g.tested, Uint32Array);
+    this.bad = CH.decode(g.bad, Uint32Array);
+    this.median = CH.decode(g.busbw_median, Float32Array);
+    this.lowest = CH.decode(g.busbw_min, Float32Array);
+    this.failing = new Float32Array(this.worst.length);
+    for (let k = 0; k < this.failing.length; k++) this.failing[k] = this.tested[k] ? this.bad[k] / this.tested[k] : NaN;
+    return this.show(this.view);
+  }
+
+  show(view) {
+    this.view = view;
+    localStorage.setItem("ch.groupView", view);
+    this.root.querySelectorAll("[data-group-view]").forEach((b) => b.classList.toggle("active", b.dataset.groupView === view));
+    if (!this.names) return Promise.resolve();
+    const common = { index: CH.groupCellIndex, diagonal: true, hover: (g, h) => this.hoverText(g, h), click: (g, h) => this.drill(g, h) };
+    let opts = { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, ...common }, values = this.worst;
+    if (view === "busbw") { opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, ...common }; values = this.median; }
+    if (view === "failing") {
+      opts = { kind: "continuous", colorscale: [[0, "#f7f7f7"], [1, CH.STATUS_COLORS.failed]], unit: "failing", zmin: 0, zmax: 1, ...common };
+      values = this.failing;
+    }
+    if (this.plot) { Plotly.purge(this.plotEl); this.plot.tooltip.remove(); }
+    this.plot = new MatrixPlot(this.plotEl, opts);
+    this.plot.setData(this.names, values, this.names.map((_, g) => g));
+    this.renderLegend();
+    return this.plot.draw().then(() => { this.root.dataset.loaded = String(this.sweepId); });
+  }
+
+  renderLegend() {
+    const counts = {};
+    for (const code of this.worst) counts[code] = (counts[code] || 0) + 1;
+    this.legendEl.innerHTML = `<span class="muted">${this.names.length} groups, cells by worst status:</span>` + this.codes.map((c, code) => (counts[code]
+      ? `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[code]}</b></span>` : "")).join("");
+  }
+
+  hoverText(g, h) {
+    const k = CH.groupCellIndex(g, h, this.names.length);
+    const title = g === h ? `inside ${CH.esc(this.names[g])} (${this.sizes[g]} nodes)` : `${CH.esc(this.names[g])} ↔ ${CH.esc(this.names[h])}`;
+    return `<b>${title}</b><br>worst: <b>${this.codes[this.worst[k]]}</b>` +
+      `<br>${this.pairs[k]} pairs · ${this.tested[k]} probed · ${this.bad[k]} failing` +
+      `<br>busbw median ${CH.fmt(this.median[k], 2)} · min ${CH.fmt(this.lowest[k], 2)} GB/s<br><span class="muted">click for its nodes</span>`;
+  }
+
+  drill(g, h) {
+    const wanted = g === h ? [this.names[g]] : [this.names[g], this.names[h]];
+    const id = this.sweepId;
+    return fetch(this.opts.drillUrl(id, wanted), { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => r.json().then((body) => { if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`); return body; }))
+      .then((m) => {
+        if (id !== this.sweepId) return undefined;
+        this.drillEl.hidden = false;
+        this.drillEl.querySelector("[data-drill-title]").textContent = wanted.length === 1 ? `Inside ${wanted[0]}` : `${wanted[0]} ↔ ${wanted[1]}`;
+        if (!this.drillMatrix) this.drillMatrix = new CH.SweepMatrix(this.drillEl, { pairUrl: this.opts.pairUrl });
+        this.drillGroups = wanted;
+        return this.drillMatrix.load(m).then(() => { this.root.dataset.drilled = wanted.join(" "); });
+      })
+      .catch((err) => this.note(`The nodes of ${wanted.join(" and ")} could not be read: ${err.message}`));
+  }
+
+  closeDrill() {
+    if (this.drillMatrix) this.drillMatrix.clear();
+    this.drillGroups = null;
+    this.drillEl.hidden = true;
+    delete this.root.dataset.drilled;
+  }
+
+  /* A live frame's pairs: into the drill-down in place; the group cells by a re-read, at most every refreshMs. */
+  onPairs(pairs) {
+    if (this.drillGroups && this.drillMatrix && this.drillMatrix.nodes) {
+      const index = this.drillMatrix.index;
+      const mine = pairs.filter((p) => index.has(p.a) && index.has(p.b));
+      if (mine.length) this.drillMatrix.apply(mine);
+    }
+    if (!this.detailsEl.open || !this.data || this.refreshQueued) return;
+    this.refreshQueued = true;
+    setTimeout(() => { this.refreshQueued = false; this.refresh(); }, this.opts.refreshMs);
+  }
+}
+CH.GroupPanel = GroupPanel;
 
 /* Follows a sweep live: re-reads state.json on every (re)connect, then applies batched frames. */
 class LiveSweep {
@@ -351,7 +509,10 @@ class LiveSweep {
   }
 
   applyFrame(frame) {
-    if (frame.pairs && frame.pairs.length && !this.opts.matrix.apply(frame.pairs)) { this.reload(); return; }
+    if (frame.pairs && frame.pairs.length) {
+      if (!this.opts.matrix.apply(frame.pairs)) { this.reload(); return; }
+      if (this.opts.groups) this.opts.groups.onPairs(frame.pairs);
+    }
     window.CH.lastFrame = { receivedAt: frame.receivedAt, pairs: (frame.pairs || []).length };
     if (this.opts.onFrame) this.opts.onFrame(frame);
   }
@@ -363,11 +524,15 @@ class LiveSweep {
       .then((r) => { if (!r.ok) throw new Error(`state: HTTP ${r.status}`); return r.json(); })
       .then((state) => {
         window.CH.fetchMs = performance.now() - started;
-        this.opts.matrix.load(state.matrix);
+        if (state.matrix) this.opts.matrix.load(state.matrix);
+        else this.opts.matrix.clear();
         if (this.opts.onState) this.opts.onState(state);
+        const draws = [];
+        if (this.opts.groups) draws.push(this.opts.groups.loadState(state));
         const frames = this.buffer; this.buffer = null;
         frames.forEach((f) => this.applyFrame(f));
-        return this.opts.matrix.plot.draw();
+        if (state.matrix) draws.push(this.opts.matrix.plot.draw());
+        return Promise.all(draws);
       })
       .then(() => { window.CH.firstDrawMs = window.CH.firstDrawMs || performance.now(); document.body.dataset.loaded = String(this.sweepId); })
       .catch((err) => { this.buffer = null; console.error(err); setTimeout(() => this.reload(), 2000); });
