@@ -67,3 +67,18 @@ def test_its_node_table_endpoint_gives_online_state_and_last_heartbeat_offline_f
     assert state["online"] == 2
     assert all(n["last_heartbeat"] and "facts" not in n for n in state["nodes"])
     assert state["now"] >= state["nodes"][-1]["last_heartbeat"]
+
+
+def test_a_large_fleet_lists_its_offline_nodes_first_and_counts_the_rest(client, monkeypatch):
+    from cluster_health.web import views
+
+    monkeypatch.setattr(views, "OVERVIEW_NODE_ROWS", 2)
+    client.force_login(make_user("viewer", operator=False))
+    make_nodes(["node1", "node2", "node3"])
+    make_nodes(["down1"], online=False)
+    state = client.get(reverse("nodes-state")).json()
+    assert [n["name"] for n in state["nodes"]] == ["down1", "node1"]
+    assert (state["total"], state["online"], state["retired_total"]) == (4, 3, 0)
+    page = client.get(reverse("overview")).content.decode()
+    assert "3 of 4 online" in page and "2 of 4 listed, offline first" in page
+    assert page.count("<tr data-node=") == 2

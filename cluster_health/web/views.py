@@ -96,16 +96,27 @@ def _node_row(n: Node, now) -> dict:
     }
 
 
+# Nodes the overview lists (offline first, they fail sweeps), and retired ones apart; the rest are
+# counted, not listed: 4,096 rows took 2.5 s of a 3.7 s overview to draw, and are re-read every 5 s.
+OVERVIEW_NODE_ROWS = 200
+
+
 def node_table(now) -> dict:
-    """The overview's node table: the fleet (offline nodes first, they fail sweeps) and, apart, the retired."""
+    """The overview's node table: the fleet (offline nodes first, they fail sweeps) and, apart, the retired.
+
+    At most OVERVIEW_NODE_ROWS of each are listed; ``total`` and ``retired_total`` count them all.
+    """
     rows = [_node_row(n, now) for n in _nodes_in_order()]
     fleet = [r for r in rows if r["active"]]
     fleet.sort(key=lambda r: r["online"])  # stable: natural order within each part
+    retired = [r for r in rows if not r["active"]]
     return {
         "now": now.isoformat(),
         "online": sum(r["online"] for r in fleet),
-        "nodes": fleet,
-        "retired": [r for r in rows if not r["active"]],
+        "total": len(fleet),
+        "nodes": fleet[:OVERVIEW_NODE_ROWS],
+        "retired_total": len(retired),
+        "retired": retired[:OVERVIEW_NODE_ROWS],
     }
 
 
@@ -133,6 +144,8 @@ def overview(request):
             "nodes": table["nodes"],
             "retired": table["retired"],
             "online_count": table["online"],
+            "node_total": table["total"],
+            "retired_total": table["retired_total"],
             "sweep": latest,
             "findings": findings,
             "last_closed": last_closed,

@@ -43,9 +43,14 @@
         retired.querySelector("tbody").innerHTML = gone.map((n) => retiredHtml(n, cfg.nodeUrl)).join("");
         retired.hidden = !gone.length;
       }
-      set("[data-no-nodes]", (el) => { el.hidden = state.nodes.length + gone.length > 0; });
-      set("[data-online-count]", (el) => { el.textContent = `${state.online} of ${state.nodes.length} online`; });
-      set("[data-retired-count]", (el) => { el.textContent = `${gone.length} retired (left out of sweeps)`; });
+      set("[data-no-nodes]", (el) => { el.hidden = state.total + state.retired_total > 0; });
+      set("[data-online-count]", (el) => { el.textContent = `${state.online} of ${state.total} online`; });
+      set("[data-retired-count]", (el) => { el.textContent = `${state.retired_total} retired (left out of sweeps)`; });
+      // A large fleet lists its first rows only (offline first); the rest are counted.
+      set("[data-nodes-more]", (el) => {
+        el.hidden = state.total <= state.nodes.length;
+        el.firstChild.textContent = `${state.nodes.length} of ${state.total} listed, offline first; every node is on the `;
+      });
       CH.nodesPolledAt = Date.now();
     }
 
