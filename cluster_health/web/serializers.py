@@ -261,15 +261,15 @@ def build_sweep_matrix(sweep: Sweep) -> dict:
 
 def sweep_matrix_arrays(sweep: Sweep, only: list[str] | None = None) -> matrix.MatrixArrays:
     """The sweep's matrix from its pair rows, over all its nodes or ``only`` those named (a drill-down)."""
-    names = dict(Node.objects.filter(name__in=sweep.nodes).values_list("pk", "name")) if sweep.nodes else {}
+    named = only if only is not None else sweep.nodes
+    names = dict(Node.objects.filter(name__in=named).values_list("pk", "name")) if named else {}
     rows = PairProbe.objects.filter(sweep=sweep).order_by()
     if only is not None:
-        ids = [pk for pk, name in names.items() if name in set(only)]
-        rows = rows.filter(node_a_id__in=ids, node_b_id__in=ids)
+        rows = rows.filter(node_a_id__in=list(names), node_b_id__in=list(names))
     rows = rows.values_list(
         "node_a_id", "node_b_id", "status", "busbw_gbps", "latency_us_p50", "stage", "reason", "hint"
     )
-    if not sweep.nodes:  # never planned, or planned before nodes were kept: name them from the rows
+    if not named:  # never planned, or planned before nodes were kept: name them from the rows
         names = dict(Node.objects.filter(pk__in={i for r in rows for i in r[:2]}).values_list("pk", "name"))
     # The same rounding as the sweep JSON, so every view of a pair shows one number.
     return matrix.build_matrix_arrays(
