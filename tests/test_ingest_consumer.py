@@ -129,8 +129,11 @@ def test_a_consumer_back_from_a_crash_applies_the_batch_it_held_first(stack, dri
     with consumer_keys(settings, name) as client:
         held_batch(client, stack, cmds, name)
         again = consumer.Consumer(name, client)
-        assert again.step(block_s=0) == len(cmds)  # nothing on the queue: its own batch alone
-        assert not client.exists(consumer.taken_key(name))
+        # Its own batch is taken whole, before anything queued: the stack's agents' heartbeats share
+        # the queue, so one sent meanwhile may join the batch after the held halves, never instead.
+        taken = again.step(block_s=0)
+        assert taken >= len(cmds), taken
+        assert not client.exists(consumer.taken_key(name))  # every held message was checked and let go
         wait_closed(sweep_id, 3, timeout=30)
 
 
@@ -156,3 +159,20 @@ def test_a_queue_no_agent_has_declared_yet_still_receives_halves(stack):
         assert client.smembers(f"_kombu.binding.{contract.INGEST_QUEUE}"), "the consumer bound its queue"
     finally:
         client.close()
+
+
+def test_a_batch_is_what_the_last_life_held_first_then_the_oldest_queued(stack):
+    """The take's order, on lists of its own: a held batch is never passed over for newer messages."""
+    client = redis.Redis.from_url(stack.redis.url)
+    queue, taken = "test.take.queue", "test.take.taken"
+    try:
+        client.rpush(taken, b"held-1", b"held-2")
+        client.lpush(queue, b"q-1", b"q-2", b"q-3")  # Celery pushes on the left: q-1 is the oldest
+        assert client.eval(consumer.TAKE_SCRIPT, 2, queue, taken, 4) == [b"held-1", b"held-2", b"q-1", b"q-2"]
+        assert client.lrange(queue, 0, -1) == [b"q-3"]  # the newest stays queued
+        assert client.lrange(taken, 0, -1) == [b"held-1", b"held-2", b"q-1", b"q-2"]
+        # Taken again (its consumer died before letting go): the held list whole, however long, and nothing more.
+        assert client.eval(consumer.TAKE_SCRIPT, 2, queue, taken, 2) == [b"held-1", b"held-2", b"q-1", b"q-2"]
+        assert client.lrange(queue, 0, -1) == [b"q-3"]
+    finally:
+        client.delete(queue, taken)
