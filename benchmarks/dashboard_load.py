@@ -219,6 +219,8 @@ def group_api_figures(pk: int, drill: list[int]) -> dict:
     serializers.build_group_text(sweep, serializers.sweep_matrix_arrays(sweep))
     out["groups_build_from_rows_ms"] = round((time.perf_counter() - t0) * 1000)
     out["state_ms"], out["state_bytes"] = _median_ms(client, f"/sweeps/{pk}/state.json", times=3)
+    # The overview's node table, which its page reads again every NODE_POLL_MS.
+    out["nodes_json_ms"], out["nodes_json_bytes"] = _median_ms(client, "/nodes.json")
     return out
 
 
