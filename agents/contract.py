@@ -31,6 +31,7 @@ TASK_HEARTBEAT = "server.heartbeat"  # agent -> server: alive, with facts (kwarg
 TASK_START_SWEEP = "cluster_health.start_sweep"  # plan a pending sweep and dispatch its first round
 TASK_REAP = "cluster_health.reap"  # close overdue and offline probes, advance stalled sweeps
 TASK_SCHEDULED_SWEEP = "cluster_health.scheduled_sweep"  # a sweep requested by a beat schedule
+TASK_ANALYZE_PAIRS = "cluster_health.analyze_pairs"  # fresh pair-table statistics after a large sweep
 TASK_PRUNE = "cluster_health.prune"  # retention: raw detail and rejected messages (daily)
 
 # Redis key under which rank 0 publishes the real port of its TCPStore.

@@ -76,8 +76,9 @@ def topology_sweep(n: int) -> dict:
     from django.conf import settings
     from django.utils import timezone
 
+    from agents import contract
     from benchmarks.ingest_throughput import _answer_rounds
-    from cluster_health import sweeps
+    from cluster_health import sweeps, tasks
     from cluster_health.models import Node, PairProbe, Sweep
     from cluster_health.sweeps import dispatch
 
@@ -94,13 +95,16 @@ def topology_sweep(n: int) -> dict:
     # fleet instead, as the nightly one does, with the other sweeps' nodes out of it meanwhile.
     others = list(Node.objects.exclude(name__in=names).filter(active=True).values_list("pk", flat=True))
     Node.objects.filter(pk__in=others).update(active=False)
+    closed_tasks: list = []
     try:
         with dispatch.capture() as sent:
             sweep = sweeps.request_sweep(source="command", kind="topology")
             sweeps.start_sweep(sweep.pk)
-            _answer_rounds(sent, 500, 0)
+            _answer_rounds(sent, 500, 0, closed_tasks)
     finally:
         Node.objects.filter(pk__in=others).update(active=True)
+    # What the server worker runs as the sweep closes, before anyone opens it: the pair table's statistics.
+    analyzed_s = sum(tasks.analyze_pairs() for task, _ in closed_tasks if task == contract.TASK_ANALYZE_PAIRS)
     # Not the newest until its own figures: the overview figures before them follow another sweep.
     Sweep.objects.filter(pk=sweep.pk).update(created=timezone.now() - timedelta(days=1))
     sweep = Sweep.objects.get(pk=sweep.pk)
@@ -114,6 +118,7 @@ def topology_sweep(n: int) -> dict:
         "rounds": sweep.total_rounds,
         "status": sweep.status,
         "ingest_s": round(time.perf_counter() - t0, 1),
+        "analyze_s": round(analyzed_s, 2),
     }
 
 
@@ -151,6 +156,8 @@ def measure(sweeps: dict[int, int], rate: int = 500, grouped: dict | None = None
         proc = sup.start("web", devstack.web_args("127.0.0.1", web_port))
         devstack.wait_for_port("127.0.0.1", web_port, 60, proc)
         out.update(browser_figures(f"http://127.0.0.1:{web_port}", sweeps, rate, grouped))
+        if grouped:  # last: they change the table every figure above was read from
+            out.update(drill_down_after_maintenance(grouped["sweep_id"], grouped["drill"]))
     finally:
         sup.stop_all()
     return out
@@ -221,6 +228,29 @@ def group_api_figures(pk: int, drill: list[int]) -> dict:
     out["state_ms"], out["state_bytes"] = _median_ms(client, f"/sweeps/{pk}/state.json", times=3)
     # The overview's node table, which its page reads again every NODE_POLL_MS.
     out["nodes_json_ms"], out["nodes_json_bytes"] = _median_ms(client, "/nodes.json")
+    return out
+
+
+def drill_down_after_maintenance(pk: int, drill: list[int]) -> dict:
+    """References for the drill-down of a sweep just ingested: its own work again once the pair table's
+    statistics are fresh (ANALYZE), then once its dead row versions are gone too (VACUUM), on PostgreSQL."""
+    from django.db import connection
+
+    from cluster_health.models import PairProbe, Sweep
+    from cluster_health.web import serializers
+
+    if connection.vendor != "postgresql":
+        return {}
+    sweep, wanted, out = Sweep.objects.get(pk=pk), [rack(g) for g in drill], {}
+    for step in ("ANALYZE", "VACUUM"):
+        with connection.cursor() as cursor:
+            cursor.execute(f"{step} {PairProbe._meta.db_table}")
+        spent = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            serializers.drill_down_text(sweep, wanted)
+            spent.append(time.perf_counter() - t0)
+        out[f"drill_down_build_after_{step.lower()}_ms"] = round(sorted(spent)[1] * 1000)
     return out
 
 

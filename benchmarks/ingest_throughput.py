@@ -100,8 +100,12 @@ def measure(n: int, batch: int, reference_rounds: int | None = None) -> dict:
     }
 
 
-def _answer_rounds(sent: list, batch: int, reference_rounds: int) -> tuple[int, float, int, float]:
-    """Answer every round's commands until none come; the first rounds one half per call (the reference)."""
+def _answer_rounds(
+    sent: list, batch: int, reference_rounds: int, server_tasks: list | None = None
+) -> tuple[int, float, int, float]:
+    """Answer every round's commands until none come; the first rounds one half per call (the reference).
+
+    The server tasks the sweep sent are added to ``server_tasks`` when given (else dropped)."""
     from cluster_health import ingest
     from devtools.captured import take_probe_commands
     from devtools.sweep_driver import result_for
@@ -110,7 +114,7 @@ def _answer_rounds(sent: list, batch: int, reference_rounds: int) -> tuple[int, 
     single_s = batched_s = 0.0
     rounds = 0
     while True:
-        commands = take_probe_commands(sent)
+        commands = take_probe_commands(sent, server_tasks)
         if not commands:
             return single, single_s, batched, batched_s
         rounds += 1

@@ -13,7 +13,7 @@ from celery import shared_task
 from agents import contract
 from cluster_health import ingest, sweeps
 from cluster_health.ingest.auth import authenticate, remember_nonce
-from cluster_health.sweeps import lifecycle, reaper
+from cluster_health.sweeps import lifecycle, reaper, statistics
 
 
 @shared_task(name=contract.TASK_RESULT, ignore_result=True, bind=True)
@@ -55,6 +55,12 @@ def scheduled_sweep(kind="full", **params):
     """A sweep from a django-celery-beat schedule (the nightly full sweep by default)."""
     sweep = sweeps.request_sweep(source="schedule", kind=kind, **params)
     return sweep.pk
+
+
+@shared_task(name=contract.TASK_ANALYZE_PAIRS, ignore_result=True)
+def analyze_pairs():
+    """After a large sweep closed: the pair table's planner statistics brought up to date (sweeps/statistics)."""
+    return statistics.analyze_pairs()
 
 
 @shared_task(name=contract.TASK_PRUNE, ignore_result=True)

@@ -7,9 +7,19 @@ from typing import Any
 from agents import contract
 
 
-def take_probe_commands(sent: list[tuple[str, str, dict[str, Any], Any]]) -> list[dict[str, Any]]:
-    """The recorded probe commands, in the order sent; the record is emptied so the next call sees only new ones."""
-    commands = [kwargs["command"] for task, _queue, kwargs, _expires in sent if task == contract.TASK_PROBE]
+def take_probe_commands(
+    sent: list[tuple[str, str, dict[str, Any], Any]], server_tasks: list[tuple[str, dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
+    """The recorded probe commands, in the order sent; the record is emptied so the next call sees only new ones.
+
+    The other tasks recorded (to the server queue) are added to ``server_tasks`` as (task, kwargs) when it is given.
+    """
+    commands = []
+    for task, _queue, kwargs, _expires in sent:
+        if task == contract.TASK_PROBE:
+            commands.append(kwargs["command"])
+        elif server_tasks is not None:
+            server_tasks.append((task, kwargs))
     sent.clear()
     return commands
 

@@ -21,7 +21,7 @@ from agents import contract
 from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import planner, verdicts
 from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GroupProbe, Node, PairProbe, Sweep
-from cluster_health.sweeps import baselines, findings, grouping, rounds
+from cluster_health.sweeps import baselines, dispatch, findings, grouping, rounds, statistics
 from cluster_health.web import broadcast, serializers
 
 log = logging.getLogger(__name__)
@@ -269,6 +269,8 @@ def finish(sweep: Sweep) -> bool:
     # scontrol must never hold the sweep open, and they must see the findings.
     sweep_id = sweep.pk
     transaction.on_commit(lambda: actions_tasks.sweep_finished(sweep_id))
+    if statistics.worth_analyzing(len(statuses)):  # the sweep an operator opens next is read with fresh statistics
+        transaction.on_commit(lambda: dispatch.send_to_server(contract.TASK_ANALYZE_PAIRS))
     log.info("sweep %s finished: %s (%d findings)", sweep.pk, verdict, len(found))
     return True
 

@@ -1,0 +1,46 @@
+"""A large sweep has the pair table analyzed as it closes (PostgreSQL), so the sweep an operator
+opens next is read with statistics that know its rows (cluster_health/sweeps/statistics.py)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from agents import contract
+from cluster_health import tasks
+from cluster_health.models import PairProbe
+from devtools.sweep_driver import heartbeat
+
+POSTGRES = connection.vendor == "postgresql"
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("memory_channel_layer")
+@pytest.mark.parametrize(("threshold", "wanted"), [(6, True), (7, False)])
+def test_a_sweep_of_at_least_the_threshold_of_pairs_asks_for_fresh_statistics(driver, settings, threshold, wanted):
+    settings.ANALYZE_AFTER_PAIRS = threshold
+    for name in ("n0", "n1", "n2", "n3"):
+        heartbeat(name)
+    sweep = driver.sweep(kind="connectivity")  # four nodes: six pairs
+    driver.answer_all()
+    sweep.refresh_from_db()
+    assert (sweep.status, PairProbe.objects.filter(sweep=sweep).count()) == ("finished", 6)
+    asked = [task for task, _ in driver.server_tasks if task == contract.TASK_ANALYZE_PAIRS]
+    # SQLite keeps no statistics the planner would miss: nothing is asked there.
+    assert asked == ([contract.TASK_ANALYZE_PAIRS] if wanted and POSTGRES else [])
+
+
+def last_analyzed():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # this session's cached view of the statistics
+        cursor.execute("SELECT last_analyze FROM pg_stat_user_tables WHERE relname = %s", [PairProbe._meta.db_table])
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not POSTGRES, reason="planner statistics are PostgreSQL's (its leg runs this)")
+def test_the_task_analyzes_the_pair_table():
+    before = last_analyzed()
+    assert tasks.analyze_pairs() >= 0
+    after = last_analyzed()
+    assert after is not None and (before is None or after > before)
