@@ -59,6 +59,13 @@ def run(database: str | None = None, nodes=(64, 1024), rate: int = 500, group_no
     from benchmarks.scratch import scratch_database
 
     with scratch_database(database):
+        from django.conf import settings
+
+        if 0 < group_nodes <= settings.NODE_MATRIX_MAX_NODES:  # its pages would draw the node matrix instead
+            raise SystemExit(
+                f"dashboard_load: --group-nodes {group_nodes}: the group matrix is drawn only past "
+                f"CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES ({settings.NODE_MATRIX_MAX_NODES}); give more, or 0 for none"
+            )
         from benchmarks.ingest_throughput import measure as ingest_sweep
 
         sweeps = {n: ingest_sweep(n, 500, reference_rounds=0)["sweep_id"] for n in sorted(nodes)}
