@@ -278,6 +278,68 @@ class ServerStack:
             self.sup.stop_all()
 
 
+# Which part of the stack a process is, from its command line (the first match wins).
+ROLES = (
+    ("ingest_consumer", "consumer"),
+    ("celery", "server_worker"),  # -A ... beat is told apart below
+    ("daphne", "web"),
+    ("redis-server", "redis"),
+)
+
+
+def _proc_stat(pid: str) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds used, user and system) of a process from /proc, or None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds used so far by each part of the stack on this machine: this process (the simulator),
+    the processes it started (by role) and every PostgreSQL process (the machine's server, not only
+    this database's backends: the machine is otherwise idle while the benchmark runs)."""
+    stats: dict[int, tuple[int, float]] = {}
+    roles: dict[int, str | None] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or (stat := _proc_stat(entry.name)) is None:
+            continue
+        stats[int(entry.name)] = stat
+        try:
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        if comm == "postgres" or argv.startswith("postgres"):
+            roles[int(entry.name)] = "postgres"
+        elif " beat" in argv and "celery" in argv:
+            roles[int(entry.name)] = "beat"
+        else:
+            roles[int(entry.name)] = next((role for needle, role in ROLES if needle in argv), None)
+
+    def descends(pid: int) -> bool:
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == os.getpid():
+                return True
+            pid, seen = stats.get(pid, (0, 0.0))[0], seen + 1
+        return False
+
+    out: dict[str, float] = {}
+    for pid, (_, cpu) in stats.items():
+        if pid == os.getpid():
+            role = "simulator"
+        elif roles.get(pid) == "postgres":
+            role = "postgres"
+        elif descends(pid):
+            role = roles.get(pid) or "other"
+        else:
+            continue
+        out[role] = out.get(role, 0.0) + cpu
+    return out
+
+
 def database_bytes() -> int | None:
     from django.conf import settings
     from django.db import connection
@@ -320,6 +382,8 @@ class SweepRun:
     redis_peak: int
     db_before: int | None
     busy_before: float
+    cpu_before: dict[str, float]
+    cpu_after: dict[str, float]
 
 
 def _run_sweep(broker, fleet: Fleet, names: list[str], kind: str, timeout_s: float) -> SweepRun:
@@ -330,7 +394,7 @@ def _run_sweep(broker, fleet: Fleet, names: list[str], kind: str, timeout_s: flo
     redis_before, db_before = broker.info("memory")["used_memory"], database_bytes()
     broker.config_resetstat()
     fleet.silenced = True
-    busy_before = fleet.busy_s
+    busy_before, cpu_before = fleet.busy_s, cpu_by_role()
     t0 = time.monotonic()
     sweep = sweeps.request_sweep(source="command", kind=kind, nodes=names)
     peak = redis_before
@@ -341,7 +405,7 @@ def _run_sweep(broker, fleet: Fleet, names: list[str], kind: str, timeout_s: flo
             break
         time.sleep(POLL_S)
     wall_s = time.monotonic() - t0
-    return SweepRun(sweep, wall_s, redis_before, peak, db_before, busy_before)
+    return SweepRun(sweep, wall_s, redis_before, peak, db_before, busy_before, cpu_before, cpu_by_role())
 
 
 def _sweep_figures(
@@ -389,7 +453,15 @@ def _sweep_figures(
         "halves_per_s": round(2 * pairs.count() / (sweep.finished - sweep.started).total_seconds())
         if sweep.finished and sweep.started
         else None,
-        "simulator_s_per_round": round((fleet.busy_s - busy_before) / max(1, rounds), 3),
+        # Over the rounds measured: a sweep stopped at --timeout ran only those (the total understated it ten times).
+        "simulator_s_per_round": round((fleet.busy_s - busy_before) / max(1, len(overheads)), 3),
+        # CPU seconds a round costs each part of the stack (the sweep's whole wall time, over the rounds measured):
+        # the sum against the machine's cores bounds how short a round can be here, however the work overlaps.
+        "cpu_s_per_round": {
+            role: round((outcome.cpu_after[role] - outcome.cpu_before.get(role, 0.0)) / max(1, len(overheads)), 3)
+            for role in sorted(outcome.cpu_after)
+        },
+        "cores": os.cpu_count(),
         "redis_peak_mib": round((peak - redis_before) / 2**20, 1),
         "db_growth_mib": round((db_after - db_before) / 2**20, 1)
         if db_before is not None and db_after is not None

@@ -43,11 +43,42 @@ def _nonce_key(auth: dict) -> str:
     return f"{NONCE_KEY_PREFIX}{auth['node']}:{auth['nonce']}"
 
 
+def _has_nonce(auth) -> bool:
+    return isinstance(auth, dict) and "nonce" in auth and "node" in auth
+
+
 def remember_nonce(auth) -> None:
     """Mark a signed message's nonce as used for the window (after it was applied)."""
-    if isinstance(auth, dict) and "nonce" in auth and "node" in auth:
-        ttl = max(1, math.ceil(2 * settings.SIGNATURE_WINDOW_S))  # the window reaches both sides of "now"
-        _redis().set(_nonce_key(auth), b"1", nx=True, ex=ttl)
+    remember_nonces([auth])
+
+
+def remember_nonces(auths: list) -> None:
+    """Mark the nonces of many signed messages as used, in one round trip."""
+    ttl = max(1, math.ceil(2 * settings.SIGNATURE_WINDOW_S))  # the window reaches both sides of "now"
+    pipe = _redis().pipeline(transaction=False)
+    for auth in filter(_has_nonce, auths):
+        pipe.set(_nonce_key(auth), b"1", nx=True, ex=ttl)
+    pipe.execute()
+
+
+def first_uses(task: str, signed: list[tuple[object, object]]) -> list[tuple[object, object]]:
+    """The (body, auth) pairs, already authenticated, whose nonce was not used before, nor earlier in
+    the list: ``authenticate(once=True)`` for a batch, with one round trip for all of it."""
+    keys = [_nonce_key(auth) if isinstance(auth, dict) and _has_nonce(auth) else None for _, auth in signed]
+    pipe = _redis().pipeline(transaction=False)
+    for wanted in filter(None, keys):
+        pipe.exists(wanted)
+    used = iter(pipe.execute())
+    fresh: list[tuple[object, object]] = []
+    seen: set[str] = set()
+    for (body, auth), key in zip(signed, keys):
+        if key is not None:
+            if next(used) or key in seen:
+                log.info("%s: nonce %s already used (a replay or a redelivery); ignored", task, key)
+                continue
+            seen.add(key)
+        fresh.append((body, auth))
+    return fresh
 
 
 def authenticate(task: str, purpose: str, payload, auth, once: bool = False, secret_for=None) -> str | None:

@@ -1,17 +1,18 @@
-"""The ingest buffer: halves that ``server.result`` tasks took off the queue, applied in batches.
+"""The ingest buffer: checked halves waiting in Redis, applied BATCH at a time by one drainer per worker.
 
-One transaction per half caps ingest at about 150 halves/s, and agents send one half
-per message. So the task appends its half to a Redis list, and drains the buffer only
-if no other process of its worker is draining (the worker's drainer slot): one
-process per worker applies halves, BATCH per ``ingest_results`` call (one
-transaction), while the worker's other processes keep taking messages off the queue,
-so under load each batch holds what arrived during the last one. At low load the task
-that appended is the one that drains, so a half reaches the database (and the
-browsers) at once.
+One transaction per half caps ingest at about 150 halves/s, so halves are applied
+in batches. Two paths fill the buffer: the ingest consumer (ingest/consumer.py), which
+agents' halves take on queue ``server.ingest``, appends each checked batch at once
+(``append_halves``); a ``server.result`` task on queue ``server`` (older agents, tools)
+appends its one half (``buffer_result``). Either then drains, unless another process of
+the same worker holds the worker's drainer slot: one process per worker applies
+halves, BATCH per ``ingest_results`` call (one transaction), while the worker's other
+processes keep taking messages. At low load the process that appended is the one
+that drains, so a half reaches the database (and the browsers) at once.
 
 Nothing is lost or applied twice when a worker dies mid-batch: a batch is moved to
 the shard's processing list before it is applied and removed only after the commit,
-so the next drainer (the next half's task, or the reaper's ``drain_all`` once the dead
+so the next drainer (the next batch's, or the reaper's ``drain_all`` once the dead
 drainer's lock expires) applies it again, and applying a half twice changes nothing
 (every write is conditional). Halves are sharded by probe, so both halves of a pair
 meet in one batch, and the drainers of several workers drain different shards at

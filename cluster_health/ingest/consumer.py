@@ -51,7 +51,7 @@ from django.db import close_old_connections
 
 from agents import contract, signing
 from cluster_health.ingest import buffer
-from cluster_health.ingest.auth import authenticate, remember_nonce
+from cluster_health.ingest.auth import authenticate, first_uses, remember_nonces
 from cluster_health.ingest.rejects import reject
 
 log = logging.getLogger(__name__)
@@ -274,27 +274,34 @@ def checked(batch: list) -> tuple[list, list]:
     halves: list[tuple[object, object]] = []
     beats: list[tuple[object, object]] = []
     for task, body, auth in readable:
-        name = CARRIED[task]
-        if authenticate(task, name, body, auth, once=task == contract.TASK_HEARTBEAT, secret_for=secret_for) is None:
+        if authenticate(task, CARRIED[task], body, auth, secret_for=secret_for) is None:
             (halves if task == contract.TASK_RESULT else beats).append((body, auth))
-    return [body for body, _ in halves], beats
+    return [body for body, _ in halves], first_uses(contract.TASK_HEARTBEAT, beats) if beats else []
 
 
 def apply_heartbeats(beats: list) -> None:
-    """Apply checked heartbeats in one transaction, then mark their nonces used (as the heartbeat task does)."""
+    """Apply checked heartbeats in one transaction, then mark their nonces used (as the heartbeat task does).
+
+    All of them in one statement; if the database refuses it, one at a time, so that a
+    heartbeat it refuses is that one's loss.
+    """
     from django.db import DataError, IntegrityError, transaction
 
-    from cluster_health.ingest.heartbeats import record_heartbeat
+    from cluster_health.ingest.heartbeats import record_heartbeat, record_heartbeats
 
     with transaction.atomic():
-        for heartbeat, _ in beats:
-            try:
-                with transaction.atomic():  # a savepoint: one heartbeat the database refuses is that one's loss
-                    record_heartbeat(heartbeat)
-            except (DataError, IntegrityError) as exc:
-                reject(contract.TASK_HEARTBEAT, heartbeat, f"heartbeat: refused by the database: {exc}")
-    for _, auth in beats:
-        remember_nonce(auth)
+        try:
+            with transaction.atomic():
+                record_heartbeats([heartbeat for heartbeat, _ in beats])
+        except (DataError, IntegrityError):
+            log.warning("a batch of %d heartbeats was refused; applying them one at a time", len(beats), exc_info=True)
+            for heartbeat, _ in beats:
+                try:
+                    with transaction.atomic():
+                        record_heartbeat(heartbeat)
+                except (DataError, IntegrityError) as exc:
+                    reject(contract.TASK_HEARTBEAT, heartbeat, f"heartbeat: refused by the database: {exc}")
+    remember_nonces([auth for _, auth in beats])
 
 
 def _shown(raw) -> str:
