@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import TypeGuard
 
 import redis
 from django.conf import settings
@@ -43,7 +44,7 @@ def _nonce_key(auth: dict) -> str:
     return f"{NONCE_KEY_PREFIX}{auth['node']}:{auth['nonce']}"
 
 
-def _has_nonce(auth) -> bool:
+def _has_nonce(auth) -> TypeGuard[dict]:
     return isinstance(auth, dict) and "nonce" in auth and "node" in auth
 
 
@@ -62,9 +63,10 @@ def remember_nonces(auths: list) -> None:
 
 
 def first_uses(task: str, signed: list[tuple[object, object]]) -> list[tuple[object, object]]:
-    """The (body, auth) pairs, already authenticated, whose nonce was not used before, nor earlier in
-    the list: ``authenticate(once=True)`` for a batch, with one round trip for all of it."""
-    keys = [_nonce_key(auth) if isinstance(auth, dict) and _has_nonce(auth) else None for _, auth in signed]
+    """The (body, auth) pairs, already authenticated, whose nonce was not used before nor earlier in
+    the list, asked of Redis in one round trip. The others, a replay or a redelivery, are logged
+    and dropped, not recorded as rejected (see the module's docstring)."""
+    keys = [_nonce_key(auth) if _has_nonce(auth) else None for _, auth in signed]
     pipe = _redis().pipeline(transaction=False)
     for wanted in filter(None, keys):
         pipe.exists(wanted)
@@ -99,13 +101,7 @@ def authenticate(task: str, purpose: str, payload, auth, once: bool = False, sec
             now=time.time(),
             window_s=settings.SIGNATURE_WINDOW_S,
         )
-        if once and _redis().exists(_nonce_key(envelope)):
-            log.info(
-                "%s from %s: nonce %s already used (a replay or a redelivery); ignored",
-                task,
-                envelope["node"],
-                envelope["nonce"],
-            )
+        if once and not first_uses(task, [(payload, envelope)]):
             return DUPLICATE
     except signing.SignatureError as exc:
         node = str(auth["node"]) if isinstance(auth, dict) and isinstance(auth.get("node"), str) else ""
