@@ -34,17 +34,35 @@ takes them off queue ``server.ingest`` in batches, and its drainer applies a bat
 shard in one transaction (one broadcast and one advance per sweep and batch). The figures went
 from about 4.9 s per round (one worker, a new database connection per message) to 1.66 s
 (connections kept), 0.80 s (the consumer, one transaction per shard) and 0.49 s (one
-transaction per batch). A round is now a relay between two processes of at most one core
-each: the simulator (about 0.17 s a round decoding 256 commands and sending 256 halves and
-the heartbeats, work a real fleet spreads over its machines) and the consumer, which checks
-and applies the round's halves and, when the batch that closes the round commits, signs and
-publishes the next round's 256 commands through Celery and sends the browsers' updates. A
-second worker's consumer takes part of each round's halves (0.46 s a round), but a round's
-advance is one step after another, and PostgreSQL, Redis and the simulator share the same
-two cores. Those figures were taken with minimal synthetic halves. A real half holds about
-1.6 KB of JSON (versions, stage times, evidence) that the consumer validates and the drainer
-stores; with real halves a 256-node round costs 0.61 s with one worker and 0.53 s with two,
-and a 1,024-node round 2.27 s and 1.94 s.
+transaction per batch), those with minimal synthetic halves. A real half holds about 1.6 KB of
+JSON (versions, stage times, evidence) that the consumer checks and the drainer stores.
+
+The simulator reports the CPU seconds each part of the stack spends a round
+(``cpu_s_per_round``, read from /proc before and after the sweep: this process, the processes
+it started by role, and the machine's PostgreSQL). At 256 nodes with one worker and real
+halves (2026-11-23): the ingest consumer 0.34 s, the simulator 0.19 s, PostgreSQL 0.10 s,
+Redis 0.03 s, about 0.66 CPU-seconds a round. On two cores no round can take less than half
+of that, however the work overlaps, and the work hardly overlaps: rounds are a barrier
+(a round starts only when every pair of the round before is final), so a round is a
+relay in which the consumer publishes 256 commands, the simulator answers them, and the
+consumer checks, writes and closes 256 halves and advances. The simulator's share alone,
+work a real fleet spreads over its 256 machines, is most of the 0.25 s target. Where the
+consumer's time goes (py-spy, 60 s of such a sweep): publishing the next round's commands
+through Celery 32% (Celery's ``send_task`` itself 25%), checking signatures and decoding 16%,
+writing the halves 13% and the round's dispatch 10%, validating halves 7%; C JSON encoding
+is 18% of its samples, spread over Celery's message body and envelope, the canonical text a
+signature covers, the buffer and the UPDATE's recordset. Rounds of one worker varied from
+0.54 s to 0.78 s a round between runs on the same code; a second worker's consumer takes part
+of each round's halves but adds its own fixed costs, and measured 0.62 s in the same session.
+
+This machine's PostgreSQL runs with ``autovacuum = off`` (its ``conf.d/90-ci.conf``), so a
+sweep's dead row versions stay. A 1,024-node sweep with two workers (2026-11-23, stopped by
+hand at round 671 of 1,023 after 30 min, 343,199 pairs ok by then) ran 2.2 s a round for its
+first 200 rounds and 3.2-3.45 s by rounds 400-580, with 1.25 million dead versions in the pair
+table (every pair is written twice, running then closed). A ``VACUUM (ANALYZE)`` of the pair
+table by hand at round 588 took 7.8 s and brought rounds back to 2.4-2.5 s. On a server
+with autovacuum on (PostgreSQL's default) its daemon does this work on its own schedule;
+at that pace the whole sweep would take about 40 minutes here, four times its target.
 """
 
 from __future__ import annotations
