@@ -59,10 +59,11 @@ This machine's PostgreSQL runs with ``autovacuum = off`` (its ``conf.d/90-ci.con
 sweep's dead row versions stay. A 1,024-node sweep with two workers (2026-11-23, stopped by
 hand at round 671 of 1,023 after 30 min, 343,199 pairs ok by then) ran 2.2 s a round for its
 first 200 rounds and 3.2-3.45 s by rounds 400-580, with 1.25 million dead versions in the pair
-table (every pair is written twice, running then closed). A ``VACUUM (ANALYZE)`` of the pair
-table by hand at round 588 took 7.8 s and brought rounds back to 2.4-2.5 s. On a server
-with autovacuum on (PostgreSQL's default) its daemon does this work on its own schedule;
-at that pace the whole sweep would take about 40 minutes here, four times its target.
+table (a pair row is rewritten three or four times: running, sent, its halves, closed). A
+``VACUUM (ANALYZE)`` of the pair table by hand at round 588 took 7.8 s and brought rounds back
+to 2.4-2.5 s. On a server with autovacuum on (PostgreSQL's default) its daemon does this work
+on its own schedule; at that pace the whole sweep would take about 40 minutes here, four
+times its target.
 """
 
 from __future__ import annotations
