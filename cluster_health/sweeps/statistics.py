@@ -1,6 +1,7 @@
 """Fresh planner statistics for the pair table once a large sweep has closed (PostgreSQL).
 
-A sweep writes each of its pair rows twice within minutes (one half, then the other).
+A sweep rewrites each of its pair rows three or four times within minutes (running, sent,
+its halves, closed).
 PostgreSQL's autovacuum analyzes a table only after a tenth of it has changed, at its next
 look, so a sweep that has just closed is read with statistics from before it was written:
 the planner then misjudges the sweep's rows, and a 128-node drill-down into a 4,096-node
