@@ -11,7 +11,8 @@ of one real Gloo probe run on loopback with the agent's own code before the swee
 versions, stage times, evidence and all, with each command's probe, node and rank put
 in; ``--halves synthetic``: the contract's minimal half, as figures before 2026-11-23
 were taken), one ``server.result`` message per
-half on queue ``server.ingest``, sent with Celery as the agents send it, and sends every node's heartbeat
+half on queue ``server.ingest``, the text Celery writes for it as the agents send it
+(``dispatch.task_message``, pushed in one pipeline a turn), and sends every node's heartbeat
 (on the same queue) every ``--heartbeat-s``. Every node is enrolled with a key of its own, and every
 heartbeat and half is signed with it, as agents sign them: the server checks
 each signature (and refuses unsigned messages) as it does in production. Then it requests one sweep and reads the rows it wrote.
@@ -94,7 +95,7 @@ TARGET_OVERHEAD_S = {256: 0.25, 1024: 0.5}  # control-plane overhead per round
 TARGET_SWEEP_S_1024 = 600.0  # a full 1,024-node sweep with 0-s probes
 HEARTBEAT_S = 5.0  # as the agents' default
 POLL_S = 0.25  # how often the sweep's row is read while it runs
-SENDS_PER_TURN = 256  # halves sent before the simulator looks at its queues again
+SENDS_PER_TURN = 32  # halves sent before the simulator looks at its queues again
 READY_TIMEOUT_S = 120.0
 # The half a simulated agent reports for a pair whose link is cut.
 LINK_CUT = {
@@ -133,9 +134,7 @@ class Fleet:
     ):
         import redis
 
-        from cluster_health.celery import app
-
-        self.app, self.names, self.probe_s, self.heartbeat_s = app, names, probe_s, heartbeat_s
+        self.names, self.probe_s, self.heartbeat_s = names, probe_s, heartbeat_s
         self.dead, self.failing, self.keys = dead, failing, keys
         # Both halves of a real probe (JSON text per rank): each answer carries what a real half carries.
         self.template = [json.dumps(half) for half in template] if template else None
@@ -161,16 +160,27 @@ class Fleet:
 
     def loop(self) -> None:
         next_heartbeat = 0.0
-        with self.app.producer_or_acquire() as producer:
-            while not self.stopping.is_set():
-                now = time.monotonic()
-                with producer.batch(max_size=SENDS_PER_TURN):
-                    if now >= next_heartbeat:
-                        self.send_heartbeats(producer)
-                        next_heartbeat = now + self.heartbeat_s
-                    self.send_due(producer)
-                wait = min(next_heartbeat, self.due[0][0] if self.due else next_heartbeat) - time.monotonic()
-                self.take_commands(max(0.0, min(wait, 0.2)) if not self.due or wait > 0 else 0.0)
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            out: list = []
+            if now >= next_heartbeat:
+                self.send_heartbeats(out)
+                next_heartbeat = now + self.heartbeat_s
+            self.send_due(out)
+            self.push(out)
+            wait = min(next_heartbeat, self.due[0][0] if self.due else next_heartbeat) - time.monotonic()
+            self.take_commands(max(0.0, min(wait, 0.2)) if not self.due or wait > 0 else 0.0)
+
+    def push(self, out: list) -> None:
+        """This turn's messages onto queue server.ingest, in one pipeline (a real fleet sends from N machines)."""
+        if not out:
+            return
+        t0 = time.perf_counter()
+        pipe = self.redis.pipeline(transaction=False)
+        for raw in out:
+            pipe.lpush(contract.INGEST_QUEUE, raw)
+        pipe.execute()
+        self.busy_s += time.perf_counter() - t0
 
     def take_commands(self, block_s: float) -> None:
         """Every command waiting on any node's queue; blocks up to ``block_s`` for the first one."""
@@ -195,19 +205,15 @@ class Fleet:
             heapq.heappush(self.due, (time.monotonic() + self.probe_s, self.seq, command))
         self.busy_s += time.perf_counter() - t0
 
-    def to_server(self, producer, task: str, name: str, body: dict, queue: str, **options) -> None:
-        """``task`` on ``queue`` with ``body`` as its argument ``name``, signed by its node, through this turn's producer."""
-        self.app.send_task(
-            task,
-            kwargs={name: body, "auth": signing.sign(body, self.keys[body["node"]], name)},
-            queue=queue,
-            producer=producer,
-            declare=[],  # declared once at the start (declare_queues): not again per message
-            kwargsrepr=f"{{{name}}}",  # logs name the argument, not its body
-            **options,
-        )
+    def to_server(self, out: list, task: str, name: str, body: dict, expires_s: float | None = None) -> None:
+        """``task`` with ``body`` as its argument ``name``, signed by its node, added to this turn's messages:
+        the text Celery's ``send_task`` writes for it (``dispatch.task_message``), as an agent sends it."""
+        from cluster_health.sweeps import dispatch
 
-    def send_due(self, producer) -> None:
+        kwargs = {name: body, "auth": signing.sign(body, self.keys[body["node"]], name)}
+        out.append(dispatch.task_message(task, contract.INGEST_QUEUE, kwargs, expires_s))
+
+    def send_due(self, out: list) -> None:
         from devtools.sweep_driver import result_for
 
         t0 = time.perf_counter()
@@ -223,13 +229,13 @@ class Fleet:
                 half = result_for(command, **(LINK_CUT if cut else {}))
             # One server.result message per half, as agents/worker.py sends it; the simulator only
             # pipelines its pushes, work that a real fleet spreads over its machines.
-            self.to_server(producer, contract.TASK_RESULT, "result", half, contract.INGEST_QUEUE)
+            self.to_server(out, contract.TASK_RESULT, "result", half)
             sent += 1
         self.halves += sent
         if sent:
             self.busy_s += time.perf_counter() - t0
 
-    def send_heartbeats(self, producer) -> None:
+    def send_heartbeats(self, out: list) -> None:
         t0 = time.perf_counter()
         for i, name in enumerate(self.names):
             if self.silenced and name in self.dead:
@@ -243,14 +249,7 @@ class Fleet:
                 "sent_at": time.time(),
                 "busy": False,
             }
-            self.to_server(
-                producer,
-                contract.TASK_HEARTBEAT,
-                "heartbeat",
-                beat,
-                contract.INGEST_QUEUE,
-                expires=max(10.0, 3 * self.heartbeat_s),
-            )
+            self.to_server(out, contract.TASK_HEARTBEAT, "heartbeat", beat, expires_s=max(10.0, 3 * self.heartbeat_s))
         self.busy_s += time.perf_counter() - t0
 
 

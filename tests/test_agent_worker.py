@@ -1,7 +1,7 @@
 """The real agent end to end: `python -m agents run` workers on a private Redis, commands in, results out.
 
-Commands go to each agent's queue with a Celery send_task, the way the server
-sends them; results and heartbeats are read off the `server` queue with kombu.
+Commands go to each agent's queue as the server writes them (``dispatch.task_message``,
+the text Celery's ``send_task`` writes); results and heartbeats are read off the `server` queue with kombu.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from celery import Celery
 from kombu import Connection
 
 from agents import contract, signing
+from cluster_health.sweeps import dispatch
 from devtools.services import agent_args, python_env, spawn, stop_process
 from tests.agent_fixtures import AgentMessages, command, probe_processes, resident_kib
 
@@ -129,9 +130,10 @@ def send(sender, cmd, node: str | None = None, key: signing.NodeKey | None = Non
     """Send a command signed as the server signs it (with the target node's key unless another is given)."""
     if "auth" not in kwargs:
         kwargs["auth"] = signing.sign(cmd, key or KEYS[node or cmd["node"]], "command")
-    sender.send_task(
-        contract.TASK_PROBE, kwargs={"command": cmd, **kwargs}, queue=contract.agent_queue(node or cmd["node"])
-    )
+    queue = contract.agent_queue(node or cmd["node"])
+    raw = dispatch.task_message(contract.TASK_PROBE, queue, {"command": cmd, **kwargs}, dispatch.START_GRACE_S)
+    with sender.connection_for_write() as conn:
+        conn.default_channel.client.lpush(queue, raw)
 
 
 def send_pair(sender, probe_id: int, **overrides) -> None:

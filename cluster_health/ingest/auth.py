@@ -20,24 +20,16 @@ import math
 import time
 from typing import TypeGuard
 
-import redis
 from django.conf import settings
 
-from agents import broker, signing
+from agents import signing
+from cluster_health import shared_redis
 from cluster_health.ingest.outcomes import DUPLICATE
 from cluster_health.ingest.rejects import reject
 from cluster_health.models import AgentKey
 
 log = logging.getLogger(__name__)
 NONCE_KEY_PREFIX = "cluster-health:nonce:"
-_clients: dict[str, redis.Redis] = {}
-
-
-def _redis() -> redis.Redis:
-    url = settings.REDIS_URL
-    if url not in _clients:
-        _clients[url] = broker.redis_client(url, socket_connect_timeout=5, socket_timeout=5)
-    return _clients[url]
 
 
 def _nonce_key(auth: dict) -> str:
@@ -56,7 +48,7 @@ def remember_nonce(auth) -> None:
 def remember_nonces(auths: list) -> None:
     """Mark the nonces of many signed messages as used, in one round trip."""
     ttl = max(1, math.ceil(2 * settings.SIGNATURE_WINDOW_S))  # the window reaches both sides of "now"
-    pipe = _redis().pipeline(transaction=False)
+    pipe = shared_redis.client().pipeline(transaction=False)
     for auth in filter(_has_nonce, auths):
         pipe.set(_nonce_key(auth), b"1", nx=True, ex=ttl)
     pipe.execute()
@@ -67,7 +59,7 @@ def first_uses(task: str, signed: list[tuple[object, object]]) -> list[tuple[obj
     the list, asked of Redis in one round trip. The others, a replay or a redelivery, are logged
     and dropped, not recorded as rejected (see the module's docstring)."""
     keys = [_nonce_key(auth) if _has_nonce(auth) else None for _, auth in signed]
-    pipe = _redis().pipeline(transaction=False)
+    pipe = shared_redis.client().pipeline(transaction=False)
     for wanted in filter(None, keys):
         pipe.exists(wanted)
     used = iter(pipe.execute())

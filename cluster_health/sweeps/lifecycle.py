@@ -204,7 +204,8 @@ def _next_bisect_phase(sweep: Sweep) -> bool | None:
 
 # The broker or the database away for a moment (a restart, a failover): nothing is wrong with
 # the sweep, and the reaper's next pass advances it again. Anything else would fail every pass.
-# (KombuError covers a failed publish, BatchPublishError included: the probes then time out as any lost command.)
+# (RedisError covers a failed publish of a round's commands: its probes are sent again by the reaper,
+# sweeps/outbox.py; KombuError a Celery task sent by another path.)
 TRANSIENT_ERRORS = (redis.RedisError, KombuError, OperationalError, InterfaceError)
 
 
