@@ -203,6 +203,8 @@ DRILL_DOWN_MAX_NODES = envint("CLUSTER_HEALTH_DRILL_DOWN_MAX_NODES", 1024, 2, 40
 # A sweep that wrote at least this many pair rows has the pair table analyzed as it closes
 # (PostgreSQL): autovacuum would leave its pages read with stale statistics (sweeps/statistics.py).
 ANALYZE_AFTER_PAIRS = envint("CLUSTER_HEALTH_ANALYZE_AFTER_PAIRS", 10000, 1)
+# The reaper vacuums the pair table once it holds this many dead row versions (sweeps/statistics.py).
+VACUUM_AFTER_DEAD_PAIRS = envint("CLUSTER_HEALTH_VACUUM_AFTER_DEAD_PAIRS", 100000, 1)
 NIGHTLY_SWEEP_CRON = envstr("CLUSTER_HEALTH_NIGHTLY_CRON", "30 2 * * *")
 # Raw probe detail (both halves, per-size results, a passing pair's evidence): about 4.5 KB of a
 # pair's 4.9 KB, 2.4 GiB a night at 1,024 nodes (docs/BENCHMARKS.md, storage).

@@ -47,7 +47,9 @@ def reap(self):
     # What a dead consumer or drainer left, before silence is judged.
     ingest.reclaim_orphans()
     ingest.drain_all(worker=self.request.hostname)
-    return reaper.reap()
+    counts = reaper.reap()
+    statistics.vacuum_if_churned()  # a large sweep's dead row versions, cleared while it runs
+    return counts
 
 
 @shared_task(name=contract.TASK_SCHEDULED_SWEEP, ignore_result=True)

@@ -30,10 +30,10 @@ def test_a_sweep_of_at_least_the_threshold_of_pairs_asks_for_fresh_statistics(dr
     assert asked == ([contract.TASK_ANALYZE_PAIRS] if wanted and POSTGRES else [])
 
 
-def last_analyzed():
+def last_analyzed(what: str = "analyze"):
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")  # this session's cached view of the statistics
-        cursor.execute("SELECT last_analyze FROM pg_stat_user_tables WHERE relname = %s", [PairProbe._meta.db_table])
+        cursor.execute(f"SELECT last_{what} FROM pg_stat_user_tables WHERE relname = %s", [PairProbe._meta.db_table])
         return cursor.fetchone()[0]
 
 
@@ -43,4 +43,39 @@ def test_the_task_analyzes_the_pair_table():
     before = last_analyzed()
     assert tasks.analyze_pairs() >= 0
     after = last_analyzed()
+    assert after is not None and (before is None or after > before)
+
+
+def dead_versions(n: int) -> None:
+    """n dead row versions in the pair table: rows rewritten as a sweep rewrites them, counted at once."""
+    for name in ("n0", "n1"):
+        heartbeat(name)
+    from cluster_health.models import Node, Sweep
+
+    a, b = Node.objects.order_by("name")
+    sweep = Sweep.objects.create(kind="connectivity", status="running", nodes=["n0", "n1"])
+    PairProbe.objects.bulk_create(PairProbe(sweep=sweep, round=1, node_a=a, node_b=b) for _ in range(n))
+    PairProbe.objects.filter(sweep=sweep).update(status="running")  # each row's first version is now dead
+    if POSTGRES:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")  # this session's counts reach the statistics now
+
+
+@pytest.mark.django_db(transaction=True)  # VACUUM runs outside any transaction
+def test_the_reaper_vacuums_the_pair_table_once_it_holds_enough_dead_versions(settings):
+    from cluster_health.sweeps import statistics
+
+    dead_versions(50)
+    if not POSTGRES:  # SQLite keeps no such count and has no VACUUM to run between sweeps' writes
+        settings.VACUUM_AFTER_DEAD_PAIRS = 1
+        assert (statistics.dead_pairs(), statistics.vacuum_if_churned()) == (0, None)
+        return
+    assert statistics.dead_pairs() >= 50
+    before = last_analyzed("vacuum")
+    settings.VACUUM_AFTER_DEAD_PAIRS = statistics.dead_pairs() + 1
+    tasks.reap()
+    assert last_analyzed("vacuum") == before  # below the threshold: left alone
+    settings.VACUUM_AFTER_DEAD_PAIRS = 50
+    tasks.reap()
+    after = last_analyzed("vacuum")
     assert after is not None and (before is None or after > before)

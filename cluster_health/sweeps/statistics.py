@@ -9,6 +9,17 @@ sweep took 290 ms where it takes 54 ms once the table is analyzed (docs/DASHBOAR
 sweep that just closed is the one an operator opens, so the server analyzes the table in a
 task of its own as soon as such a sweep closes. ANALYZE reads a fixed sample, however large
 the table, and blocks neither readers nor writers.
+
+The same rewrites leave dead row versions, three or four per pair, which only VACUUM
+clears. Until it does, every scan for running probes (the reaper's deadlines, the
+outbox) steps over every row ever marked running: a 1,024-node sweep on a server with
+autovacuum off went from 2.2 s a round to 3.45 s by round 580, with 1.25 million dead
+versions, and a VACUUM brought it back to 2.4 s (docs/BENCHMARKS.md). Autovacuum, where
+it is on, waits for a fifth of the table to be dead, which a year of history puts far
+past one sweep's churn. So the reaper's pass vacuums the pair table itself once it holds
+VACUUM_AFTER_DEAD_PAIRS dead versions (``vacuum_if_churned``), skipping it while another
+vacuum (autovacuum's or another worker's) holds it. VACUUM blocks neither readers nor
+writers.
 """
 
 from __future__ import annotations
@@ -29,13 +40,43 @@ def worth_analyzing(pairs_written: int) -> bool:
     return connection.vendor == "postgresql" and pairs_written >= settings.ANALYZE_AFTER_PAIRS
 
 
+def _table() -> str:
+    return connection.ops.quote_name(PairProbe._meta.db_table)
+
+
+def dead_pairs() -> int:
+    """Dead row versions in the pair table, as PostgreSQL's statistics count them (0 elsewhere)."""
+    if connection.vendor != "postgresql":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # this session's cached view, if any, is dropped
+        cursor.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = %s::regclass", [_table()])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def vacuum_if_churned() -> float | None:
+    """VACUUM the pair table if it holds VACUUM_AFTER_DEAD_PAIRS dead versions or more (PostgreSQL);
+    returns the seconds it took, or None when it was not needed. Runs outside any transaction."""
+    dead = dead_pairs()
+    if dead < settings.VACUUM_AFTER_DEAD_PAIRS:
+        return None
+    started = time.monotonic()
+    with connection.cursor() as cursor:
+        # SKIP_LOCKED: a vacuum already under way (autovacuum, another worker's reaper) does the work.
+        cursor.execute(f"VACUUM (SKIP_LOCKED) {_table()}")
+    took = time.monotonic() - started
+    log.info("pair table vacuumed in %.2fs (%d dead row versions)", took, dead)
+    return took
+
+
 def analyze_pairs() -> float:
     """ANALYZE the pair table (PostgreSQL; nothing elsewhere); returns the seconds it took."""
     if connection.vendor != "postgresql":
         return 0.0
     started = time.monotonic()
     with connection.cursor() as cursor:
-        cursor.execute(f"ANALYZE {connection.ops.quote_name(PairProbe._meta.db_table)}")
+        cursor.execute(f"ANALYZE {_table()}")
     took = time.monotonic() - started
     log.info("pair table analyzed in %.2fs", took)
     return took
