@@ -97,6 +97,8 @@ HEARTBEAT_S = 5.0  # as the agents' default
 POLL_S = 0.25  # how often the sweep's row is read while it runs
 SENDS_PER_TURN = 32  # halves sent before the simulator looks at its queues again
 READY_TIMEOUT_S = 120.0
+WATCH_EVERY_S = 5.0  # how often --watch reads the matrix API and loads the overview
+WATCH_USER = "fleet-watch"
 # The half a simulated agent reports for a pair whose link is cut.
 LINK_CUT = {
     "status": "failed",
@@ -253,6 +255,87 @@ class Fleet:
         self.busy_s += time.perf_counter() - t0
 
 
+class Watcher:
+    """An operator watching the sweep while it is ingested (``--watch``): every WATCH_EVERY_S, the
+    matrix API of the running sweep and the overview in headless Chromium, load to heatmap drawn.
+
+    Its own thread; it touches no database (Playwright's sync API runs an event loop in the
+    thread, where Django refuses to query): the user is made before, the sweep id is handed in.
+    """
+
+    def __init__(self, base: str, password: str):
+        self.base, self.password = base, password
+        self.sweep_id: int | None = None
+        self.api_ms: list[float] = []
+        self.overview_ms: list[float] = []
+        self.errors: list[str] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.loop, name="watch", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=180)
+
+    def loop(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        from devtools.browser import ARGS, CHROMIUM
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+            try:
+                context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                page = context.new_page()
+                page.goto(self.base + "/accounts/login/")
+                page.fill("#id_username", WATCH_USER)
+                page.fill("#id_password", self.password)
+                page.click("button[type=submit]")
+                page.wait_for_url(self.base + "/")
+                while True:  # a look as soon as there is a sweep, then every WATCH_EVERY_S
+                    if self.sweep_id is not None:
+                        self.look(context, page, self.sweep_id)
+                    if self.stopping.wait(WATCH_EVERY_S if self.sweep_id is not None else 0.2):
+                        break
+            finally:
+                browser.close()
+
+    def look(self, context, page, pk: int) -> None:
+        from playwright.sync_api import Error as PlaywrightError
+
+        try:
+            t0 = time.perf_counter()
+            response = context.request.get(f"{self.base}/api/sweeps/{pk}/matrix", timeout=120_000)
+            if not response.ok:
+                raise RuntimeError(f"matrix API: HTTP {response.status}")
+            self.api_ms.append((time.perf_counter() - t0) * 1000)
+            page.goto(self.base + "/", timeout=120_000)
+            page.wait_for_function(f"() => document.body.dataset.loaded === '{pk}'", timeout=120_000)
+            self.overview_ms.append(float(page.evaluate("CH.firstDrawMs")))
+        except (PlaywrightError, RuntimeError) as exc:  # a figure is missed, and the run says so
+            self.errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def figures(self) -> dict:
+        def stats(values: list[float]) -> dict:
+            if not values:
+                return {"samples": 0}
+            ordered = sorted(values)
+            return {
+                "samples": len(values),
+                "p50_ms": round(statistics.median(ordered)),
+                "p95_ms": round(ordered[int(0.95 * (len(ordered) - 1))]),
+                "max_ms": round(ordered[-1]),
+            }
+
+        return {
+            "matrix_api": stats(self.api_ms),
+            "overview_to_heatmap": stats(self.overview_ms),
+            "errors": self.errors[:5],
+        }
+
+
 class ServerStack:
     """The real server side on this machine: redis-server, daphne, K server workers, beat."""
 
@@ -268,6 +351,7 @@ class ServerStack:
         self.redis = redis_server
         self.database_url = database_url
         self.sup: devstack.Supervisor | None = None
+        self.base = ""
 
     def start(self) -> None:
         env = devstack.python_env(
@@ -281,6 +365,7 @@ class ServerStack:
         )
         self.sup = devstack.Supervisor(self.workdir / "logs", env)
         port = devstack.free_port()
+        self.base = f"http://127.0.0.1:{port}"
         web = self.sup.start("web", devstack.web_args("127.0.0.1", port))
         for k in range(self.workers):
             self.sup.start(f"worker{k}", devstack.server_worker_args(f"server{k}@fleet"))
@@ -404,7 +489,9 @@ class SweepRun:
     cpu_after: dict[str, float]
 
 
-def _run_sweep(broker, fleet: Fleet, names: list[str], kind: str, timeout_s: float) -> SweepRun:
+def _run_sweep(
+    broker, fleet: Fleet, names: list[str], kind: str, timeout_s: float, watcher: Watcher | None = None
+) -> SweepRun:
     """Request one sweep with the fleet silenced and follow it until it closes or times out, sampling Redis's memory."""
     from cluster_health import sweeps
     from cluster_health.models import Sweep
@@ -415,6 +502,8 @@ def _run_sweep(broker, fleet: Fleet, names: list[str], kind: str, timeout_s: flo
     busy_before, cpu_before = fleet.busy_s, cpu_by_role()
     t0 = time.monotonic()
     sweep = sweeps.request_sweep(source="command", kind=kind, nodes=names)
+    if watcher is not None:
+        watcher.sweep_id = sweep.pk
     peak = redis_before
     while True:
         sweep.refresh_from_db()
@@ -520,14 +609,17 @@ def measure(
     workdir: Path,
     redis_server: RedisServer,
     halves: str = "real",
+    watch: bool = False,
 ) -> dict:
     """Start the stack, bring N simulated agents online, run one sweep, read its rows; Django is set up."""
+    import secrets
+
     import redis
 
     from cluster_health.models import Node
 
     stack = ServerStack(workdir, workers, database_url, redis_server, heartbeat_s)
-    fleet = None
+    fleet = watcher = None
     try:
         stack.start()
         names = node_names(nodes)
@@ -540,12 +632,26 @@ def measure(
             interval=0.5,
             message=f"{nodes} simulated agents online",
         )
+        if watch:
+            from django.contrib.auth.models import User
+
+            password = secrets.token_urlsafe(16)
+            User.objects.filter(username=WATCH_USER).delete()
+            User.objects.create_user(WATCH_USER, password=password)
+            watcher = Watcher(stack.base, password)
+            watcher.start()
         broker = redis.Redis.from_url(stack.redis.url)
-        outcome = _run_sweep(broker, fleet, names, kind, timeout_s)
+        outcome = _run_sweep(broker, fleet, names, kind, timeout_s, watcher)
+        if watcher is not None:
+            watcher.stop()
         figures = _sweep_figures(outcome, fleet, nodes, workers, kind, probe_s, timeout_s, dead, failing)
+        if watcher is not None:
+            figures["while_ingested"] = watcher.figures()
         return {**figures, "halves_content": halves}
     finally:
         try:
+            if watcher is not None:
+                watcher.stop()
             if fleet is not None:
                 fleet.stop()
         finally:  # a second interrupt while the fleet stops must still stop the stack
@@ -639,6 +745,12 @@ def main(argv: list[str] | None = None) -> int:
         help="real: every half carries what a real probe's half holds (one real probe on loopback first); "
         "synthetic: the minimal half of the contract (figures before 2026-11-23)",
     )
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="while the sweep is ingested, read its matrix API and load the overview in headless Chromium "
+        f"every {WATCH_EVERY_S:.0f} s (figures under while_ingested)",
+    )
     opts = parser.parse_args(argv)
     if not 2 <= opts.nodes <= contract.MAX_WORLD_SIZE:
         parser.error(f"--nodes: 2..{contract.MAX_WORLD_SIZE}")
@@ -667,11 +779,11 @@ def main(argv: list[str] | None = None) -> int:
                 from benchmarks.scratch import scratch_database
 
                 with scratch_database(opts.database) as url:
-                    figures = measure(*args, url, workdir, redis_server, opts.halves)
+                    figures = measure(*args, url, workdir, redis_server, opts.halves, opts.watch)
             else:
                 url = opts.database or f"sqlite:///{workdir}/fleet.sqlite3"
                 setup_django(url, workdir)
-                figures = measure(*args, url, workdir, redis_server, opts.halves)
+                figures = measure(*args, url, workdir, redis_server, opts.halves, opts.watch)
         finally:
             redis_server.stop()
             if opts.logs:
