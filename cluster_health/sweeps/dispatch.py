@@ -137,15 +137,22 @@ _sender: Sender = _redis_send
 
 
 @contextmanager
-def capture():
-    """Record sends as (task, queue, kwargs, expires_s) tuples instead of sending them."""
+def using(sender: Sender):
+    """Send with ``sender`` instead, inside the block (tests record, benchmarks compare senders)."""
     global _sender
-    sent: list[Message] = []
-    previous, _sender = _sender, sent.extend
+    previous, _sender = _sender, sender
     try:
-        yield sent
+        yield
     finally:
         _sender = previous
+
+
+@contextmanager
+def capture():
+    """Record sends as (task, queue, kwargs, expires_s) tuples instead of sending them."""
+    sent: list[Message] = []
+    with using(sent.extend):
+        yield sent
 
 
 def send_to_server(task: str, **kwargs) -> None:
