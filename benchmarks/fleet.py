@@ -40,31 +40,50 @@ JSON (versions, stage times, evidence) that the consumer checks and the drainer 
 
 The simulator reports the CPU seconds each part of the stack spends a round
 (``cpu_s_per_round``, read from /proc before and after the sweep: this process, the processes
-it started by role, and the machine's PostgreSQL). At 256 nodes with one worker and real
-halves (2026-11-23): the ingest consumer 0.34 s, the simulator 0.19 s, PostgreSQL 0.10 s,
-Redis 0.03 s, about 0.66 CPU-seconds a round. On two cores no round can take less than half
-of that, however the work overlaps, and the work hardly overlaps: rounds are a barrier
-(a round starts only when every pair of the round before is final), so a round is a
-relay in which the consumer publishes 256 commands, the simulator answers them, and the
-consumer checks, writes and closes 256 halves and advances. The simulator's share alone,
-work a real fleet spreads over its 256 machines, is most of the 0.25 s target. Where the
-consumer's time goes (py-spy, 60 s of such a sweep): publishing the next round's commands
-through Celery 32% (Celery's ``send_task`` itself 25%), checking signatures and decoding 16%,
-writing the halves 13% and the round's dispatch 10%, validating halves 7%; C JSON encoding
-is 18% of its samples, spread over Celery's message body and envelope, the canonical text a
-signature covers, the buffer and the UPDATE's recordset. Rounds of one worker varied from
-0.54 s to 0.78 s a round between runs on the same code; a second worker's consumer takes part
-of each round's halves but adds its own fixed costs, and measured 0.62 s in the same session.
+it started by role, and the machine's PostgreSQL). Rounds are a barrier (a round starts only
+when every pair of the round before is final), so a round is a relay: the consumer publishes
+N commands, the simulator answers them, and the consumer checks, writes and closes N halves
+and advances; on two cores no round can take less than half the CPU seconds it costs, however
+the work overlaps.
 
-This machine's PostgreSQL runs with ``autovacuum = off`` (its ``conf.d/90-ci.conf``), so a
-sweep's dead row versions stay. A 1,024-node sweep with two workers (2026-11-23, stopped by
-hand at round 671 of 1,023 after 30 min, 343,199 pairs ok by then) ran 2.2 s a round for its
-first 200 rounds and 3.2-3.45 s by rounds 400-580, with 1.25 million dead versions in the pair
-table (a pair row is rewritten three or four times: running, sent, its halves, closed). A
-``VACUUM (ANALYZE)`` of the pair table by hand at round 588 took 7.8 s and brought rounds back
-to 2.4-2.5 s. On a server with autovacuum on (PostgreSQL's default) its daemon does this work
-on its own schedule; at that pace the whole sweep would take about 40 minutes here, four
-times its target.
+At 256 nodes (PostgreSQL, real halves, 2026-11-23 22:40, through the runner): one worker 0.51 s
+a round (p95 0.66), two workers 0.511 s (p95 0.66), every one of the 32,640 pairs ok in both.
+A round costs about 0.68 CPU-seconds with one worker: the consumer 0.35 s, the simulator 0.15 s,
+PostgreSQL 0.13 s, Redis 0.03 s, the worker's pool 0.02 s. The consumer and PostgreSQL alone,
+the part of the relay no other process can do meanwhile, are about 0.48 s of it: a round here
+is as long as that chain, twice the 0.25 s target. Earlier the same day: 0.537 s (one worker)
+and 0.621 s (two). What changed: the server writes its task messages itself
+(``dispatch.task_message``, the same text as Celery's ``send_task``, one Redis pipeline a
+round; ``benchmarks/publish.py`` times both), where Celery's per-message machinery had been a
+third of the consumer's time, and the simulator writes its halves the same way, 32 a push,
+so the consumer checks the first of a round's halves while the rest are still being sent.
+Where the consumer's time goes now (py-spy, 60 s of a 256-node sweep): closing pairs and
+advancing 49% (of which the next round's dispatch 12% and its publish, signing included,
+17.5%), checking signatures and decoding 18%, the ingest buffer's hand-over (JSON out and
+back, its locks) about 13%, validating halves 8.5%; no one part is large enough that removing
+it would bring a round to 0.25 s on this machine.
+
+At 1,024 nodes with two workers (2026-11-23 23:24): the full sweep, 1,023 rounds, every one
+of the 523,776 pairs ok, in 2,557 s (42.6 min, against the 10-minute target), 2.39 s a round
+(p95 3.0 s), 410 halves a second. A round costs about 4.1 CPU-seconds: the two consumers
+1.7 s, the simulator 1.08 s, PostgreSQL 1.0 s, Redis 0.2 s, so two cores cannot do it in
+less than about 2.05 s: at 1,024 nodes a round is at this machine's CPU floor. Redis grew
+25.8 MiB at its peak and the database 2,074 MiB over the sweep (about 4 KB a pair, its raw
+halves included, before retention prunes them).
+
+This machine's PostgreSQL runs with ``autovacuum = off`` (its ``conf.d/90-ci.conf``). An
+earlier 1,024-node run (two workers, stopped by hand at round 671 of 1,023 after 30 min) went
+from 2.2 s a round for its first 200 rounds to 3.2-3.45 s by rounds 400-580, with 1.25
+million dead row versions in the pair table (a pair row is rewritten three or four times:
+running, sent, its halves, closed); a ``VACUUM`` by hand at round 588 took 7.8 s and brought
+rounds back to 2.4-2.5 s. The reaper now vacuums the pair table itself once it holds
+``CLUSTER_HEALTH_VACUUM_AFTER_DEAD_PAIRS`` (100,000) dead versions (sweeps/statistics.py):
+in the full sweep above it did so about every two minutes, and rounds stayed at 2.4 s from
+the first hundred to the last (about 25 rounds a minute throughout).
+
+``--watch`` adds an operator watching while the sweep is ingested: every 5 s the running
+sweep's matrix API, and the overview in headless Chromium to its heatmap drawn
+(``while_ingested``).
 """
 
 from __future__ import annotations

@@ -79,3 +79,31 @@ def test_the_reaper_vacuums_the_pair_table_once_it_holds_enough_dead_versions(se
     tasks.reap()
     after = last_analyzed("vacuum")
     assert after is not None and (before is None or after > before)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not POSTGRES, reason="VACUUM and advisory locks are PostgreSQL's (its leg runs this)")
+@pytest.mark.parametrize("holder", ["another reaper", "autovacuum"])
+def test_a_vacuum_already_under_way_is_left_to_finish(settings, holder):
+    from cluster_health.sweeps import statistics
+
+    dead_versions(50)
+    settings.VACUUM_AFTER_DEAD_PAIRS = 50
+    before = last_analyzed("vacuum")
+    other = connection.get_new_connection(connection.get_connection_params())
+    other.autocommit = False
+    try:
+        with other.cursor() as cursor:
+            if holder == "another reaper":
+                cursor.execute("SELECT pg_advisory_lock(hashtext(%s))", [statistics.VACUUM_LOCK])
+            else:  # the lock a vacuum takes on the table, held as autovacuum holds it while it works
+                cursor.execute(f"LOCK TABLE {statistics._table()} IN SHARE UPDATE EXCLUSIVE MODE")
+            assert statistics.vacuum_if_churned() is None
+        assert last_analyzed("vacuum") == before
+    finally:
+        other.rollback()
+        if holder == "another reaper":
+            with other.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock_all()")
+        other.close()
+    assert statistics.vacuum_if_churned() is not None  # once the other is done

@@ -17,8 +17,8 @@ autovacuum off went from 2.2 s a round to 3.45 s by round 580, with 1.25 million
 versions, and a VACUUM brought it back to 2.4 s (docs/BENCHMARKS.md). Autovacuum, where
 it is on, waits for a fifth of the table to be dead, which a year of history puts far
 past one sweep's churn. So the reaper's pass vacuums the pair table itself once it holds
-VACUUM_AFTER_DEAD_PAIRS dead versions (``vacuum_if_churned``), skipping it while another
-vacuum (autovacuum's or another worker's) holds it. VACUUM blocks neither readers nor
+VACUUM_AFTER_DEAD_PAIRS dead versions (``vacuum_if_churned``), one worker at a time, and
+leaves it to autovacuum when that holds the table. VACUUM blocks neither readers nor
 writers.
 """
 
@@ -28,11 +28,13 @@ import logging
 import time
 
 from django.conf import settings
-from django.db import connection
+from django.db import OperationalError, connection
 
 from cluster_health.models import PairProbe
 
 log = logging.getLogger(__name__)
+VACUUM_LOCK = "cluster_health: vacuum of the pair table"  # one reaper at a time (an advisory lock)
+VACUUM_LOCK_WAIT_S = 1  # for the table's lock: autovacuum holding it is doing the same work
 
 
 def worth_analyzing(pairs_written: int) -> bool:
@@ -57,14 +59,27 @@ def dead_pairs() -> int:
 
 def vacuum_if_churned() -> float | None:
     """VACUUM the pair table if it holds VACUUM_AFTER_DEAD_PAIRS dead versions or more (PostgreSQL);
-    returns the seconds it took, or None when it was not needed. Runs outside any transaction."""
+    returns the seconds it took, or None when it was not needed or another vacuum has the table.
+    Runs outside any transaction."""
     dead = dead_pairs()
     if dead < settings.VACUUM_AFTER_DEAD_PAIRS:
         return None
-    started = time.monotonic()
     with connection.cursor() as cursor:
-        # SKIP_LOCKED: a vacuum already under way (autovacuum, another worker's reaper) does the work.
-        cursor.execute(f"VACUUM (SKIP_LOCKED) {_table()}")
+        cursor.execute("SELECT pg_try_advisory_lock(hashtext(%s))", [VACUUM_LOCK])
+        if not cursor.fetchone()[0]:
+            return None  # another worker's reaper is vacuuming it
+        try:
+            cursor.execute("SET lock_timeout = %s", [f"{VACUUM_LOCK_WAIT_S}s"])
+            started = time.monotonic()
+            try:
+                cursor.execute(f"VACUUM {_table()}")
+            except OperationalError:  # autovacuum has the table: it is doing the work
+                log.info("pair table not vacuumed: another vacuum holds it (%d dead row versions)", dead)
+                return None
+            finally:
+                cursor.execute("RESET lock_timeout")
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(hashtext(%s))", [VACUUM_LOCK])
     took = time.monotonic() - started
     log.info("pair table vacuumed in %.2fs (%d dead row versions)", took, dead)
     return took
