@@ -83,7 +83,11 @@ the first hundred to the last (about 25 rounds a minute throughout).
 
 ``--watch`` adds an operator watching while the sweep is ingested: every 5 s the running
 sweep's matrix API, and the overview in headless Chromium to its heatmap drawn
-(``while_ingested``).
+(``while_ingested``). At 1,024 nodes with one worker (2026-11-23 23:32, 102 rounds, 39 looks):
+the matrix API p50 3.07 s, p95 4.45 s, and the overview p50 4.1 s, p95 6.1 s, against 300 ms
+and 2 s. An open sweep's matrix is built from all of its 523,776 rows on every read, where a
+closed sweep's stored matrix is served in 17 ms (dashboard_load); rounds meanwhile took 3.22 s,
+the browser's and daphne's work sharing the same two cores.
 """
 
 from __future__ import annotations

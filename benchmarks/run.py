@@ -197,9 +197,9 @@ def _control_plane_rows(fig: dict, nodes: int) -> list[Target]:
 def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
     """Simulated fleets against the real stack: overhead per round, and the full 1,024-node sweep."""
     f = fig.get("fleet", {})
-    runs = sorted(
-        (r for r in f.values() if isinstance(r, dict) and "nodes" in r), key=lambda r: (r["nodes"], r.get("workers", 1))
-    )
+    every_run = [r for r in f.values() if isinstance(r, dict) and "nodes" in r]
+    # A watched run (--watch) carries a browser's load beside the stack: its rounds are not the stack's own.
+    runs = sorted((r for r in every_run if "while_ingested" not in r), key=lambda r: (r["nodes"], r.get("workers", 1)))
     rows: list[Target] = []
     for r in runs or [{"nodes": 256, "workers": 1}]:
         n, k = r["nodes"], r.get("workers", 1)
@@ -249,6 +249,21 @@ def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
         )
     name = "full sweep, 1,024 simulated agents, 0-s probes"
     rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", at_most(600, every_pair), full_ref))
+    for r in sorted((r for r in every_run if "while_ingested" in r), key=lambda r: r["nodes"]):
+        seen, n = r["while_ingested"], r["nodes"]
+        context = (
+            f"{fmt(r.get('rounds_measured'))} rounds of a {n}-node sweep, {r.get('workers', 1)} server worker(s), "
+            f"looked at every 5 s; rounds meanwhile {fmt(r.get('overhead_per_round_s'), ' s')}"
+        )
+        for what, goal, label in (
+            ("matrix_api", 300, f"matrix API while a {n}-node sweep is ingested, p95"),
+            ("overview_to_heatmap", 2000, f"overview drawn while a {n}-node sweep is ingested, p95"),
+        ):
+            got = seen.get(what, {})
+            beside = f"p50 {fmt(got.get('p50_ms'), ' ms')}, max {fmt(got.get('max_ms'), ' ms')}, {got.get('samples', 0)} samples; {context}"
+            rows.append(
+                (label, f"<= {goal} ms", got.get("p95_ms"), " ms", at_most(goal, bool(got.get("samples"))), beside)
+            )
     return rows
 
 
