@@ -173,13 +173,16 @@ django.setup()
 from django.conf import settings
 from channels.layers import get_channel_layer
 from cluster_health.celery import app
-from cluster_health.ingest import auth, buffer
-from cluster_health.sweeps import backlog
+from cluster_health import shared_redis
+from cluster_health.ingest import buffer
+from cluster_health.sweeps import backlog, dispatch
 
 with app.connection_for_write() as conn:  # the Celery broker
     conn.ensure_connection(max_retries=1)
 buffer._client().ping()  # the ingest buffer
-auth._redis().ping()  # the nonce store
+shared_redis.client().ping()  # the nonce store and the probe commands' sender
+dispatch._redis_send([("agent.probe", "tls-check.q", {"command": {"node": "x"}}, 5.0)])  # a command sent
+assert shared_redis.client().llen("tls-check.q") == 1
 from django.core.cache import cache
 cache.set("tls-check", 1, 10)  # the cache (login-failure counts)
 assert cache.get("tls-check") == 1
