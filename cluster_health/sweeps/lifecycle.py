@@ -205,7 +205,8 @@ def _next_bisect_phase(sweep: Sweep) -> bool | None:
 # The broker or the database away for a moment (a restart, a failover): nothing is wrong with
 # the sweep, and the reaper's next pass advances it again. Anything else would fail every pass.
 # (RedisError covers a failed publish of a round's commands: its probes are sent again by the reaper,
-# sweeps/outbox.py; KombuError a Celery task sent by another path.)
+# sweeps/outbox.py. KombuError is what a send through Celery raises; the server's own sends, since
+# dispatch writes its messages itself, raise RedisError instead.)
 TRANSIENT_ERRORS = (redis.RedisError, KombuError, OperationalError, InterfaceError)
 
 
