@@ -35,6 +35,7 @@ from cluster_health.models import PairProbe
 log = logging.getLogger(__name__)
 VACUUM_LOCK = "cluster_health: vacuum of the pair table"  # one reaper at a time (an advisory lock)
 VACUUM_LOCK_WAIT_S = 1  # for the table's lock: autovacuum holding it is doing the same work
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's code for a lock_timeout that ran out
 
 
 def worth_analyzing(pairs_written: int) -> bool:
@@ -73,9 +74,11 @@ def vacuum_if_churned() -> float | None:
             started = time.monotonic()
             try:
                 cursor.execute(f"VACUUM {_table()}")
-            except OperationalError:  # autovacuum has the table: it is doing the work
+            except OperationalError as exc:
+                if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                    raise  # not the lock wait: a real failure, for the task's log
                 log.info("pair table not vacuumed: another vacuum holds it (%d dead row versions)", dead)
-                return None
+                return None  # autovacuum has the table: it is doing the work
             finally:
                 cursor.execute("RESET lock_timeout")
         finally:
