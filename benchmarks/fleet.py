@@ -197,14 +197,14 @@ class Fleet:
             self.take_commands(max(0.0, min(wait, 0.2)) if not self.due or wait > 0 else 0.0)
 
     def push(self, out: list) -> None:
-        """This turn's messages onto queue server.ingest, in one pipeline (a real fleet sends from N machines)."""
+        """This turn's messages onto queue server.ingest, as the server sends its own: the text Celery's
+        ``send_task`` writes, in one pipeline (``dispatch._redis_send``; a real fleet sends from N machines)."""
+        from cluster_health.sweeps import dispatch
+
         if not out:
             return
         t0 = time.perf_counter()
-        pipe = self.redis.pipeline(transaction=False)
-        for raw in out:
-            pipe.lpush(contract.INGEST_QUEUE, raw)
-        pipe.execute()
+        dispatch._redis_send(out)
         self.busy_s += time.perf_counter() - t0
 
     def take_commands(self, block_s: float) -> None:
@@ -231,12 +231,9 @@ class Fleet:
         self.busy_s += time.perf_counter() - t0
 
     def to_server(self, out: list, task: str, name: str, body: dict, expires_s: float | None = None) -> None:
-        """``task`` with ``body`` as its argument ``name``, signed by its node, added to this turn's messages:
-        the text Celery's ``send_task`` writes for it (``dispatch.task_message``), as an agent sends it."""
-        from cluster_health.sweeps import dispatch
-
+        """``task`` with ``body`` as its argument ``name``, signed by its node, added to this turn's messages."""
         kwargs = {name: body, "auth": signing.sign(body, self.keys[body["node"]], name)}
-        out.append(dispatch.task_message(task, contract.INGEST_QUEUE, kwargs, expires_s))
+        out.append((task, contract.INGEST_QUEUE, kwargs, expires_s))
 
     def send_due(self, out: list) -> None:
         from devtools.sweep_driver import result_for
