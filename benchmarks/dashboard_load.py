@@ -174,7 +174,7 @@ def api_figures(sweeps: dict[int, int]) -> dict:
     from django.test import Client
 
     from cluster_health.models import Sweep
-    from cluster_health.web import serializers
+    from cluster_health.web import matrices
 
     client = Client()
     client.login(username="bench", password=PASSWORD)
@@ -186,7 +186,7 @@ def api_figures(sweeps: dict[int, int]) -> dict:
             body = client.get(f"/api/sweeps/{pk}/matrix").content
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        serializers.build_sweep_matrix(Sweep.objects.get(pk=pk))
+        matrices.build_sweep_matrix(Sweep.objects.get(pk=pk))
         out[f"matrix_api_ms_{n}"] = round(sorted(times)[len(times) // 2] * 1000)
         out[f"matrix_build_from_rows_ms_{n}"] = round((time.perf_counter() - t0) * 1000)
         out[f"matrix_api_bytes_{n}"] = len(body)
@@ -214,7 +214,7 @@ def group_api_figures(pk: int, drill: list[int]) -> dict:
     from django.test import Client
 
     from cluster_health.models import Sweep
-    from cluster_health.web import serializers
+    from cluster_health.web import matrices
 
     client = Client()
     client.login(username="bench", password=PASSWORD)
@@ -228,7 +228,7 @@ def group_api_figures(pk: int, drill: list[int]) -> dict:
     out["drill_down_build_ms"] = _drill_down_build_ms(sweep, wanted)
     # The reference: the same group matrix built again from the sweep's stored node matrix.
     t0 = time.perf_counter()
-    serializers.build_group_text(sweep, serializers.sweep_matrix_arrays(sweep))
+    matrices.build_group_text(sweep, matrices.sweep_matrix_arrays(sweep))
     out["groups_build_from_rows_ms"] = round((time.perf_counter() - t0) * 1000)
     out["state_ms"], out["state_bytes"] = _median_ms(client, f"/sweeps/{pk}/state.json", times=3)
     # The overview's node table, which its page reads again every NODE_POLL_MS.
@@ -257,12 +257,12 @@ def drill_down_after_maintenance(pk: int, drill: list[int]) -> dict:
 
 def _drill_down_build_ms(sweep, wanted: list[str], times: int = 3) -> int:
     """The median time of the drill-down's own work into groups ``wanted`` of ``sweep``."""
-    from cluster_health.web import serializers
+    from cluster_health.web import matrices
 
     spent = []
     for _ in range(times):
         t0 = time.perf_counter()
-        serializers.drill_down_text(sweep, wanted)
+        matrices.drill_down_text(sweep, wanted)
         spent.append(time.perf_counter() - t0)
     return round(sorted(spent)[len(spent) // 2] * 1000)
 

@@ -46,30 +46,50 @@ N commands, the simulator answers them, and the consumer checks, writes and clos
 and advances; on two cores no round can take less than half the CPU seconds it costs, however
 the work overlaps.
 
-At 256 nodes (PostgreSQL, real halves, 2026-11-23 22:40, through the runner): one worker 0.51 s
-a round (p95 0.66), two workers 0.511 s (p95 0.66), every one of the 32,640 pairs ok in both.
-A round costs about 0.68 CPU-seconds with one worker: the consumer 0.35 s, the simulator 0.15 s,
-PostgreSQL 0.13 s, Redis 0.03 s, the worker's pool 0.02 s. The consumer and PostgreSQL alone,
-the part of the relay no other process can do meanwhile, are about 0.48 s of it: a round here
-is as long as that chain, twice the 0.25 s target. Earlier the same day: 0.537 s (one worker)
-and 0.621 s (two). What changed: the server writes its task messages itself
-(``dispatch.task_message``, the same text as Celery's ``send_task``, one Redis pipeline a
-round; ``benchmarks/publish.py`` times both), where Celery's per-message machinery had been a
-third of the consumer's time, and the simulator writes its halves the same way, 32 a push,
-so the consumer checks the first of a round's halves while the rest are still being sent.
-Where the consumer's time goes now (py-spy, 60 s of a 256-node sweep): closing pairs and
-advancing 49% (of which the next round's dispatch 12% and its publish, signing included,
-17.5%), checking signatures and decoding 18%, the ingest buffer's hand-over (JSON out and
-back, its locks) about 13%, validating halves 8.5%; no one part is large enough that removing
-it would bring a round to 0.25 s on this machine.
+At 256 nodes (PostgreSQL, real halves, 2026-11-24 02:31, through the runner): one worker 0.22 s
+a round (p95 0.27), two workers 0.234 s (p95 0.29), every one of the 32,640 pairs ok in both.
+Machines differ from session to session: the code behind the 2026-11-23 figures (0.51 s a round
+there) took 0.294 s and 0.312 s on this session's machine before the changes below, and the code
+after them 0.217 to 0.252 s in nine one-worker runs on it; about a fifth is what the changes bought, the rest
+was the machine. What changed (py-spy, and PostgreSQL's statement log, of 256-node sweeps):
 
-At 1,024 nodes with two workers (2026-11-23 23:24): the full sweep, 1,023 rounds, every one
-of the 523,776 pairs ok, in 2,557 s (42.6 min, against the 10-minute target), 2.39 s a round
-(p95 3.0 s), 410 halves a second. A round costs about 4.1 CPU-seconds: the two consumers
-1.7 s, the simulator 1.08 s, PostgreSQL 1.0 s, Redis 0.2 s, so two cores cannot do it in
-less than about 2.05 s: at 1,024 nodes a round is at this machine's CPU floor. Redis grew
-25.8 MiB at its peak and the database 2,074 MiB over the sweep (about 4 KB a pair, its raw
-halves included, before retention prunes them).
+- the consumer applies a checked batch itself, under the locks of the buffer shards its halves
+  belong to, where it had handed the batch to the buffer and taken it back (13% of its time:
+  JSON out and back, and the buffer's scripts); the buffer is used when a drainer holds a shard;
+- a batch that leaves its round open skips the advance (a transaction that read the sweep's row),
+  and the round's last batch sends the next round's commands before the browsers are told;
+- the consumer holds its browser updates while messages keep coming and sends one per sweep
+  once none waits (at most 0.25 s later);
+- a round's dispatch reads only the fields it uses (not every node's facts), and reads the
+  backlog only for nodes that look silent;
+- the pair table lost two indexes that others already served, and keeps 30% room in its pages
+  (PostgreSQL) so that a row's sent mark and its halves are heap-only updates: 37,000 of 130,000
+  updates in a 256-node sweep, where there were 5,000; PostgreSQL's CPU a round went from 0.077 s
+  to 0.070 s on a fresh database and from 0.123 s to 0.082 s on one holding a sweep already; the
+  database grows about 10% more for the room (174 MiB for the sweep, from 155);
+- the simulator answers due commands before scanning its N queues again (it scanned all N after
+  every 32 halves), and copies its template halves where it parsed them each time.
+
+A round now costs about 0.3 CPU-seconds: the consumer 0.15 s, PostgreSQL 0.07 s, the simulator
+0.05 s (on a real fleet that work is spread over N machines), Redis 0.01 s. PostgreSQL's own
+timestamps give the round's relay (medians, before the browser updates were held, py-spy
+attached): the dispatch to its commands sent 59 ms, then 77 ms to the first pair closed, 77 ms
+to the last, and 53 ms from the last close to the next dispatch. PostgreSQL's time goes to the
+updates that store halves and close pairs (about 46 ms a round of its 82 ms in that run), the
+commits (8 ms) and the dispatch and sent marks (12 ms).
+
+At 1,024 nodes with one worker (2026-11-24 03:09): the full sweep, 1,023 rounds, every one of
+the 523,776 pairs ok, in 996 s (16.6 min, against the 10-minute target), 0.871 s a round (p95
+1.25 s, against 0.5 s), 1,051 halves a second. A round costs about 1.24 CPU-seconds: the
+consumer 0.56 s, PostgreSQL 0.35 s, the simulator 0.23 s, the worker 0.05 s (the reaper, which
+also brings the open sweep's matrix snapshot forward), Redis 0.04 s; two cores cannot do it in
+less than about 0.62 s, and the relay (consumer, then agents, then consumer and PostgreSQL)
+keeps it from overlapping fully. Redis grew 33.9 MiB at its peak and the database 2,214 MiB
+over the sweep (about 4.4 KB a pair, its raw halves included, before retention prunes them).
+Stopped at 240 s: one worker 0.873 s a round (212 rounds, p95 1.19 s), two workers 0.925 s
+(204 rounds, p95 1.06 s): a second worker adds its consumer's fixed costs on the same two cores.
+On 2026-11-23, before this session's changes and on that day's slower machine, the full sweep
+took 2,557 s with two workers (2.39 s a round).
 
 This machine's PostgreSQL runs with ``autovacuum = off`` (its ``conf.d/90-ci.conf``). An
 earlier 1,024-node run (two workers, stopped by hand at round 671 of 1,023 after 30 min) went
@@ -83,11 +103,13 @@ the first hundred to the last (about 25 rounds a minute throughout).
 
 ``--watch`` adds an operator watching while the sweep is ingested: every 5 s the running
 sweep's matrix API, and the overview in headless Chromium to its heatmap drawn
-(``while_ingested``). At 1,024 nodes with one worker (2026-11-23 23:32, 102 rounds, 39 looks):
-the matrix API p50 3.07 s, p95 4.45 s, and the overview p50 4.1 s, p95 6.1 s, against 300 ms
-and 2 s. An open sweep's matrix is built from all of its 523,776 rows on every read, where a
-closed sweep's stored matrix is served in 17 ms (dashboard_load); rounds meanwhile took 3.22 s,
-the browser's and daphne's work sharing the same two cores.
+(``while_ingested``). At 1,024 nodes with one worker (2026-11-24 02:47, 288 rounds, 55 looks):
+the matrix API p50 231 ms, p95 372 ms (the slowest, 2.9 s, the first read, which took the
+snapshot), and the overview p50 1.25 s, p95 1.5 s, against 300 ms and 2 s; rounds meanwhile
+took 1.02 s. An open sweep's matrix is now its snapshot and the rows written since
+(web/matrices.py), where every read had built it from all of its 523,776 rows: on 2026-11-23
+the same look took 3.07 s (p50) and 4.45 s (p95) for the matrix API and 4.1 s and 6.1 s for the
+overview, on that day's slower machine.
 """
 
 from __future__ import annotations
@@ -118,6 +140,7 @@ TARGET_OVERHEAD_S = {256: 0.25, 1024: 0.5}  # control-plane overhead per round
 TARGET_SWEEP_S_1024 = 600.0  # a full 1,024-node sweep with 0-s probes
 HEARTBEAT_S = 5.0  # as the agents' default
 POLL_S = 0.25  # how often the sweep's row is read while it runs
+ANSWERED_FIELDS = ("kind", "probe_id", "sweep_id", "node", "rank")  # what an answer takes from its command
 SENDS_PER_TURN = 32  # halves sent before the simulator looks at its queues again
 READY_TIMEOUT_S = 120.0
 WATCH_EVERY_S = 5.0  # how often --watch reads the matrix API and loads the overview
@@ -161,8 +184,9 @@ class Fleet:
 
         self.names, self.probe_s, self.heartbeat_s = names, probe_s, heartbeat_s
         self.dead, self.failing, self.keys = dead, failing, keys
-        # Both halves of a real probe (JSON text per rank): each answer carries what a real half carries.
-        self.template = [json.dumps(half) for half in template] if template else None
+        # Both halves of a real probe, one per rank: each answer carries what a real half carries, a
+        # shallow copy with its command's fields put in (nothing writes to the nested parts).
+        self.template = template or None
         self.queues = [contract.agent_queue(n) for n in names]
         self.redis = redis.Redis.from_url(redis_url)
         self.due: list[tuple[float, int, dict]] = []  # (when, seq, command) answers waiting for their time
@@ -194,7 +218,11 @@ class Fleet:
             self.send_due(out)
             self.push(out)
             wait = min(next_heartbeat, self.due[0][0] if self.due else next_heartbeat) - time.monotonic()
-            self.take_commands(max(0.0, min(wait, 0.2)) if not self.due or wait > 0 else 0.0)
+            if self.due and wait <= 0:
+                # Answers are due: they go out before the N queues are looked at again. A round's
+                # commands arrive together (one pipeline), and the next round's only after its answers.
+                continue
+            self.take_commands(max(0.0, min(wait, 0.2)))
 
     def push(self, out: list) -> None:
         """This turn's messages onto queue server.ingest, as the server sends its own: the text Celery's
@@ -245,8 +273,7 @@ class Fleet:
             peers = {p["name"] for p in command.get("peers", [])}
             cut = any(frozenset((command["node"], peer)) in self.failing for peer in peers)
             if self.template and not cut:
-                half = json.loads(self.template[command["rank"]])
-                half.update({k: command[k] for k in ("kind", "probe_id", "sweep_id", "node", "rank")})
+                half = {**self.template[command["rank"]], **{k: command[k] for k in ANSWERED_FIELDS}}
             else:
                 half = result_for(command, **(LINK_CUT if cut else {}))
             # One server.result message per half, as agents/worker.py sends it; the simulator only

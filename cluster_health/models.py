@@ -215,9 +215,11 @@ class Sweep(models.Model):
 class PairProbe(models.Model):
     """One pair of nodes probed in one round of a sweep; both agents' halves merged into one result."""
 
-    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="pairs")
+    # No index of their own for ``sweep`` and ``node_a``: pair_sweep_round_status and pair_history lead with
+    # them. Each index is written again by every update that moves a row (a sweep updates each row 3-4 times).
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="pairs", db_index=False)
     round = models.IntegerField()
-    node_a = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")  # rank 0
+    node_a = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", db_index=False)  # rank 0
     node_b = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")  # rank 1
     backend = models.CharField(max_length=8, choices=BACKEND_CHOICES, default="gloo")
     status = models.CharField(max_length=10, choices=PAIR_STATUS_CHOICES, default="pending")
@@ -433,11 +435,6 @@ class AgentKey(models.Model):
     def secret(self) -> bytes:
         return _opened(self.secret_sealed)
 
-    def as_node_key(self):
-        from agents import signing
-
-        return signing.NodeKey(self.node_name, self.key_id, self.secret().decode())
-
     @classmethod
     def secret_for(cls, node: str, key_id: str) -> bytes | None:
         """The secret of a node's unrevoked key with this id; None for any other key."""
@@ -453,16 +450,21 @@ class AgentKey(models.Model):
         wanted = set(wanted)
         rows = cls.objects.filter(node_name__in={node for node, _ in wanted}, revoked_at__isnull=True)
         found = {}
-        for row in rows.only("node_name", "key_id", "secret_sealed"):
-            if (row.node_name, row.key_id) in wanted:
-                found[(row.node_name, row.key_id)] = row.secret()
+        for node, kid, sealed in rows.values_list("node_name", "key_id", "secret_sealed"):
+            if (node, kid) in wanted:
+                found[(node, kid)] = _opened(sealed)
         return found
 
     @classmethod
     def active_keys(cls, nodes) -> dict:
         """node name -> signing.NodeKey of its key in use, for the nodes that have one."""
+        from agents import signing
+
         rows = cls.objects.filter(node_name__in=list(nodes), revoked_at__isnull=True).order_by("created")
-        return {row.node_name: row.as_node_key() for row in rows}
+        return {
+            node: signing.NodeKey(node, kid, _opened(sealed).decode())
+            for node, kid, sealed in rows.values_list("node_name", "key_id", "secret_sealed")
+        }
 
     def revoke(self) -> None:
         if self.revoked_at is None:
@@ -471,7 +473,8 @@ class AgentKey(models.Model):
 
 
 class SweepMatrix(models.Model):
-    """A closed sweep's matrix payload (cluster_health.core.matrix), stored as JSON text once it no longer changes.
+    """A closed sweep's matrix payload (cluster_health.core.matrix), stored as JSON text once it no longer changes;
+    or a large open sweep's snapshot (``open_round`` set: web/matrices.py).
 
     Reading 523,776 pair rows to build a 1,024-node matrix takes seconds; reading
     this row takes milliseconds, and pages and the API send the text as it is.
@@ -483,3 +486,7 @@ class SweepMatrix(models.Model):
     # when it was stored; "" until first read.
     groups = models.TextField(blank=True, default="")
     built = models.DateTimeField(default=timezone.now)
+    # None: the closed sweep's matrix. Otherwise an open sweep's snapshot, built while this round
+    # was current (every earlier round final in it), when the sweep had ``open_total`` rounds.
+    open_round = models.IntegerField(null=True, blank=True, default=None)
+    open_total = models.IntegerField(null=True, blank=True, default=None)

@@ -14,6 +14,7 @@ from agents import contract
 from cluster_health import ingest, sweeps
 from cluster_health.ingest.auth import authenticate, remember_nonce
 from cluster_health.sweeps import lifecycle, reaper, statistics
+from cluster_health.web import matrices
 
 
 @shared_task(name=contract.TASK_RESULT, ignore_result=True, bind=True)
@@ -49,6 +50,7 @@ def reap(self):
     ingest.drain_all(worker=self.request.hostname)
     counts = reaper.reap()
     statistics.vacuum_if_churned()  # a large sweep's dead row versions, cleared while it runs
+    matrices.refresh_open()  # a large open sweep's matrix snapshot, brought forward off the ingest path
     return counts
 
 

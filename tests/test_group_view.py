@@ -9,7 +9,7 @@ from django.utils import timezone
 from cluster_health.core import groupmatrix, matrix
 from cluster_health.management.commands.prune import collapse
 from cluster_health.models import ApiToken, Node, PairProbe, Sweep, SweepMatrix
-from cluster_health.web import serializers
+from cluster_health.web import matrices
 from tests.dashboard_rows import make_nodes, make_sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
@@ -166,6 +166,6 @@ def test_the_group_matrix_needs_a_login_or_a_token(client):
 
 def test_storing_a_closed_sweep_stores_its_group_matrix_too():
     sweep = racks_sweep()
-    serializers.store_matrix(sweep)
+    matrices.store_matrix(sweep)
     stored = SweepMatrix.objects.get(sweep=sweep)
     assert json.loads(stored.groups)["groups"] == ["rack1", "rack2", "rack3"]

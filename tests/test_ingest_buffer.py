@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from cluster_health import ingest
-from cluster_health.ingest import buffer
+from cluster_health.ingest import buffer, consumer
 from cluster_health.models import PairProbe, RejectedMessage
 from cluster_health.sweeps import backlog
 from devtools.sweep_driver import result_for
@@ -74,3 +74,61 @@ def test_the_backlog_is_incomplete_when_the_buffer_is_too_long_to_read(broker, m
         broker.rpush(buffer.pending_key(0), json.dumps({"node": "n0", "kind": "pair", "probe_id": probe_id}))
     waiting = backlog.server_backlog()
     assert not waiting.complete and waiting.messages == 3
+
+
+HELD = consumer.taken_key("buffer-test")  # a consumer's taken list
+
+
+def test_a_consumers_batch_is_applied_past_the_buffer_and_let_go_after_the_commit(driver, broker, two_pairs):
+    sweep, cmds = two_pairs
+    halves = [result_for(c, busbw=3.0) for c in cmds]
+    broker.rpush(HELD, *(json.dumps(h) for h in halves))
+    try:
+        assert driver.run(buffer.apply_held, broker, halves, HELD) is True
+        assert {p.status for p in PairProbe.objects.filter(sweep=sweep, round=1)} == {"ok"}
+        assert not broker.exists(HELD)  # let go only once applied
+        assert not any(broker.llen(key) for key in buffer.buffer_keys())  # nothing went through the buffer
+        assert not any(broker.exists(buffer.lock_key(s)) for s in range(buffer.SHARDS))  # every shard let go
+    finally:
+        broker.delete(HELD)
+
+
+def test_a_consumers_batch_waits_for_a_shard_another_drainer_holds(driver, broker, two_pairs):
+    sweep, cmds = two_pairs
+    halves = [result_for(c) for c in cmds]
+    held = buffer.shard_of(halves[-1])
+    broker.set(buffer.lock_key(held), "another drainer", px=60_000)
+    broker.rpush(HELD, *(json.dumps(h) for h in halves))
+    try:
+        assert driver.run(buffer.apply_held, broker, halves, HELD) is False
+        assert not PairProbe.objects.filter(sweep=sweep, round=1).exclude(half_a=None).exists()  # nothing applied
+        assert broker.llen(HELD) == 4  # still the consumer's, for the buffer
+        assert broker.get(buffer.lock_key(held)) == b"another drainer"
+        assert [s for s in range(buffer.SHARDS) if broker.exists(buffer.lock_key(s))] == [held]  # none kept
+    finally:
+        broker.delete(HELD)
+
+
+def test_a_consumer_that_fails_mid_batch_keeps_it_and_applies_it_once_later(driver, broker, two_pairs, monkeypatch):
+    sweep, cmds = two_pairs
+    halves = [result_for(c, busbw=3.0) for c in cmds]
+    broker.rpush(HELD, *(json.dumps(h) for h in halves))
+
+    def database_gone(payloads):
+        from django.db import OperationalError
+
+        raise OperationalError("server closed the connection unexpectedly")
+
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(buffer.results, "ingest_results", database_gone)
+            with pytest.raises(Exception, match="closed the connection"):
+                driver.run(buffer.apply_held, broker, halves, HELD)
+        assert broker.llen(HELD) == 4  # kept for the consumer's next try
+        assert not any(broker.exists(buffer.lock_key(s)) for s in range(buffer.SHARDS))
+        assert driver.run(buffer.apply_held, broker, halves + halves[:1], HELD) is True  # again, one half twice
+        probes = PairProbe.objects.filter(sweep=sweep, round=1)
+        assert {p.status for p in probes} == {"ok"} and {p.busbw_gbps for p in probes} == {3.0}
+        assert not RejectedMessage.objects.exists() and not broker.exists(HELD)
+    finally:
+        broker.delete(HELD)

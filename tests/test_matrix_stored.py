@@ -7,7 +7,7 @@ import pytest
 from cluster_health import sweeps
 from cluster_health.core import matrix
 from cluster_health.models import PairProbe, Sweep, SweepMatrix
-from cluster_health.web import serializers
+from cluster_health.web import matrices, serializers
 from devtools.sweep_driver import heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
@@ -41,12 +41,12 @@ def test_it_builds_an_open_sweep_from_its_rows_and_stores_a_cancelled_one_on_fir
     first = driver.take()
     driver.ingest(result_for(first[0]))
     driver.ingest(result_for(first[1]))
-    open_payload = json.loads(serializers.matrix_text(sweep))
+    open_payload = json.loads(matrices.matrix_text(sweep))
     assert matrix.status_counts(open_payload)["ok"] == 1
     assert not SweepMatrix.objects.filter(sweep=sweep).exists()
     driver.run(sweeps.cancel, sweep.pk)
     sweep.refresh_from_db()
-    closed = json.loads(serializers.matrix_text(sweep))
+    closed = json.loads(matrices.matrix_text(sweep))
     assert SweepMatrix.objects.filter(sweep=sweep).exists()
     assert closed == matrix.build_matrix(sweep.nodes, serializers.pair_dicts(sweep))
     assert matrix.status_counts(closed) == {"ok": 1, "skipped": 2}

@@ -167,3 +167,61 @@ def test_it_broadcasts_after_commit(driver):
     msg = async_to_sync(layer.receive)("test.channel")
     assert msg["type"] == "sweep.update" and msg["sweep"] == sweep.pk
     assert Sweep.objects.get(pk=sweep.pk).status == msg["status"] or msg["status"] == "pending"
+
+
+def round_change_queries(driver, n: int) -> int:
+    """Queries of the ingest that closes round 1 of an n-node sweep and dispatches round 2."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    names = [f"q{n}-{i}" for i in range(n)]
+    for name in names:
+        heartbeat(name)
+    sweep = driver.sweep(kind="connectivity", nodes=names)
+    *first, last = driver.take()
+    for c in first:
+        driver.ingest(result_for(c))
+    with CaptureQueriesContext(connection) as queries:
+        driver.ingest(result_for(last))
+    assert len(driver.take()) == n  # round 2 went out to every node
+    assert Sweep.objects.get(pk=sweep.pk).current_round == 2
+    return len(queries)
+
+
+def test_a_round_is_dispatched_in_as_many_queries_whatever_its_size(driver):
+    # A field the dispatch reads but did not select would cost a query per row.
+    assert round_change_queries(driver, 4) == round_change_queries(driver, 16)
+
+
+def test_a_round_leaves_a_silent_looking_node_in_while_its_heartbeat_waits_on_the_server(driver, settings):
+    import time
+    from datetime import timedelta
+
+    import redis
+    from django.utils import timezone
+
+    from cluster_health.models import Node
+    from tests.test_reaper import reserved_heartbeat
+
+    nodes(3)
+    Node.objects.filter(name="n1").update(last_heartbeat=timezone.now() - timedelta(hours=1))
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    tag = "test-rounds-reserved-n1"
+    broker.hset("unacked", tag, reserved_heartbeat("n1"))  # a worker fetched n1's heartbeat, not yet applied
+    broker.zadd("unacked_index", {tag: time.time()})
+    try:
+        waited = driver.sweep(kind="connectivity", nodes=["n0", "n1"])
+        assert PairProbe.objects.get(sweep=waited).status == "running"
+    finally:
+        broker.hdel("unacked", tag)
+        broker.zrem("unacked_index", tag)
+        broker.close()
+    driver.run(sweeps.cancel, waited.pk)
+    driver.take()
+    silent = driver.sweep(kind="connectivity", nodes=["n0", "n1"])
+    assert (PairProbe.objects.get(sweep=silent).status, PairProbe.objects.get(sweep=silent).reason) == (
+        "offline",
+        "agent_offline",
+    )
+    online = driver.sweep(kind="connectivity", nodes=["n0", "n2"])
+    assert PairProbe.objects.get(sweep=online).status == "running"

@@ -128,16 +128,48 @@ class MatrixArrays:
             payload.get("details") or {},
         )
 
+    @classmethod
+    def blank(cls, nodes: Iterable[str]) -> MatrixArrays:
+        """Every pair of ``nodes`` untested."""
+        names = natural_sorted(nodes)
+        count = len(names) * (len(names) - 1) // 2
+        return cls(
+            names, array("B", bytes(count)), array("f", [float("nan")]) * count, array("f", [float("nan")]) * count, {}
+        )
+
+    def apply(self, rows: Iterable[MatrixRow]) -> MatrixArrays:
+        """Write rows (a, b, status, busbw_gbps, latency_us, stage, reason, hint) into the matrix; returns it.
+
+        Rows naming a node outside the matrix are ignored; a pair given again takes the
+        later row unless it would move the pair back from a final result to pending/running.
+        """
+        n, status, busbw, latency, details = len(self.nodes), self.status, self.busbw, self.latency, self.details
+        pos: dict[str | None, int] = {name: i for i, name in enumerate(self.nodes)}  # None (unknown): no position
+        nan = float("nan")
+        for a, b, st, bw, lat, stage, reason, hint in rows:
+            i, j = pos.get(a), pos.get(b)
+            if i is None or j is None or i == j:
+                continue
+            if i > j:
+                i, j = j, i
+            k = i * (2 * n - i - 1) // 2 + (j - i - 1)  # pair_index, inlined: this loop runs 523,776 times
+            if st in OPEN_CODES and STATUS_CODES[status[k]] not in OPEN_CODES:
+                continue
+            status[k] = CODE[st]
+            busbw[k] = nan if bw is None else bw
+            latency[k] = nan if lat is None else lat
+            if hint or st not in ("ok", "pending", "running"):
+                details[str(k)] = [stage, reason, hint]
+            elif details:
+                details.pop(str(k), None)
+        return self
+
     def restricted(self, names: Iterable[str]) -> MatrixArrays:
         """The matrix over some of its nodes only (a drill-down into one or two groups)."""
         pos = {name: i for i, name in enumerate(self.nodes)}
-        keep = natural_sorted(name for name in names if name in pos)
-        n, m = len(self.nodes), len(keep)
-        count = m * (m - 1) // 2
-        status = array("B", bytes(count))
-        busbw = array("f", [float("nan")]) * count
-        latency = array("f", [float("nan")]) * count
-        details: dict[str, list[str | None]] = {}
+        out = MatrixArrays.blank(name for name in names if name in pos)
+        keep, n = out.nodes, len(self.nodes)
+        status, busbw, latency, details = out.status, out.busbw, out.latency, out.details
         k = 0
         for r, a in enumerate(keep):
             i = pos[a]
@@ -147,7 +179,7 @@ class MatrixArrays:
                 if str(src) in self.details:
                     details[str(k)] = self.details[str(src)]
                 k += 1
-        return MatrixArrays(keep, status, busbw, latency, details)
+        return out
 
 
 def build_matrix_rows(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> dict[str, Any]:
@@ -163,32 +195,7 @@ def build_matrix_rows(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> dict[s
 
 def build_matrix_arrays(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> MatrixArrays:
     """The matrix of build_matrix_rows, not yet encoded."""
-    names = natural_sorted(nodes)
-    n = len(names)
-    pos: dict[str | None, int] = {name: i for i, name in enumerate(names)}  # an unknown (None) name: no position
-    count = n * (n - 1) // 2
-    status = array("B", bytes(count))
-    busbw = array("f", [float("nan")]) * count
-    latency = array("f", [float("nan")]) * count
-    details: dict[str, list[str | None]] = {}
-    nan = float("nan")
-    for a, b, st, bw, lat, stage, reason, hint in rows:
-        i, j = pos.get(a), pos.get(b)
-        if i is None or j is None or i == j:
-            continue
-        if i > j:
-            i, j = j, i
-        k = i * (2 * n - i - 1) // 2 + (j - i - 1)  # pair_index, inlined: this loop runs 523,776 times
-        if st in OPEN_CODES and STATUS_CODES[status[k]] not in OPEN_CODES:
-            continue
-        status[k] = CODE[st]
-        busbw[k] = nan if bw is None else bw
-        latency[k] = nan if lat is None else lat
-        if hint or st not in ("ok", "pending", "running"):
-            details[str(k)] = [stage, reason, hint]
-        elif details:
-            details.pop(str(k), None)
-    return MatrixArrays(names, status, busbw, latency, details)
+    return MatrixArrays.blank(nodes).apply(rows)
 
 
 def status_counts(payload: dict[str, Any]) -> dict[str, int]:

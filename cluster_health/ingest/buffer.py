@@ -1,8 +1,9 @@
 """The ingest buffer: checked halves waiting in Redis, applied BATCH at a time by one drainer per worker.
 
 One transaction per half caps ingest at about 150 halves/s, so halves are applied
-in batches. Two paths fill the buffer: the ingest consumer (ingest/consumer.py), which
-agents' halves take on queue ``server.ingest``, appends each checked batch at once
+in batches. The ingest consumer (ingest/consumer.py), which agents' halves take on
+queue ``server.ingest``, applies each checked batch itself when no drainer holds its
+shards (``apply_held``, under the same shard locks) and otherwise appends it at once
 (``append_halves``); a ``server.result`` task on queue ``server`` (older agents, tools)
 appends its one half (``buffer_result``). Either then drains, unless another process of
 the same worker holds the worker's drainer slot: one process per worker applies
@@ -100,6 +101,34 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
+# Every shard's lock at once, or none (those taken are let go). KEYS: the locks; ARGV: token, lifetime in ms.
+LOCK_ALL_SCRIPT = """
+for i, key in ipairs(KEYS) do
+  if not redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
+    for j = 1, i - 1 do redis.call('DEL', KEYS[j]) end
+    return 0
+  end
+end
+return 1
+"""
+
+# After a batch applied under LOCK_ALL_SCRIPT: the list it was held in deleted, the locks still
+# this token's let go. KEYS: the list, then the locks; ARGV: the token.
+DONE_ALL_SCRIPT = """
+redis.call('DEL', KEYS[1])
+for i = 2, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
+end
+return 1
+"""
+
+RELEASE_ALL_SCRIPT = """
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then redis.call('DEL', key) end
+end
+return 1
+"""
+
 
 def _client() -> redis.Redis:
     client: redis.Redis = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=30)
@@ -150,6 +179,29 @@ def append_halves(client: redis.Redis, halves: list, done: str | None = None) ->
     if done is not None:
         pipe.delete(done)
     pipe.execute()
+
+
+def apply_held(client: redis.Redis, halves: list, done: str) -> bool:
+    """Apply checked halves now, in one go, if no drainer holds any of their shards; False (nothing done) if one does.
+
+    The ingest consumer's way past the buffer: its batch stays in the list ``done`` (its
+    ``taken`` list) until the halves are committed, and is deleted then, so a consumer
+    that dies mid-batch leaves it to be checked and applied again, as a dead drainer
+    leaves its processing list (applying a half twice changes nothing). The shards' locks
+    keep the drainers of other workers off these probes' rows meanwhile, as a drainer's do.
+    """
+    locks = [lock_key(shard) for shard in sorted({shard_of(half) for half in halves})]
+    token = uuid.uuid4().hex
+    if not client.eval(LOCK_ALL_SCRIPT, len(locks), *locks, token, _lock_ms()):
+        return False
+    try:
+        results.ingest_results(halves)
+    except BaseException:
+        client.eval(RELEASE_ALL_SCRIPT, len(locks), *locks, token)
+        raise
+    client.eval(DONE_ALL_SCRIPT, 1 + len(locks), done, *locks, token)
+    log.info("ingested %d halves (shards %s)", len(halves), ",".join(key.split(":")[-2] for key in locks))
+    return True
 
 
 def drain_all(worker: str | None = None) -> int:

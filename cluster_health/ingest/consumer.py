@@ -16,17 +16,21 @@ transport keeps for the queue directly, a batch at a time:
    in one query (a heartbeat's nonce too); a message that is unreadable, neither a
    half nor a heartbeat, or forged is kept as a RejectedMessage with the reason and
    never stops the others;
-3. the heartbeats that passed are applied in one transaction; the halves move to
-   the ingest buffer's shards and the ``taken`` list
-   is deleted, in one Redis transaction; the buffer's drainer (ingest/buffer.py)
-   then applies them, BATCH per database transaction.
+3. the heartbeats that passed are applied in one transaction; the halves are
+   applied in one go when no drainer holds any of their shards
+   (``buffer.apply_held``: the shards' locks taken at once, the ``taken`` list
+   deleted after the commit). Otherwise they move to the ingest buffer's shards and
+   the ``taken`` list is deleted, in one Redis transaction, and the buffer's drainer
+   (ingest/buffer.py) applies them, BATCH per database transaction. Either way the
+   drainer then looks at the buffer for halves others left there.
 
 Nothing is lost when a consumer dies: its ``taken`` list stays, and it is checked
 again by the same consumer when its worker restarts (the list is named by the
 worker), or put back on the queue by another consumer or the reaper once the dead
 one's lease has lapsed (``reclaim_orphans``). A half checked twice is applied once
 (applying a half is idempotent). Several workers' consumers take different batches,
-and the shard locks keep two drainers off the same probe's row.
+and the shard locks keep two of them (consumers applying their batches, drainers)
+off the same probe's row.
 
 Run: ``python manage.py ingest_consumer --name WORKER`` (the worker's bootstep runs it as
 ``python -m django ingest_consumer``).
@@ -53,6 +57,7 @@ from agents import contract, signing
 from cluster_health.ingest import buffer
 from cluster_health.ingest.auth import authenticate, first_uses, remember_nonces
 from cluster_health.ingest.rejects import reject
+from cluster_health.web import broadcast
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +214,8 @@ class Consumer:
         halves, beats = checked(batch)
         if beats:
             apply_heartbeats(beats)  # before the batch is let go: a failure leaves it to be taken again
-        buffer.append_halves(self.client, halves, done=self.taken)
+        if not (halves and buffer.apply_held(self.client, halves, done=self.taken)):
+            buffer.append_halves(self.client, halves, done=self.taken)
         log.info(
             "took %d messages from %s: %d halves and %d heartbeats checked",
             len(batch),
@@ -223,13 +229,18 @@ class Consumer:
     def run(self, stopping: threading.Event) -> None:
         """Until ``stopping`` is set (a batch in hand is finished first); Redis or database trouble waits and retries."""
         log.info("ingest consumer %s taking %s", self.name, contract.INGEST_QUEUE)
-        while not stopping.is_set():
-            try:
-                self.step()
-            except Exception:  # the batch stays in ``taken``, and is taken first next time
-                log.exception("ingest consumer %s: batch not applied; trying again in %.0fs", self.name, RETRY_S)
-                stopping.wait(RETRY_S)
-                close_old_connections()  # a connection the failure broke is replaced
+        with broadcast.holding():  # browsers are told when no message waits, one update per sweep
+            while not stopping.is_set():
+                try:
+                    since = broadcast.held_since()
+                    if not self.step(block_s=BLOCK_S if since is None else 0) or (
+                        since is not None and time.monotonic() - since > broadcast.HOLD_S
+                    ):
+                        broadcast.flush()
+                except Exception:  # the batch stays in ``taken``, and is taken first next time
+                    log.exception("ingest consumer %s: batch not applied; trying again in %.0fs", self.name, RETRY_S)
+                    stopping.wait(RETRY_S)
+                    close_old_connections()  # a connection the failure broke is replaced
         self.client.delete(self.lease)  # its batch, if any, is this worker's to finish when it returns
         log.info("ingest consumer %s stopped", self.name)
 

@@ -98,9 +98,14 @@ def _ingest_pairs(batch: list[tuple[dict, object]]) -> list[str]:
         now = timezone.now()
         closed = _close_together(batch, rows, claims, now, outcomes)
         closed.update(_store_halves(batch, rows, claims, closed, now, outcomes))
-        closing.announce(rows, closed)
-    for sweep_id in {rows[pk].sweep_id for pk in closed}:
-        lifecycle.advance_or_fail(sweep_id)
+    # The next round first: its commands are what the agents wait for. Then the browsers.
+    rounds: dict[int, set[int]] = {}
+    for pk in closed:
+        rounds.setdefault(rows[pk].sweep_id, set()).add(rows[pk].round)
+    for sweep_id, closed_in in rounds.items():
+        if not closing.rounds_open(sweep_id, closed_in):
+            lifecycle.advance_or_fail(sweep_id)
+    closing.announce(rows, closed)
     return outcomes
 
 

@@ -134,6 +134,16 @@ def close_pairs(
     return written
 
 
+def rounds_open(sweep_id: int, rounds: set[int]) -> bool:
+    """Whether a pair of these rounds is still open, read after closing some of their pairs.
+
+    A pair closes only in its sweep's current round (rounds are a barrier), so while this
+    holds the sweep has nothing to advance, and its advance (a transaction that reads the
+    sweep's row) is left out: most batches of a round close only some of its pairs.
+    """
+    return PairProbe.objects.filter(sweep_id=sweep_id, round__in=rounds, status__in=OPEN_PAIR_STATUSES).exists()
+
+
 def announce(rows: dict[int, ProbeRow], closed: dict[int, dict[str, Any]]) -> None:
     """One browser update per sweep for the pairs that just closed (sent after the commit)."""
     by_sweep: dict[int, list[dict]] = {}

@@ -126,8 +126,8 @@ def _redis_send(messages: list[Message]) -> None:
 
 
 def _repr(kwargs: dict) -> str:
-    """What Celery's logs show of a message: the probe or node it is about."""
-    inner = next(iter(kwargs.values()), None) if len(kwargs) == 1 else None
+    """What Celery's logs show of a message: the probe or node its first argument (a command, a half) is about."""
+    inner = next(iter(kwargs.values()), None)
     if isinstance(inner, dict):
         return "{" + ", ".join(f"{k}={inner[k]}" for k in ("probe_id", "node", "rank") if k in inner) + "}"
     return repr(kwargs)[:200]

@@ -15,14 +15,13 @@ import redis
 from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from kombu.exceptions import KombuError
 
 from agents import contract
 from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import planner, verdicts
 from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GroupProbe, Node, PairProbe, Sweep
 from cluster_health.sweeps import baselines, dispatch, findings, grouping, rounds, statistics
-from cluster_health.web import broadcast, serializers
+from cluster_health.web import broadcast, matrices
 
 log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
@@ -204,10 +203,9 @@ def _next_bisect_phase(sweep: Sweep) -> bool | None:
 
 # The broker or the database away for a moment (a restart, a failover): nothing is wrong with
 # the sweep, and the reaper's next pass advances it again. Anything else would fail every pass.
-# (RedisError covers a failed publish of a round's commands: its probes are sent again by the reaper,
-# sweeps/outbox.py. KombuError is what a send through Celery raises; the server's own sends, since
-# dispatch writes its messages itself, raise RedisError instead.)
-TRANSIENT_ERRORS = (redis.RedisError, KombuError, OperationalError, InterfaceError)
+# (The server writes its task messages itself, dispatch._redis_send: a broker away mid-publish raises
+# RedisError, and the round's probes are sent again by the reaper, sweeps/outbox.py.)
+TRANSIENT_ERRORS = (redis.RedisError, OperationalError, InterfaceError)
 
 
 def _fail_broken(sweep_id: int, step: str, exc: Exception) -> None:
@@ -265,7 +263,7 @@ def finish(sweep: Sweep) -> bool:
     Finding.objects.bulk_create([Finding(sweep=sweep, **f) for f in found])
     Sweep.objects.filter(pk=sweep.pk).update(verdict=verdict)
     sweep.status, sweep.verdict, sweep.finished = "finished", verdict, now
-    serializers.store_matrix(sweep)
+    matrices.store_matrix(sweep)
     broadcast.sweep_update(sweep)
     # Alerts and Slurm act in their own tasks after the commit: a slow webhook or
     # scontrol must never hold the sweep open, and they must see the findings.

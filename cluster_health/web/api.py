@@ -23,7 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from cluster_health import sweeps
 from cluster_health.management.commands.nodes import node_dict, set_active
 from cluster_health.models import ApiToken, Node, PairProbe, Sweep
-from cluster_health.web import serializers
+from cluster_health.web import matrices, serializers
 
 START_PERMISSION = "cluster_health.start_sweep"
 MAX_LIST = 200
@@ -302,11 +302,11 @@ def matrix_response(sweep, wanted: list[str]) -> HttpResponse:
     """The sweep's node matrix, or with groups named the node matrix of their members only."""
     head = {"sweep": sweep.pk, "status": sweep.status, "verdict": sweep.verdict}
     if not wanted:
-        text = serializers.matrix_text(sweep)
+        text = matrices.matrix_text(sweep)
     else:
         try:
-            text = serializers.drill_down_text(sweep, wanted)
-        except serializers.DrillDownError as exc:
+            text = matrices.drill_down_text(sweep, wanted)
+        except matrices.DrillDownError as exc:
             return error(exc.status, str(exc))
     return HttpResponse(serializers.json_object(head, spread=text), content_type="application/json")
 
@@ -325,7 +325,7 @@ def sweep_groups(request, sweep):
     """The group matrix (cluster_health.core.groupmatrix): group x group worst status, counts, busbw."""
     head = {"status": sweep.status, "verdict": sweep.verdict}
     return HttpResponse(
-        serializers.json_object(head, spread=serializers.group_matrix_text(sweep)), content_type="application/json"
+        serializers.json_object(head, spread=matrices.group_matrix_text(sweep)), content_type="application/json"
     )
 
 

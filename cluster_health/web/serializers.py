@@ -11,15 +11,12 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import F
-from django.utils import timezone
 
 from agents import contract
-from cluster_health.core import evidence, groupmatrix, history, matrix
-from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep, SweepMatrix
-from cluster_health.sweeps import grouping
+from cluster_health.core import evidence, history, matrix
+from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep, SweepMatrix
 
 READ_CHUNK = 20000  # pair rows per round trip when a whole sweep is read
 # The pair fields every outside view reads, by PairProbe field name; ``a``/``b`` are the node names.
@@ -97,7 +94,7 @@ def collapsed_pairs(sweep: Sweep) -> Iterator[dict]:
 
     A pair probe is two ranks, so its algbw is its busbw; a and b are in matrix (name) order.
     """
-    stored = SweepMatrix.objects.filter(sweep=sweep).values_list("payload", flat=True).first()
+    stored = SweepMatrix.objects.filter(sweep=sweep, open_round__isnull=True).values_list("payload", flat=True).first()
     if stored is None:
         return
     payload = json.loads(stored)
@@ -220,137 +217,6 @@ def json_object(fields: dict[str, Any], raw_members: dict[str, str] | None = Non
         if inner[1:-1].strip():
             members.append(inner[1:-1])
     return "{" + ", ".join(members) + "}"
-
-
-def matrix_text(sweep: Sweep) -> str:
-    """The sweep's matrix payload (cluster_health.core.matrix) as JSON text.
-
-    A closed sweep's matrix no longer changes: it is stored on first use (``finish``
-    stores it as the sweep ends) and read back as text from then on. An open sweep's
-    is built from its rows on every call.
-    """
-    if not sweep.is_open:
-        stored = SweepMatrix.objects.filter(sweep_id=sweep.pk).values_list("payload", flat=True).first()
-        if stored is not None:
-            return stored
-    text = json.dumps(build_sweep_matrix(sweep), separators=(",", ":"))
-    if not sweep.is_open:
-        SweepMatrix.objects.bulk_create([SweepMatrix(sweep_id=sweep.pk, payload=text)], ignore_conflicts=True)
-    return text
-
-
-def store_matrix(sweep: Sweep) -> None:
-    """Store a closed sweep's matrix and group matrix now (replacing any stored), so its first reader does not wait.
-
-    Never for a collapsed sweep: its matrix holds the passing pairs whose rows are gone.
-    """
-    if sweep.collapsed_ok:
-        return
-    arrays = sweep_matrix_arrays(sweep)
-    text = json.dumps(arrays.payload(), separators=(",", ":"))
-    groups = build_group_text(sweep, arrays)
-    SweepMatrix.objects.update_or_create(
-        sweep_id=sweep.pk, defaults={"payload": text, "groups": groups, "built": timezone.now()}
-    )
-
-
-def build_sweep_matrix(sweep: Sweep) -> dict:
-    """The matrix payload built from the sweep's pair rows (one query, no joins)."""
-    return sweep_matrix_arrays(sweep).payload()
-
-
-def sweep_matrix_arrays(sweep: Sweep, only: list[str] | None = None) -> matrix.MatrixArrays:
-    """The sweep's matrix from its pair rows, over all its nodes or ``only`` those named (a drill-down)."""
-    named = only if only is not None else sweep.nodes
-    names = dict(Node.objects.filter(name__in=named).values_list("pk", "name")) if named else {}
-    rows = PairProbe.objects.filter(sweep=sweep).order_by()
-    if only is not None:
-        rows = rows.filter(node_a_id__in=list(names), node_b_id__in=list(names))
-    rows = rows.values_list(
-        "node_a_id", "node_b_id", "status", "busbw_gbps", "latency_us_p50", "stage", "reason", "hint"
-    )
-    if not named:  # never planned, or planned before nodes were kept: name them from the rows
-        names = dict(Node.objects.filter(pk__in={i for r in rows for i in r[:2]}).values_list("pk", "name"))
-    # The same rounding as the sweep JSON, so every view of a pair shows one number.
-    return matrix.build_matrix_arrays(
-        (names.values() if not sweep.nodes else sweep.nodes) if only is None else only,
-        (
-            (
-                names.get(a),
-                names.get(b),
-                st,
-                None if bw is None else round(bw, 4),
-                None if lat is None else round(lat, 1),
-                stage,
-                reason,
-                hint,
-            )
-            for a, b, st, bw, lat, stage, reason, hint in rows.iterator(chunk_size=READ_CHUNK)
-        ),
-    )
-
-
-def build_group_text(sweep: Sweep, arrays: matrix.MatrixArrays) -> str:
-    """The group matrix of a sweep's node matrix as JSON text (or, past groupmatrix.MAX_GROUPS, what to do)."""
-    head = {"sweep": sweep.pk, "grouping": "planned" if sweep.kind == "topology" else "current"}
-    try:
-        payload = groupmatrix.build(arrays, grouping.sweep_groups(sweep, arrays.nodes))
-    except groupmatrix.TooManyGroups as exc:
-        payload = {"groups": None, "nodes": len(arrays.nodes), "message": str(exc)}
-    return json.dumps({**head, **payload}, separators=(",", ":"))
-
-
-def group_matrix_text(sweep: Sweep) -> str:
-    """The sweep's group matrix (cluster_health.core.groupmatrix) as JSON text.
-
-    A closed sweep's is stored beside its matrix, grouped as the nodes were when it
-    was first read; an open sweep's is built from its pair rows on every call.
-    """
-    if sweep.is_open:
-        return build_group_text(sweep, sweep_matrix_arrays(sweep))
-    stored = SweepMatrix.objects.filter(sweep_id=sweep.pk).values_list("groups", flat=True).first()
-    if stored:
-        return stored
-    text = build_group_text(sweep, matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))))
-    SweepMatrix.objects.filter(sweep_id=sweep.pk).update(groups=text)
-    return text
-
-
-class DrillDownError(ValueError):
-    """A drill-down that names no group of the sweep (status 404), or one too large to draw (400)."""
-
-    def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
-
-
-def drill_down_text(sweep: Sweep, wanted: list[str]) -> str:
-    """The node matrix over the members of one or two of the sweep's groups, as JSON text."""
-    nodes = list(sweep.nodes) or matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))).nodes
-    group_of = grouping.sweep_groups(sweep, nodes)
-    known = set(group_of.values()) | {n for n in nodes if not group_of.get(n)}
-    unknown = [g for g in wanted if g not in known]
-    if unknown:
-        raise DrillDownError(f"sweep {sweep.pk} has no group {unknown[0]!r}", status=404)
-    members = groupmatrix.members(group_of, nodes, wanted)
-    if len(members) > settings.DRILL_DOWN_MAX_NODES:
-        raise DrillDownError(
-            f"groups {', '.join(wanted)} hold {len(members)} nodes, more than CLUSTER_HEALTH_DRILL_DOWN_MAX_NODES "
-            f"({settings.DRILL_DOWN_MAX_NODES})"
-        )
-    if sweep.collapsed_ok:  # its passing pairs live in the stored matrix only
-        arrays = matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))).restricted(members)
-    else:
-        arrays = sweep_matrix_arrays(sweep, only=members)
-    member_groups = [group_of.get(n) or n for n in arrays.nodes]
-    return json.dumps(
-        {"sweep": sweep.pk, "groups": wanted, "member_groups": member_groups, **arrays.payload()}, separators=(",", ":")
-    )
-
-
-def node_matrix_shown(sweep: Sweep) -> bool:
-    """Whether pages draw the sweep's node matrix (else its group matrix): CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES."""
-    return len(sweep.nodes or ()) <= settings.NODE_MATRIX_MAX_NODES
 
 
 CSV_HEADER = ["sweep", "round", "a", "b", "status", "stage", "reason", "latency_us", "algbw_gbps", "busbw_gbps", "hint"]

@@ -25,13 +25,13 @@ from django.views.decorators.http import require_POST
 from cluster_health import sweeps
 from cluster_health.core import consistency, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
-from cluster_health.web import serializers
+from cluster_health.web import matrices, serializers
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
 
 
 def sweep_matrix(sweep: Sweep) -> dict:
     """The matrix payload of a sweep (stored once the sweep is closed, since it no longer changes)."""
-    return json.loads(serializers.matrix_text(sweep))
+    return json.loads(matrices.matrix_text(sweep))
 
 
 @login_required
@@ -42,10 +42,10 @@ def sweep_state(request, sweep_id: int):
     sweep = get_object_or_404(Sweep, pk=sweep_id)
     summary = serializers.sweep_json(sweep, with_pairs=False, with_progress=True)
     summary["node_matrix_max_nodes"] = settings.NODE_MATRIX_MAX_NODES
-    if serializers.node_matrix_shown(sweep):
-        views = {"matrix": serializers.matrix_text(sweep)}
+    if matrices.node_matrix_shown(sweep):
+        views = {"matrix": matrices.matrix_text(sweep)}
     else:
-        views = {"matrix": "null", "groups": serializers.group_matrix_text(sweep)}
+        views = {"matrix": "null", "groups": matrices.group_matrix_text(sweep)}
     return HttpResponse(serializers.json_object(summary, views), content_type="application/json")
 
 

@@ -21,15 +21,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster_health.models import GroupProbe, PairProbe, RejectedMessage, Sweep, SweepMatrix
-from cluster_health.web import serializers
+from cluster_health.web import matrices
 
 DELETE_BATCH = 50000  # pair rows per DELETE when a sweep collapses: bounded locks and WAL per statement
 
 
 def collapse(sweep: Sweep, now) -> int:
     """Delete a closed sweep's passing pair rows, its matrix stored first; returns the rows deleted."""
-    if not SweepMatrix.objects.filter(sweep=sweep).exists():
-        serializers.store_matrix(sweep)
+    if not SweepMatrix.objects.filter(sweep=sweep, open_round__isnull=True).exists():
+        matrices.store_matrix(sweep)
     deleted = 0
     while True:
         with transaction.atomic():

@@ -1,0 +1,188 @@
+"""A large open sweep's matrix is read from a snapshot and the rows written since (web/matrices.py).
+
+What an operator relies on: at every step of a sweep the matrix the pages and the API
+show is the matrix its rows give, whether the reaper brought the snapshot forward or
+not, for a sweep that plans rounds as it goes (bisect) too; and once the sweep closes,
+its closed matrix, never a snapshot, is what is stored and served.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster_health import sweeps
+from cluster_health.core import matrix
+from cluster_health.management.commands.prune import collapse
+from cluster_health.models import PairProbe, Sweep, SweepMatrix
+from cluster_health.web import matrices
+from devtools.sweep_driver import heartbeat, result_for
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
+
+
+@pytest.fixture
+def snapshots(monkeypatch):
+    """Snapshots for sweeps of any size, brought forward by the reaper after every round."""
+    monkeypatch.setattr(matrices, "SNAPSHOT_MIN_NODES", 2)
+    monkeypatch.setattr(matrices, "REFRESH_PAIRS", 1)
+
+
+def fleet(n: int) -> list[str]:
+    names = [f"n{i:02d}" for i in range(n)]
+    for name in names:
+        heartbeat(name)
+    return names
+
+
+def answer_failing(bad: str):
+    """Agents' answers: every pair with ``bad`` times out at connect (with a hint), the others pass at some busbw."""
+
+    def reply(cmd):
+        probe = PairProbe.objects.select_related("node_a", "node_b").get(pk=cmd["probe_id"])
+        if bad in (probe.node_a.name, probe.node_b.name):
+            return result_for(cmd, status="timeout", stage="connect", reason="connect_timeout", hint="firewall?")
+        return result_for(cmd, busbw=1.0 + cmd["probe_id"] / 7, latency=100.0 + cmd["probe_id"] / 3)
+
+    return reply
+
+
+def shown(sweep: Sweep) -> dict:
+    return json.loads(matrices.matrix_text(sweep))
+
+
+def snapshot_round(sweep: Sweep):
+    return SweepMatrix.objects.filter(sweep=sweep).values_list("open_round", flat=True).first()
+
+
+def drive_checking(driver, sweep: Sweep, reply, refresh: bool) -> list:
+    """Answer the sweep one half at a time; after each, the open matrix must be the matrix of its rows.
+    Returns the snapshot's round after each read."""
+    seen = []
+    for _ in range(500):
+        pending = driver.take()
+        if not pending:
+            return seen
+        for cmd in pending:
+            driver.ingest(reply(cmd))
+            sweep.refresh_from_db()
+            if not sweep.is_open:
+                continue
+            assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+            seen.append(snapshot_round(sweep))
+            if refresh:
+                driver.run(matrices.refresh_open)
+    raise AssertionError("commands kept coming")
+
+
+@pytest.mark.usefixtures("snapshots")
+@pytest.mark.parametrize("refresh", [True, False], ids=["brought-forward", "first-snapshot-only"])
+def test_an_open_sweeps_matrix_is_the_matrix_of_its_rows_at_every_step(driver, refresh):
+    fleet(8)
+    sweep = driver.sweep(kind="connectivity")
+    seen = drive_checking(driver, sweep, answer_failing("n03"), refresh)
+    sweep.refresh_from_db()
+    assert sweep.status == "finished" and sweep.total_rounds == 7
+    assert None not in seen  # every open read went through a snapshot
+    if refresh:  # the reaper took it forward round by round
+        assert seen[-1] == sweep.total_rounds and len(set(seen)) == sweep.total_rounds
+    else:  # the first read's snapshot, and every later round applied over it on read
+        assert set(seen) == {1}
+    stored = SweepMatrix.objects.get(sweep=sweep)
+    assert stored.open_round is None and stored.open_total is None
+    assert json.loads(stored.payload) == matrices.build_sweep_matrix(sweep)
+    assert matrix.status_counts(json.loads(stored.payload)) == {"ok": 21, "timeout": 7}
+
+
+@pytest.mark.usefixtures("snapshots")
+def test_a_bisect_sweep_that_plans_rounds_as_it_goes_reads_rightly_throughout(driver):
+    fleet(12)
+    sweep = driver.sweep(kind="bisect")
+    first_total = Sweep.objects.get(pk=sweep.pk).total_rounds
+    drive_checking(driver, sweep, answer_failing("n05"), refresh=True)
+    sweep.refresh_from_db()
+    assert sweep.status == "finished" and sweep.total_rounds > first_total  # it planned rounds after the first
+    assert json.loads(matrices.matrix_text(sweep)) == matrices.build_sweep_matrix(sweep)
+
+
+@pytest.mark.usefixtures("snapshots")
+def test_a_read_takes_the_rows_of_the_rounds_since_its_snapshot_only(driver):
+    fleet(6)
+    sweep = driver.sweep(kind="connectivity")
+    reply = answer_failing("none")
+    for cmd in driver.take():  # round 1 answered, round 2 dispatched
+        driver.ingest(reply(cmd))
+    sweep.refresh_from_db()
+    assert sweep.current_round == 2
+    driver.run(matrices.refresh_open)
+    assert snapshot_round(sweep) == 2
+    # Rows changed behind the server's back: round 1's is read from the snapshot, round 2's and 3's from the rows.
+    early = PairProbe.objects.filter(sweep=sweep, round=1).first()
+    now = PairProbe.objects.filter(sweep=sweep, round=2).first()
+    later = PairProbe.objects.filter(sweep=sweep, round=3).first()
+    PairProbe.objects.filter(pk__in=[early.pk, now.pk, later.pk]).update(status="failed", reason="x")
+    payload = shown(sweep)
+    status = matrix.decode(payload["status"], "B")
+
+    def code(p: PairProbe) -> str:
+        names = payload["nodes"]
+        return matrix.STATUS_CODES[
+            status[matrix.pair_index(names.index(p.node_a.name), names.index(p.node_b.name), len(names))]
+        ]
+
+    assert code(early) == "ok"
+    assert code(now) == "failed"
+    assert code(later) == "pending"  # round 3 has not started: its rows are not read yet
+
+
+def first_round_read(driver) -> Sweep:
+    """A 5-node sweep with its first round answered, read once (its snapshot taken) in its second."""
+    fleet(5)
+    sweep = driver.sweep(kind="connectivity")
+    reply = answer_failing("none")
+    for cmd in driver.take():
+        driver.ingest(reply(cmd))
+    sweep.refresh_from_db()
+    shown(sweep)
+    return sweep
+
+
+@pytest.mark.usefixtures("snapshots")
+def test_a_cancelled_sweeps_snapshot_gives_way_to_its_closed_matrix(driver):
+    sweep = first_round_read(driver)
+    assert snapshot_round(sweep) == sweep.current_round
+    driver.run(sweeps.cancel, sweep.pk)
+    sweep.refresh_from_db()
+    closed = shown(sweep)
+    assert closed == matrices.build_sweep_matrix(sweep) and snapshot_round(sweep) is None
+    assert matrix.status_counts(closed) == {"ok": 2, "skipped": 8}
+    assert matrices.closed_text(sweep.pk) == json.dumps(closed, separators=(",", ":"))
+    # A snapshot written late (a reader that began while the sweep was open) never replaces it.
+    assert not matrices._keep(sweep.pk, matrix.MatrixArrays.of_payload(closed), 99, 99)
+    assert snapshot_round(sweep) is None
+    groups = json.loads(matrices.group_matrix_text(sweep))
+    assert groups["sweep"] == sweep.pk and groups["groups"]
+
+
+@pytest.mark.usefixtures("snapshots")
+def test_retention_stores_the_closed_matrix_in_place_of_a_snapshot_before_it_deletes_rows(driver):
+    sweep = first_round_read(driver)
+    driver.run(sweeps.cancel, sweep.pk)
+    sweep.refresh_from_db()
+    expected = matrices.build_sweep_matrix(sweep)
+    assert snapshot_round(sweep) is not None  # nobody read it since it closed
+    from django.utils import timezone
+
+    assert collapse(sweep, timezone.now()) == 2
+    assert snapshot_round(sweep) is None
+    assert json.loads(matrices.closed_text(sweep.pk)) == expected
+
+
+def test_a_small_open_sweep_is_built_from_its_rows_without_a_snapshot(driver):
+    fleet(4)
+    sweep = driver.sweep(kind="connectivity")
+    assert len(sweep.nodes) < matrices.SNAPSHOT_MIN_NODES
+    shown(sweep)
+    driver.run(matrices.refresh_open)
+    assert not SweepMatrix.objects.filter(sweep=sweep).exists()
