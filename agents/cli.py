@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         from agents import check
 
         return check.main(args)
-    from agents import broker, signing
+    from agents import broker, liveness, signing
 
     try:
         broker_url = broker.read_broker_url(args.broker, args.broker_file)
@@ -220,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         contract.check_node_name(args.name)
         key = signing.load_key_file(args.key_file, args.name) if args.key_file else None
-    except contract.ContractError as e:
+        deaf_after_s = liveness.deaf_after_s()
+    except ValueError as e:  # a ContractError, or a setting that is not a number in range
         print(str(e), file=sys.stderr)
         return 2
     if key is None and os.environ.get("CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS", "").lower() not in ("1", "true", "yes"):
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        return run_agent(args.name, args.address, broker_url, args.loglevel, key=key) or 0
+        return run_agent(args.name, args.address, broker_url, args.loglevel, key=key, deaf_after_s=deaf_after_s) or 0
     except broker.BrokerConfigError as e:
         print(f"agent {args.name} cannot use the broker: {e}", file=sys.stderr)
         return 2

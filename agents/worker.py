@@ -22,7 +22,7 @@ from celery import Celery, signals
 from kombu import Queue
 
 import agents
-from agents import broker, contract, facts, gpu_contract, netinfo, signing
+from agents import broker, contract, facts, gpu_contract, liveness, netinfo, signing
 from agents.gpu_check import run_gpu_check
 from agents.runner import failed_result, prewarm, remove_orphaned_dirs, run_probe, shutdown_warm_host
 
@@ -65,7 +65,13 @@ class Agent:
     """One node's agent: its identity, cached facts, and the Celery app that serves its queue."""
 
     def __init__(
-        self, name: str, address: str, broker_url: str, heartbeat_s: float = 5.0, key: signing.NodeKey | None = None
+        self,
+        name: str,
+        address: str,
+        broker_url: str,
+        heartbeat_s: float = 5.0,
+        key: signing.NodeKey | None = None,
+        deaf_after_s: float = liveness.DEAF_AFTER_S,
     ):
         self.name = contract.check_node_name(name)
         if key is not None and key.node != self.name:
@@ -79,6 +85,9 @@ class Agent:
         self.broker_url = broker_url
         self.heartbeat_s = heartbeat_s
         self.busy = False
+        self.in_task = False  # a command's task is running (checks, probe, result send): the queue waits for it
+        self.deaf_after_s = deaf_after_s
+        self.watch: liveness.QueueWatch | None = None  # set by run(): the worker's queue, watched
         self.versions: dict[str, Any] | None = None
         self.facts: dict[str, Any] = {}
         self.facts_at = 0.0
@@ -119,7 +128,11 @@ class Agent:
 
         @app.task(name=contract.TASK_PROBE, ignore_result=True)  # type: ignore[untyped-decorator]  # Celery is untyped
         def probe(command: Any = None, auth: Any = None, **unexpected: Any) -> None:
-            agent.handle(command, auth)
+            agent.in_task = True
+            try:
+                agent.handle(command, auth)
+            finally:
+                agent.in_task = False
 
         return app
 
@@ -304,16 +317,41 @@ class Agent:
 
     def heartbeat_loop(self) -> None:
         while not self.stopping.is_set():
+            # No heartbeat from an agent whose worker stopped taking commands (agents.liveness).
+            if self.watch is not None and self.watch.deaf(running=self.in_task):
+                self.restart_deaf()
             try:
                 self.send_heartbeat()
             except Exception as e:  # broker down: keep trying, the worker reconnects on its own
                 log.warning("heartbeat not sent: %s", e)
             self.stopping.wait(self.heartbeat_s)
 
+    def queue_watch(self) -> liveness.QueueWatch:
+        """The watch on this agent's own queue, through a Redis client of its own (short timeouts)."""
+        import redis
+
+        client = broker.redis_client(self.broker_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        queue = contract.agent_queue(self.name)
+        # Celery's Redis transport pushes at the head (LPUSH) and pops the tail (BRPOP): index -1 waits longest.
+        return liveness.QueueWatch(
+            lambda: client.lindex(queue, -1), self.deaf_after_s, unreachable=(OSError, redis.RedisError)
+        )
+
+    def restart_deaf(self) -> None:
+        assert self.watch is not None
+        log.error(
+            "the worker has not taken a command from %s in %.0fs while idle (its broker connection was lost "
+            "without it noticing): restarting this agent in place",
+            contract.agent_queue(self.name),
+            self.watch.waited_s(running=self.in_task),
+        )
+        liveness.restart_in_place(before=shutdown_warm_host)
+
     def run(self, loglevel: str = "INFO") -> int:
         """Serve this node's queue until stopped (SIGTERM: finish the current probe, then exit)."""
 
         def on_ready(**_: Any) -> None:  # heartbeats, leftovers of a killed agent, the warm probe process
+            self.watch = self.queue_watch()
             threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
             for path in remove_orphaned_dirs():
                 log.info("removed %s, left by an agent that was killed", path)
@@ -348,9 +386,15 @@ class Agent:
 
 
 def run_agent(
-    name: str, address: str | None, broker_url: str, loglevel: str = "INFO", key: signing.NodeKey | None = None
+    name: str,
+    address: str | None,
+    broker_url: str,
+    loglevel: str = "INFO",
+    key: signing.NodeKey | None = None,
+    deaf_after_s: float = liveness.DEAF_AFTER_S,
 ) -> int:
     """Serve this node's queue; BrokerConfigError if the broker refuses the credentials or the TLS setup."""
     heartbeat_s = float(os.environ.get("CLUSTER_HEALTH_HEARTBEAT_S", "5"))
     broker.check_credentials(broker_url)
-    return Agent(name, address or pick_address(broker_url), broker_url, heartbeat_s, key=key).run(loglevel)
+    address = address or pick_address(broker_url)
+    return Agent(name, address, broker_url, heartbeat_s, key=key, deaf_after_s=deaf_after_s).run(loglevel)
