@@ -1,5 +1,6 @@
 """The compact matrix payload and the diff of two sweeps (pure functions)."""
 
+import json
 import math
 
 from cluster_health.core import matrix
@@ -37,6 +38,24 @@ def test_it_encodes_status_busbw_and_details_per_pair():
     assert matrix.STATUS_CODES[status[k1_10]] == "timeout" and math.isnan(busbw[k1_10])
     assert matrix.STATUS_CODES[status[k2_10]] == "untested"
     assert payload["details"] == {str(k1_10): ["connect", "connect_timeout", "firewall?"]}
+
+
+def test_its_text_is_the_json_of_its_payload_and_a_copy_is_its_own():
+    nodes = ['n"1', "n\\2", "nœud-3", "n4"]
+    rows = [
+        ('n"1', "n\\2", "ok", 1.25, 90.5, None, None, None),
+        ("nœud-3", "n4", "timeout", None, None, "connect", "connect_timeout", 'firewall "eth0"?'),
+    ]
+    arrays = matrix.build_matrix_arrays(nodes, rows)
+    assert arrays.text() == json.dumps(arrays.payload(), separators=(",", ":"))
+    assert json.loads(arrays.text()) == arrays.payload()
+    before = arrays.text()
+    copy = arrays.copy().apply(
+        [("n4", "n\\2", "failed", None, None, "init", "x", None), ('n"1', "n\\2", "ok", 9.0, 1.0, None, None, None)]
+    )
+    copy.apply([("nœud-3", "n4", "ok", 3.0, 2.0, None, None, None)])
+    assert arrays.text() == before  # the copy's changes, details included, never reach the original
+    assert matrix.status_counts(copy.payload()) == {"ok": 2, "failed": 1, "untested": 3}
 
 
 def test_it_never_moves_a_final_result_back_to_running():

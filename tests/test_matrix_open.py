@@ -186,3 +186,61 @@ def test_a_small_open_sweep_is_built_from_its_rows_without_a_snapshot(driver):
     shown(sweep)
     driver.run(matrices.refresh_open)
     assert not SweepMatrix.objects.filter(sweep=sweep).exists()
+
+
+def stored_payload_reads(queries) -> list[str]:
+    return [q["sql"] for q in queries if "sweepmatrix" in q["sql"].lower() and "payload" in q["sql"].lower()]
+
+
+@pytest.mark.usefixtures("snapshots")
+def test_a_process_reads_over_its_last_read_not_the_stored_snapshot(driver, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(matrices, "_held", type(matrices._held)())
+    fleet(6)
+    sweep = driver.sweep(kind="connectivity")
+    reply = answer_failing("n02")
+    sweep.refresh_from_db()
+    shown(sweep)  # the first read: the snapshot taken, and held
+    reads = 0
+    while sweep.is_open:
+        for cmd in driver.take():
+            driver.ingest(reply(cmd))
+        sweep.refresh_from_db()
+        if not sweep.is_open:
+            break
+        with CaptureQueriesContext(connection) as queries:
+            assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+        reads += 1
+        # Neither the stored 6 MB nor the rows of rounds before the previous read's were read.
+        assert not stored_payload_reads(queries.captured_queries)
+        held = matrices._held[sweep.pk]
+        assert (held.since, held.total) == (sweep.current_round, sweep.total_rounds)
+    assert reads == sweep.total_rounds - 1 and snapshot_round(sweep) is None
+    assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+    assert sweep.pk not in matrices._held  # read closed: let go
+
+
+@pytest.mark.usefixtures("snapshots")
+def test_a_held_matrix_is_the_same_sweeps_only_and_few_are_held(driver, monkeypatch):
+    monkeypatch.setattr(matrices, "_held", type(matrices._held)())
+    sweep = first_round_read(driver)
+    assert list(matrices._held) == [sweep.pk]
+    # The same id, another sweep (a database restored over the one this process read): not its matrix.
+    from datetime import timedelta
+
+    Sweep.objects.filter(pk=sweep.pk).update(created=sweep.created - timedelta(days=1))
+    sweep.refresh_from_db()
+    PairProbe.objects.filter(sweep=sweep, round=1).update(status="failed", reason="restored")
+    SweepMatrix.objects.filter(sweep=sweep).delete()
+    assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+    assert matrix.status_counts(shown(sweep))["failed"] == 2
+    assert list(matrices._held) == [sweep.pk]
+    others = [Sweep(pk=sweep.pk + i, created=sweep.created) for i in range(1, matrices.HELD_SWEEPS + 1)]
+    for other in others:
+        matrices._hold(other, matrix.MatrixArrays.blank(["a", "b"]), 1, 1)
+    assert list(matrices._held) == [o.pk for o in others]  # the least recently read went first
+    older = matrices._held[others[0].pk]
+    matrices._hold(others[0], matrix.MatrixArrays.blank(["a", "b"]), 0, 1)  # a slower reader's older matrix
+    assert matrices._held[others[0].pk] is older

@@ -11,6 +11,7 @@ not pass, which is what hover needs.
 from __future__ import annotations
 
 import base64
+import json
 import re
 import sys
 from array import array
@@ -117,6 +118,36 @@ class MatrixArrays:
             "latency_us": encode(self.latency),
             "details": self.details,
         }
+
+    def text(self) -> str:
+        """``payload()`` as compact JSON text, the same characters ``json.dumps`` writes.
+
+        The three arrays are base64 (nothing to escape), so they are joined in as they
+        are: json.dumps scanned 6 MB of them at 1,024 nodes for a third of a read's time.
+        """
+        head = json.dumps(
+            {"nodes": self.nodes, "status_codes": list(STATUS_CODES), "open_statuses": list(OPEN_CODES)},
+            separators=(",", ":"),
+        )
+        details = json.dumps(self.details, separators=(",", ":"))
+        return "".join(
+            (
+                head[:-1],
+                ',"status":"',
+                encode(self.status),
+                '","busbw_gbps":"',
+                encode(self.busbw),
+                '","latency_us":"',
+                encode(self.latency),
+                '","details":',
+                details,
+                "}",
+            )
+        )
+
+    def copy(self) -> MatrixArrays:
+        """A copy that ``apply`` can change without touching this one (the details' lists are replaced, never changed)."""
+        return MatrixArrays(list(self.nodes), self.status[:], self.busbw[:], self.latency[:], dict(self.details))
 
     @classmethod
     def of_payload(cls, payload: dict[str, Any]) -> MatrixArrays:

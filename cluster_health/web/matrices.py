@@ -21,6 +21,13 @@ is read from a snapshot and the rows that moved since:
 - The reaper makes the snapshot and brings it forward (``refresh_open``) whenever
   about REFRESH_PAIRS rows have been written past it, off the ingest path. Without
   the reaper a read is still exact, only slower.
+- Each web process holds the matrix of its last read of a sweep, with the round that
+  was current then, in memory (HELD_SWEEPS sweeps). That is a snapshot too, by the
+  same argument, and a newer one: the next read applies over a copy of it the rows of
+  the rounds since, about one round's worth (512 rows at 1,024 nodes), where the stored
+  snapshot has up to REFRESH_PAIRS rows behind it, and neither reads nor decodes the
+  stored 6 MB. It is keyed by the sweep's id and creation time, so a sweep id met again
+  (a restored database) never matches, and dropped once the sweep is read closed.
 
 Sweeps over fewer than SNAPSHOT_MIN_NODES nodes are built from their rows on every
 read: 8,128 rows at 128 nodes take tens of milliseconds.
@@ -30,7 +37,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db.models import Q
@@ -45,6 +56,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_MIN_NODES = 128  # open sweeps over fewer nodes are built from their rows on every read
 REFRESH_PAIRS = 16384  # the reaper brings a snapshot forward once about this many rows were written past it
+HELD_SWEEPS = 2  # open sweeps whose last-read matrix a web process keeps (about 5 MB each at 1,024 nodes)
 # The pair fields a matrix holds, in core.matrix.MatrixRow order (the nodes by id, named on read).
 MATRIX_FIELDS = ("node_a_id", "node_b_id", "status", "busbw_gbps", "latency_us_p50", "stage", "reason", "hint")
 
@@ -82,11 +94,12 @@ def matrix_text(sweep: Sweep) -> str:
     read back as text from then on; an open sweep's comes from ``open_arrays``.
     """
     if sweep.is_open:
-        return _text(open_arrays(sweep).payload())
+        return open_arrays(sweep).text()
+    _let_go(sweep.pk)
     stored = closed_text(sweep.pk)
     if stored is not None:
         return stored
-    text = _text(build_sweep_matrix(sweep))
+    text = sweep_matrix_arrays(sweep).text()
     # In place of an open snapshot, if one was left (a sweep cancelled or failed while open).
     SweepMatrix.objects.update_or_create(
         sweep_id=sweep.pk,
@@ -106,7 +119,7 @@ def store_matrix(sweep: Sweep) -> None:
     SweepMatrix.objects.update_or_create(
         sweep_id=sweep.pk,
         defaults={
-            "payload": _text(arrays.payload()),
+            "payload": arrays.text(),
             "groups": build_group_text(sweep, arrays),
             "open_round": None,
             "open_total": None,
@@ -140,20 +153,73 @@ def _snapshotted(sweep: Sweep) -> bool:
     return len(sweep.nodes or ()) >= SNAPSHOT_MIN_NODES
 
 
+class _Held(NamedTuple):
+    """A matrix this process built while round ``since`` (of ``total``) was current; never changed once held."""
+
+    created: datetime
+    arrays: matrix.MatrixArrays
+    since: int
+    total: int
+
+
+_held: OrderedDict[int, _Held] = OrderedDict()  # sweep id -> its last read matrix, least recently read first
+_held_lock = threading.Lock()  # the web server reads from several threads
+
+
+def _holding(sweep: Sweep) -> _Held | None:
+    with _held_lock:
+        held = _held.get(sweep.pk)
+        if held is not None and held.created != sweep.created:
+            del _held[sweep.pk]
+            return None
+        return held
+
+
+def _hold(sweep: Sweep, arrays: matrix.MatrixArrays, since: int, total: int) -> None:
+    """Keep ``arrays`` as this process's snapshot of the sweep, unless a newer one is held already."""
+    with _held_lock:
+        held = _held.get(sweep.pk)
+        if held is not None and held.created == sweep.created and (held.since, held.total) > (since, total):
+            return
+        _held[sweep.pk] = _Held(sweep.created, arrays, since, total)
+        _held.move_to_end(sweep.pk)
+        while len(_held) > HELD_SWEEPS:
+            _held.popitem(last=False)
+
+
+def _let_go(sweep_id: int) -> None:
+    with _held_lock:
+        _held.pop(sweep_id, None)
+
+
 def open_arrays(sweep: Sweep) -> matrix.MatrixArrays:
-    """An open sweep's matrix as it stands: its snapshot and the rows since, or (small or no snapshot) its rows."""
+    """An open sweep's matrix as it stands: a snapshot and the rows since, or (small sweeps) its rows.
+
+    The snapshot is this process's last read of the sweep when it holds one, else the
+    stored one (taken now if there is none). The matrix returned is held as the next
+    read's snapshot: every round before the current one was final when the sweep was read.
+    """
     if not _snapshotted(sweep):
         return sweep_matrix_arrays(sweep)
-    snapshot = (
-        SweepMatrix.objects.filter(sweep_id=sweep.pk, open_round__isnull=False)
-        .values_list("payload", "open_round", "open_total")
-        .first()
-    )
-    if snapshot is None:
-        return _take_snapshot(sweep)[0]
-    payload, since, total = snapshot
-    arrays = matrix.MatrixArrays.of_payload(json.loads(payload))
-    return arrays.apply(_rows_since(sweep.pk, since, total, sweep.current_round))
+    current, planned = sweep.current_round, sweep.total_rounds  # read before the rows
+    held = _holding(sweep)
+    if held is not None:
+        base, since, total = held.arrays.copy(), held.since, held.total
+    else:
+        snapshot = (
+            SweepMatrix.objects.filter(sweep_id=sweep.pk, open_round__isnull=False)
+            .values_list("payload", "open_round", "open_total")
+            .first()
+        )
+        if snapshot is None:
+            arrays = _take_snapshot(sweep)[0]
+            _hold(sweep, arrays, current, planned)
+            return arrays
+        payload, since, total = snapshot
+        base = matrix.MatrixArrays.of_payload(json.loads(payload))
+    arrays = base.apply(_rows_since(sweep.pk, since, total, current))
+    _hold(sweep, arrays, max(since, current), max(total, planned))
+    return arrays
 
 
 def _rows_since(sweep_id: int, since: int, total: int, current: int) -> Iterator[matrix.MatrixRow]:
@@ -178,7 +244,7 @@ def _take_snapshot(sweep: Sweep) -> tuple[matrix.MatrixArrays, bool]:
 
 def _keep(sweep_id: int, arrays: matrix.MatrixArrays, since: int, total: int) -> bool:
     """Store an open snapshot unless a newer one, or the closed sweep's matrix, is stored already."""
-    fields = {"payload": _text(arrays.payload()), "open_round": since, "open_total": total, "built": timezone.now()}
+    fields = {"payload": arrays.text(), "open_round": since, "open_total": total, "built": timezone.now()}
     older = Q(open_round__lt=since) | Q(open_round=since, open_total__lt=total)
     if SweepMatrix.objects.filter(older, sweep_id=sweep_id).update(**fields):
         return True
