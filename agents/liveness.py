@@ -88,4 +88,9 @@ def restart_in_place(before: Callable[[], None] = lambda: None) -> NoReturn:
         handler.flush()
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    try:
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    except OSError as e:  # the interpreter is gone (a venv replaced under it): leave it to the service manager
+        log.critical("could not start again in place (%s): exiting", e)
+        logging.shutdown()
+        os._exit(70)  # EX_SOFTWARE; systemd's Restart=always starts the agent again

@@ -10,6 +10,7 @@ when Redis restarted under run 33's bed.
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -227,3 +228,26 @@ def test_an_agent_deaf_after_a_failed_ack_starts_again_and_takes_its_commands(re
         assert agent.poll() is None  # the same process throughout
     finally:
         stop_process(agent)
+
+
+def test_restarting_in_place_keeps_the_process_its_command_line_and_environment(tmp_path):
+    marks = tmp_path / "starts"
+    code = (
+        "import os, sys\n"
+        "from agents import liveness\n"
+        f"marks = {str(marks)!r}\n"
+        "with open(marks, 'a') as f: f.write(f'{os.getpid()} {sys.argv[1:]} {os.environ[\"MARK\"]}\\n')\n"
+        "if len(open(marks).read().splitlines()) == 1:\n"
+        "    liveness.restart_in_place(before=lambda: print('before', flush=True))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--an", "argument"],
+        env=python_env(MARK="kept"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    first, second = marks.read_text().splitlines()
+    assert first == second and first.endswith("['--an', 'argument'] kept")
+    assert done.stdout == "before\n"
