@@ -46,9 +46,11 @@ N commands, the simulator answers them, and the consumer checks, writes and clos
 and advances; on two cores no round can take less than half the CPU seconds it costs, however
 the work overlaps.
 
-At 256 nodes (PostgreSQL, real halves, 2026-11-24 02:31, through the runner): one worker 0.22 s
-a round (p95 0.27), two workers 0.234 s (p95 0.29), every one of the 32,640 pairs ok in both.
-Machines differ from session to session: the code behind the 2026-11-23 figures (0.51 s a round
+At 256 nodes (PostgreSQL, real halves, through the runner), every one of the 32,640 pairs ok in
+each run: on 2026-11-24 05:13, one worker 0.134 s a round (p95 0.20), two workers 0.135 s (p95
+0.21); a round cost about 0.18 CPU-seconds (the consumer 0.10 s, PostgreSQL 0.04 s, the
+simulator 0.03 s). At 02:31 the same day, on a slower machine: one worker 0.22 s (p95 0.27), two
+0.234 s (p95 0.29). Machines differ from session to session: the code behind the 2026-11-23 figures (0.51 s a round
 there) took 0.294 s and 0.312 s on this session's machine before the changes below, and the code
 after them 0.217 to 0.252 s in nine one-worker runs on it; about a fifth is what the changes bought, the rest
 was the machine. What changed (py-spy, and PostgreSQL's statement log, of 256-node sweeps):
@@ -78,16 +80,18 @@ to the last, and 53 ms from the last close to the next dispatch. PostgreSQL's ti
 updates that store halves and close pairs (about 46 ms a round of its 82 ms in that run), the
 commits (8 ms) and the dispatch and sent marks (12 ms).
 
-At 1,024 nodes with one worker (2026-11-24 03:09): the full sweep, 1,023 rounds, every one of
-the 523,776 pairs ok, in 996 s (16.6 min, against the 10-minute target), 0.871 s a round (p95
-1.25 s, against 0.5 s), 1,051 halves a second. A round costs about 1.24 CPU-seconds: the
-consumer 0.56 s, PostgreSQL 0.35 s, the simulator 0.23 s, the worker 0.05 s (the reaper, which
-also brings the open sweep's matrix snapshot forward), Redis 0.04 s; two cores cannot do it in
-less than about 0.62 s, and the relay (consumer, then agents, then consumer and PostgreSQL)
-keeps it from overlapping fully. Redis grew 33.9 MiB at its peak and the database 2,214 MiB
+At 1,024 nodes with one worker (2026-11-24 05:25): the full sweep, 1,023 rounds, every one of
+the 523,776 pairs ok, in 658 s (11.0 min, against the 10-minute target), 0.592 s a round (p95
+0.80 s, against 0.5 s), 1,592 halves a second. A round costs about 0.80 CPU-seconds: the
+consumer 0.41 s, PostgreSQL 0.21 s, the simulator 0.13 s, the worker 0.03 s (the reaper, which
+also brings the open sweep's matrix snapshot forward), Redis 0.03 s; two cores cannot do it in
+less than about 0.40 s, and the relay (consumer, then agents, then consumer and PostgreSQL)
+keeps it from overlapping fully. Redis grew 34.6 MiB at its peak and the database 2,207 MiB
 over the sweep (about 4.4 KB a pair, its raw halves included, before retention prunes them).
-Stopped at 240 s: one worker 0.873 s a round (212 rounds, p95 1.19 s), two workers 0.925 s
-(204 rounds, p95 1.06 s): a second worker adds its consumer's fixed costs on the same two cores.
+Two workers, stopped at 240 s: 0.575 s a round (368 rounds, p95 0.68 s): on two cores a second
+worker brings its consumer's fixed costs as well as its share of the work. At 03:09 the same day,
+on the slower machine of the 256-node figures above, the full sweep took 996 s (0.871 s a round,
+1.24 CPU-seconds), and two workers 0.925 s a round.
 On 2026-11-23, before this session's changes and on that day's slower machine, the full sweep
 took 2,557 s with two workers (2.39 s a round).
 
@@ -103,12 +107,16 @@ the first hundred to the last (about 25 rounds a minute throughout).
 
 ``--watch`` adds an operator watching while the sweep is ingested: every 5 s the running
 sweep's matrix API, and the overview in headless Chromium to its heatmap drawn
-(``while_ingested``). At 1,024 nodes with one worker (2026-11-24 02:47, 288 rounds, 55 looks):
-the matrix API p50 231 ms, p95 372 ms (the slowest, 2.9 s, the first read, which took the
-snapshot), and the overview p50 1.25 s, p95 1.5 s, against 300 ms and 2 s; rounds meanwhile
-took 1.02 s. An open sweep's matrix is now its snapshot and the rows written since
-(web/matrices.py), where every read had built it from all of its 523,776 rows: on 2026-11-23
-the same look took 3.07 s (p50) and 4.45 s (p95) for the matrix API and 4.1 s and 6.1 s for the
+(``while_ingested``). At 1,024 nodes with one worker (2026-11-24 05:10, 477 rounds in 360 s, 60
+looks): the matrix API p50 98 ms, p95 179 ms (the slowest, 1.9 s, the first read, which took the
+snapshot), and the overview p50 0.87 s, p95 1.07 s, against 300 ms and 2 s; rounds meanwhile
+took 0.666 s. Each web process now reads over its own last read of the sweep, held in memory,
+and writes the matrix text without json.dumps scanning its 6 MB; the code before that (the
+stored snapshot read and decoded on every read), run the same way on the same machine minutes
+later: the matrix API p50 156 ms, p95 249 ms, the overview 0.88 s and 1.03 s. At 02:47, on the
+slower machine, that code gave p50 231 ms and p95 372 ms, the overview 1.25 s and 1.5 s. Before
+the snapshot (web/matrices.py), every read built the matrix from all of its 523,776 rows: on
+2026-11-23 the same look took 3.07 s (p50) and 4.45 s (p95) for the matrix API and 4.1 s and 6.1 s for the
 overview, on that day's slower machine.
 """
 
