@@ -338,12 +338,11 @@ class Agent:
         )
 
     def restart_deaf(self) -> None:
-        assert self.watch is not None
         log.error(
             "the worker has not taken a command from %s in %.0fs while idle (its broker connection was lost "
             "without it noticing): restarting this agent in place",
             contract.agent_queue(self.name),
-            self.watch.waited_s(running=self.in_task),
+            self.deaf_after_s,
         )
         liveness.restart_in_place(before=shutdown_warm_host)
 

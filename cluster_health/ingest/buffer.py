@@ -112,22 +112,17 @@ end
 return 1
 """
 
-# After a batch applied under LOCK_ALL_SCRIPT: the list it was held in deleted, the locks still
-# this token's let go. KEYS: the list, then the locks; ARGV: the token.
-DONE_ALL_SCRIPT = """
-redis.call('DEL', KEYS[1])
-for i = 2, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
-end
-return 1
-"""
-
+# The locks still this token's let go. KEYS: the locks; ARGV: the token.
 RELEASE_ALL_SCRIPT = """
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) == ARGV[1] then redis.call('DEL', key) end
 end
 return 1
 """
+
+# After a batch applied under LOCK_ALL_SCRIPT: the list it was held in deleted, then RELEASE_ALL_SCRIPT.
+# KEYS: the list, then the locks; ARGV: the token.
+DONE_ALL_SCRIPT = "redis.call('DEL', table.remove(KEYS, 1))\n" + RELEASE_ALL_SCRIPT
 
 
 def _client() -> redis.Redis:

@@ -149,6 +149,11 @@ def sweep_matrix_arrays(sweep: Sweep, only: list[str] | None = None) -> matrix.M
     )
 
 
+def sweep_arrays(sweep: Sweep) -> matrix.MatrixArrays:
+    """The sweep's matrix as arrays, not to be changed: an open sweep's as it stands, a closed one's as stored."""
+    return open_arrays(sweep) if sweep.is_open else matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep)))
+
+
 def _snapshotted(sweep: Sweep) -> bool:
     return len(sweep.nodes or ()) >= SNAPSHOT_MIN_NODES
 
@@ -302,7 +307,7 @@ def group_matrix_text(sweep: Sweep) -> str:
     )
     if stored:
         return stored
-    text = build_group_text(sweep, matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))))
+    text = build_group_text(sweep, sweep_arrays(sweep))
     SweepMatrix.objects.filter(sweep_id=sweep.pk, open_round__isnull=True).update(groups=text)
     return text
 
@@ -317,7 +322,7 @@ class DrillDownError(ValueError):
 
 def drill_down_text(sweep: Sweep, wanted: list[str]) -> str:
     """The node matrix over the members of one or two of the sweep's groups, as JSON text."""
-    nodes = list(sweep.nodes) or matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))).nodes
+    nodes = list(sweep.nodes) or sweep_arrays(sweep).nodes
     group_of = grouping.sweep_groups(sweep, nodes)
     known = set(group_of.values()) | {n for n in nodes if not group_of.get(n)}
     unknown = [g for g in wanted if g not in known]
@@ -330,7 +335,7 @@ def drill_down_text(sweep: Sweep, wanted: list[str]) -> str:
             f"({settings.DRILL_DOWN_MAX_NODES})"
         )
     if sweep.collapsed_ok:  # its passing pairs live in the stored matrix only
-        arrays = matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep))).restricted(members)
+        arrays = sweep_arrays(sweep).restricted(members)
     else:
         arrays = sweep_matrix_arrays(sweep, only=members)
     member_groups = [group_of.get(n) or n for n in arrays.nodes]

@@ -16,7 +16,7 @@ from django.db.models import F
 
 from agents import contract
 from cluster_health.core import evidence, history, matrix
-from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep, SweepMatrix
+from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep
 
 READ_CHUNK = 20000  # pair rows per round trip when a whole sweep is read
 # The pair fields every outside view reads, by PairProbe field name; ``a``/``b`` are the node names.
@@ -94,7 +94,9 @@ def collapsed_pairs(sweep: Sweep) -> Iterator[dict]:
 
     A pair probe is two ranks, so its algbw is its busbw; a and b are in matrix (name) order.
     """
-    stored = SweepMatrix.objects.filter(sweep=sweep, open_round__isnull=True).values_list("payload", flat=True).first()
+    from cluster_health.web.matrices import closed_text  # matrices builds on this module
+
+    stored = closed_text(sweep.pk)
     if stored is None:
         return
     payload = json.loads(stored)
