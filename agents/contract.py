@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 VERSION = 1
 
 # Queues and task names (Celery routes by these strings; nothing else is shared).
-SERVER_QUEUE = "server"
 # Agents' probe halves and heartbeats (tasks TASK_RESULT, TASK_HEARTBEAT) travel on a queue of
 # their own, which the server's ingest consumers drain in batches (cluster_health/ingest/consumer.py),
 # not one Celery task each.
@@ -27,20 +26,12 @@ AGENT_QUEUE_PREFIX = "agent."
 TASK_PROBE = "agent.probe"  # server -> agent: run one probe half (kwargs: command)
 TASK_RESULT = "server.result"  # agent -> server: a probe half finished (kwargs: result)
 TASK_HEARTBEAT = "server.heartbeat"  # agent -> server: alive, with facts (kwargs: heartbeat)
-# Server-internal tasks on queue "server" (the names are stored in beat's schedule rows: never rename).
-TASK_START_SWEEP = "cluster_health.start_sweep"  # plan a pending sweep and dispatch its first round
-TASK_REAP = "cluster_health.reap"  # close overdue and offline probes, advance stalled sweeps
-TASK_SCHEDULED_SWEEP = "cluster_health.scheduled_sweep"  # a sweep requested by a beat schedule
-TASK_ANALYZE_PAIRS = "cluster_health.analyze_pairs"  # fresh pair-table statistics after a large sweep
-TASK_PRUNE = "cluster_health.prune"  # retention: raw detail and rejected messages (daily)
 
 # Redis key under which rank 0 publishes the real port of its TCPStore.
 RENDEZVOUS_KEY_PREFIX = "cluster-health:rdv:"
 
 # Vocabulary (DESIGN.md): stable words used by the CLI JSON, the API and the tests.
 STATUSES = ("ok", "degraded", "failed", "timeout", "offline", "skipped")
-OPEN_STATUSES = ("pending", "running")  # a probe row before it has its final status
-BAD_STATUSES = ("failed", "timeout", "offline")  # a pair that did not work: fails the sweep
 PASSED_STATUSES = ("ok", "degraded")  # a pair that worked; its measurements count
 HARMLESS_STATUSES = (*PASSED_STATUSES, "skipped")  # a half that reports no failure
 # Worst first: merging two halves keeps the one that ranks worse.
@@ -73,25 +64,8 @@ REASONS = (
     "inbound_blocked",  # a node accepts no inbound connection while it connects out fine
     "segment",  # every pair between two groups of nodes fails or slows, each group fine inside
 )
-VERDICTS = ("pass", "warn", "fail", "unknown")
-VERDICT_EXIT_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}
 BACKENDS = ("gloo", "nccl")
 PROBE_KINDS = ("pair", "group", "discover", "preflight")
-SWEEP_KINDS = (
-    "full",
-    "connectivity",
-    "quick",
-    "pairs",
-    "group",
-    "preflight",
-    "discover",
-    "sampled",
-    "topology",
-    "bisect",
-)
-BANDWIDTH_SWEEP_KINDS = ("full", "pairs", "sampled", "topology")  # pairs measure bandwidth unless told otherwise
-GROUP_SWEEP_KINDS = ("full", "group")  # end with a group all_reduce over every node
-DISCOVER_SWEEP_KINDS = ("discover",)  # pair probes that try every interface combination
 LAST_STAGES = ("collective", "bandwidth")  # where a probe may be asked to stop
 
 # Bounds on every probe parameter: a command outside them is refused, not clamped.

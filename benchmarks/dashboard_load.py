@@ -37,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cluster_health import vocabulary  # noqa: E402
 from devtools import devstack  # noqa: E402
 from devtools.captured import by_probe, take_probe_commands  # noqa: E402
 
@@ -83,11 +84,10 @@ def topology_sweep(n: int) -> dict:
     from django.conf import settings
     from django.utils import timezone
 
-    from agents import contract
     from benchmarks.ingest_throughput import _answer_rounds
     from cluster_health import sweeps, tasks
     from cluster_health.models import Node, PairProbe, Sweep
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     settings.NODE_ONLINE_AFTER_S = 24 * 3600
@@ -111,7 +111,7 @@ def topology_sweep(n: int) -> dict:
     finally:
         Node.objects.filter(pk__in=others).update(active=True)
     # What the server worker runs as the sweep closes, before anyone opens it: the pair table's statistics.
-    analyzed_s = sum(tasks.analyze_pairs() for task, _ in closed_tasks if task == contract.TASK_ANALYZE_PAIRS)
+    analyzed_s = sum(tasks.analyze_pairs() for task, _ in closed_tasks if task == vocabulary.TASK_ANALYZE_PAIRS)
     # Not the newest until its own figures: the overview figures before them follow another sweep.
     Sweep.objects.filter(pk=sweep.pk).update(created=timezone.now() - timedelta(days=1))
     sweep = Sweep.objects.get(pk=sweep.pk)
@@ -174,7 +174,7 @@ def api_figures(sweeps: dict[int, int]) -> dict:
     from django.test import Client
 
     from cluster_health.models import Sweep
-    from cluster_health.web import matrices
+    from cluster_health.shapes import matrices
 
     client = Client()
     client.login(username="bench", password=PASSWORD)
@@ -186,7 +186,7 @@ def api_figures(sweeps: dict[int, int]) -> dict:
             body = client.get(f"/api/sweeps/{pk}/matrix").content
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        matrices.build_sweep_matrix(Sweep.objects.get(pk=pk))
+        matrices.sweep_matrix_arrays(Sweep.objects.get(pk=pk)).payload()
         out[f"matrix_api_ms_{n}"] = round(sorted(times)[len(times) // 2] * 1000)
         out[f"matrix_build_from_rows_ms_{n}"] = round((time.perf_counter() - t0) * 1000)
         out[f"matrix_api_bytes_{n}"] = len(body)
@@ -214,7 +214,7 @@ def group_api_figures(pk: int, drill: list[int]) -> dict:
     from django.test import Client
 
     from cluster_health.models import Sweep
-    from cluster_health.web import matrices
+    from cluster_health.shapes import matrices
 
     client = Client()
     client.login(username="bench", password=PASSWORD)
@@ -257,7 +257,7 @@ def drill_down_after_maintenance(pk: int, drill: list[int]) -> dict:
 
 def _drill_down_build_ms(sweep, wanted: list[str], times: int = 3) -> int:
     """The median time of the drill-down's own work into groups ``wanted`` of ``sweep``."""
-    from cluster_health.web import matrices
+    from cluster_health.shapes import matrices
 
     spent = []
     for _ in range(times):
@@ -371,7 +371,7 @@ def wait_for_live_cells(page, pairs: int) -> tuple[int, float]:
 def live_figures(page, base: str, rate: int, n: int = 64) -> dict:
     """Ingest a running sweep's results at ``rate`` halves/s while its page is open."""
     from cluster_health import sweeps
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
     from devtools.sweep_driver import heartbeat
 
     names = [f"live{i:03d}" for i in range(n)]
@@ -422,7 +422,7 @@ def result_to_cell(page, base: str, names: list[str], samples: int = 20) -> dict
 
     from cluster_health import ingest, sweeps
     from cluster_health.models import Node
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
     from devtools.sweep_driver import result_for
 
     Node.objects.filter(name__in=names).update(last_heartbeat=timezone.now())

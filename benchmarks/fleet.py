@@ -141,6 +141,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agents import contract, signing  # noqa: E402
+from cluster_health import vocabulary  # noqa: E402
 from devtools import devstack  # noqa: E402
 from devtools.services import RedisServer, wait_until  # noqa: E402
 
@@ -168,9 +169,9 @@ def node_names(n: int) -> list[str]:
 
 def decode_command(raw: bytes | str) -> dict | None:
     """The probe command in a task message as Celery's Redis transport stores it, or None."""
-    from cluster_health.ingest import consumer
+    from cluster_health.queues import messages
 
-    headers, kwargs = consumer.read(raw)
+    headers, kwargs = messages.read(raw)
     return kwargs["command"] if headers.get("task") == contract.TASK_PROBE else None
 
 
@@ -235,7 +236,7 @@ class Fleet:
     def push(self, out: list) -> None:
         """This turn's messages onto queue server.ingest, as the server sends its own: the text Celery's
         ``send_task`` writes, in one pipeline (``dispatch._redis_send``; a real fleet sends from N machines)."""
-        from cluster_health.sweeps import dispatch
+        from cluster_health.queues import dispatch
 
         if not out:
             return
@@ -647,7 +648,7 @@ def real_template(kind: str, broker_url: str) -> list[dict]:
     stage times, evidence, per-size results), so the server checks and stores what real halves hold."""
     from devtools.probe_commands import real_halves
 
-    last_stage = "bandwidth" if kind in contract.BANDWIDTH_SWEEP_KINDS else "collective"
+    last_stage = "bandwidth" if kind in vocabulary.BANDWIDTH_SWEEP_KINDS else "collective"
     return real_halves(broker_url, f"fleettemplate{os.getpid()}", last_stage=last_stage)
 
 
@@ -786,7 +787,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=1, help="server workers (celery -Q server), 2 processes each")
     parser.add_argument("--probe-s", type=float, default=0.0, help="simulated seconds per probe")
-    parser.add_argument("--kind", default="connectivity", choices=contract.SWEEP_KINDS)
+    parser.add_argument("--kind", default="connectivity", choices=vocabulary.SWEEP_KINDS)
     parser.add_argument("--heartbeat-s", type=float, default=HEARTBEAT_S)
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up on the sweep after this many seconds")
     parser.add_argument("--dead-node", action="append", default=[], help="a node that goes silent at the sweep")

@@ -65,7 +65,7 @@ def measure(n: int, batch: int, reference_rounds: int | None = None) -> dict:
 
     from cluster_health import sweeps
     from cluster_health.models import PairProbe, Sweep
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
     from devtools.sweep_driver import heartbeat
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -34,7 +34,7 @@ def round_commands(n: int) -> list[dict]:
     """A round's commands at ``n`` nodes, built as ``dispatch.build_commands`` builds them."""
     from types import SimpleNamespace
 
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
 
     sweep = SimpleNamespace(pk=7, backend="gloo", params={})
     settings = dispatch.probe_settings({}, "bandwidth")
@@ -49,7 +49,7 @@ def round_commands(n: int) -> list[dict]:
 def celery_send(messages) -> None:
     """The reference: Celery's send_task per message, one producer, its batch one pipeline."""
     from cluster_health.celery import app
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
 
     with app.producer_or_acquire() as producer, producer.batch(max_size=dispatch.PUBLISH_BATCH):
         for task, queue, kwargs, expires_s in messages:
@@ -69,7 +69,7 @@ def measure(nodes: list[int], runs: int) -> dict:
     from agents import signing
     from cluster_health import shared_redis
     from cluster_health.models import AgentKey
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
 
     client = shared_redis.client()
     out: dict = {"runs": runs}

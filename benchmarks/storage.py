@@ -124,10 +124,9 @@ def measure(n: int, template: list[dict]) -> dict:
     from django.conf import settings
     from django.db import connection
 
-    from cluster_health import sweeps
-    from cluster_health.management.commands import prune
+    from cluster_health import retention, sweeps
     from cluster_health.models import PairProbe, Sweep, SweepMatrix
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
     from devtools.sweep_driver import heartbeat
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -147,10 +146,10 @@ def measure(n: int, template: list[dict]) -> dict:
     fresh = compact()
     columns_fresh = column_bytes()
     matrix_bytes = len(SweepMatrix.objects.get(sweep=sweep).payload)
-    prune.prune(0, pair_rows_days=0)  # raw detail of every sweep (this one) cleared; nothing collapsed
+    retention.prune(0, pair_rows_days=0)  # raw detail of every sweep (this one) cleared; nothing collapsed
     pruned = compact()
     columns_pruned = column_bytes()
-    collapsed_rows = prune.collapse(sweep, sweep.finished)
+    collapsed_rows = retention.collapse(sweep, sweep.finished)
     collapsed = compact()
 
     def grown(state: dict[str, int]) -> int:

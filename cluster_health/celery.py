@@ -14,7 +14,8 @@ import sys
 
 from celery import Celery, bootsteps, signals
 
-from agents import broker, contract
+from agents import broker
+from cluster_health import vocabulary
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cluster_health.settings")
 
@@ -50,7 +51,7 @@ class IngestConsumerStep(bootsteps.StartStopStep):
 
     def include_if(self, worker):
         queues = worker.app.amqp.queues.consume_from or worker.app.amqp.queues
-        return contract.SERVER_QUEUE in queues
+        return vocabulary.SERVER_QUEUE in queues
 
     def start(self, worker):
         self.name = worker.hostname

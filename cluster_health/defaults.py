@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS
 from django.db.models.signals import post_migrate
 
-from agents import contract
+from cluster_health import vocabulary
 
 OPERATORS_GROUP = "operators"
 NIGHTLY_TASK_NAME = "nightly full sweep"
@@ -70,7 +70,7 @@ def ensure_schedules():
     PeriodicTask.objects.update_or_create(
         name=REAPER_TASK_NAME,
         defaults={
-            "task": contract.TASK_REAP,
+            "task": vocabulary.TASK_REAP,
             "interval": interval,
             "crontab": None,
             "enabled": True,
@@ -81,13 +81,13 @@ def ensure_schedules():
     create_task_once(
         PRUNE_TASK_NAME,
         settings.PRUNE_CRON,
-        task=contract.TASK_PRUNE,
+        task=vocabulary.TASK_PRUNE,
         description="Retention: raw probe detail and rejected messages (manage.py prune).",
     )
     create_task_once(
         NIGHTLY_TASK_NAME,
         settings.NIGHTLY_SWEEP_CRON,
-        task=contract.TASK_SCHEDULED_SWEEP,
+        task=vocabulary.TASK_SCHEDULED_SWEEP,
         kwargs=json.dumps({"kind": "full"}),
         description="Full sweep of every active node; its results feed the rolling baseline.",
     )

@@ -18,14 +18,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import contract
+from cluster_health import vocabulary
 from cluster_health.core import topology
 
-PAIR_STATUS_CHOICES = [(s, s) for s in (*contract.OPEN_STATUSES, *contract.STATUSES)]
-OPEN_PAIR_STATUSES = contract.OPEN_STATUSES
+PAIR_STATUS_CHOICES = [(s, s) for s in (*vocabulary.OPEN_STATUSES, *contract.STATUSES)]
+OPEN_PAIR_STATUSES = vocabulary.OPEN_STATUSES
 STAGE_CHOICES = [(s, s) for s in contract.STAGES]
 REASON_CHOICES = [(r, r) for r in contract.REASONS]
 BACKEND_CHOICES = [(b, b) for b in contract.BACKENDS]
-VERDICT_CHOICES = [(v, v) for v in contract.VERDICTS]
+VERDICT_CHOICES = [(v, v) for v in vocabulary.VERDICTS]
 
 
 def pair_key(a: str, b: str) -> tuple[str, str]:
@@ -136,7 +137,7 @@ class BaselinePair(models.Model):
 class Sweep(models.Model):
     """One run of probes over a set of nodes, in rounds; ends with a verdict."""
 
-    KIND_CHOICES = [(k, k) for k in contract.SWEEP_KINDS]
+    KIND_CHOICES = [(k, k) for k in vocabulary.SWEEP_KINDS]
     STATUS_CHOICES = [(s, s) for s in ("pending", "running", "finished", "failed", "cancelled")]
     OPEN_STATUSES = ("pending", "running")
     SOURCE_CHOICES = [(s, s) for s in ("page", "api", "command", "schedule")]
@@ -175,7 +176,7 @@ class Sweep(models.Model):
     def last_stage(self) -> str:
         """How far each pair climbs: full, explicit pairs, sampled and topology measure bandwidth; the rest stop at
         collective."""
-        measured = self.kind in contract.BANDWIDTH_SWEEP_KINDS
+        measured = self.kind in vocabulary.BANDWIDTH_SWEEP_KINDS
         return self.params.get("last_stage") or ("bandwidth" if measured else "collective")
 
     def duration_s(self) -> float | None:
@@ -200,7 +201,7 @@ class Sweep(models.Model):
             counts["ok"] = counts.get("ok", 0) + self.collapsed_ok
         total = sum(counts.values())
         done = total - counts.get("pending", 0) - counts.get("running", 0)
-        bad = sum(counts.get(s, 0) for s in contract.BAD_STATUSES)
+        bad = sum(counts.get(s, 0) for s in vocabulary.BAD_STATUSES)
         return {
             "round": self.current_round,
             "rounds": self.total_rounds,

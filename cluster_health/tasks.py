@@ -9,12 +9,13 @@ ones that carry data, and those are signed.
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from agents import contract
-from cluster_health import ingest, sweeps
+from cluster_health import ingest, retention, sweeps, vocabulary
 from cluster_health.ingest.auth import authenticate, remember_nonce
+from cluster_health.shapes import matrices
 from cluster_health.sweeps import lifecycle, reaper, statistics
-from cluster_health.web import matrices
 
 
 @shared_task(name=contract.TASK_RESULT, ignore_result=True, bind=True)
@@ -38,12 +39,12 @@ def heartbeat(heartbeat=None, auth=None, **unexpected):
     return outcome
 
 
-@shared_task(name=contract.TASK_START_SWEEP, ignore_result=True)
+@shared_task(name=vocabulary.TASK_START_SWEEP, ignore_result=True)
 def start_sweep(sweep_id):
     lifecycle.start_or_fail(sweep_id)
 
 
-@shared_task(name=contract.TASK_REAP, ignore_result=True, bind=True)
+@shared_task(name=vocabulary.TASK_REAP, ignore_result=True, bind=True)
 def reap(self):
     # What a dead consumer or drainer left, before silence is judged.
     ingest.reclaim_orphans()
@@ -54,24 +55,20 @@ def reap(self):
     return counts
 
 
-@shared_task(name=contract.TASK_SCHEDULED_SWEEP, ignore_result=True)
+@shared_task(name=vocabulary.TASK_SCHEDULED_SWEEP, ignore_result=True)
 def scheduled_sweep(kind="full", **params):
     """A sweep from a django-celery-beat schedule (the nightly full sweep by default)."""
     sweep = sweeps.request_sweep(source="schedule", kind=kind, **params)
     return sweep.pk
 
 
-@shared_task(name=contract.TASK_ANALYZE_PAIRS, ignore_result=True)
+@shared_task(name=vocabulary.TASK_ANALYZE_PAIRS, ignore_result=True)
 def analyze_pairs():
     """After a large sweep closed: the pair table's planner statistics brought up to date (sweeps/statistics)."""
     return statistics.analyze_pairs()
 
 
-@shared_task(name=contract.TASK_PRUNE, ignore_result=True)
+@shared_task(name=vocabulary.TASK_PRUNE, ignore_result=True)
 def prune():
     """Retention (beat, daily): raw probe detail past RETENTION_DAYS, rejected messages past their own bound."""
-    from django.conf import settings
-
-    from cluster_health.management.commands.prune import prune as run_prune
-
-    return run_prune(settings.RETENTION_DAYS)
+    return retention.prune(settings.RETENTION_DAYS)

@@ -1,4 +1,4 @@
-"""The probe commands among the tasks ``cluster_health.sweeps.dispatch.capture()`` recorded."""
+"""The probe commands among the tasks ``cluster_health.queues.dispatch.capture()`` recorded."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Drive sweeps through the real ingest code without agents: record commands, answer them.
 
-The sender in ``cluster_health.sweeps.dispatch`` is swapped for a recorder, and each
+The sender in ``cluster_health.queues.dispatch`` is swapped for a recorder, and each
 answer is a result shaped as ``contract.validate_result`` expects, fed to
 ``ingest.ingest_result`` as the server worker would.
 """
@@ -11,7 +11,8 @@ import time
 
 from agents import contract
 from cluster_health import ingest, sweeps
-from cluster_health.sweeps import dispatch, reaper
+from cluster_health.queues import dispatch
+from cluster_health.sweeps import reaper
 
 
 def heartbeat(name, address="127.0.0.1", facts=None):

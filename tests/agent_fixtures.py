@@ -15,6 +15,7 @@ from kombu import Connection
 from agents import broker, contract
 from agents.probe import Probe, StageLog
 from agents.runner import TMP_PREFIX
+from cluster_health import vocabulary
 from devtools.probe_commands import loopback_pair, run_ranks
 from devtools.services import resident_kib  # noqa: F401  (re-exported for test modules)
 
@@ -94,7 +95,7 @@ def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:
 
 
 # Where agents send: heartbeats on the server queue, probe halves on the ingest queue.
-AGENT_TO_SERVER = (contract.SERVER_QUEUE, contract.INGEST_QUEUE)
+AGENT_TO_SERVER = (vocabulary.SERVER_QUEUE, contract.INGEST_QUEUE)
 POLL_S = 0.05  # between looks at empty queues
 
 

@@ -8,6 +8,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from cluster_health import defaults
+from cluster_health.core import matrix
 from cluster_health.models import Finding, Node, PairProbe, Sweep
 
 PASSWORD = "correct horse battery staple"
@@ -54,3 +55,21 @@ def make_sweep(
     for severity, subject, text in findings:
         Finding.objects.create(sweep=sweep, severity=severity, code="test", subject=subject, text=text)
     return sweep
+
+
+def matrix_payload(nodes, pairs) -> dict:
+    """The matrix payload of pairs given as the sweep JSON shapes them (a, b, status, busbw_gbps, latency_us, ...)."""
+    rows = (
+        (
+            p["a"],
+            p["b"],
+            p["status"],
+            p.get("busbw_gbps"),
+            p.get("latency_us"),
+            p.get("stage"),
+            p.get("reason"),
+            p.get("hint"),
+        )
+        for p in pairs
+    )
+    return matrix.build_matrix_arrays(nodes, rows).payload()

@@ -138,7 +138,7 @@ def test_results_are_signed_and_bound_to_their_node(keys, driver):
 
 
 def test_commands_go_out_signed_with_the_target_node_key(keys, driver):
-    from cluster_health.sweeps import dispatch
+    from cluster_health.queues import dispatch
 
     for name in ("n0", "n1"):
         unsigned_heartbeat(name)

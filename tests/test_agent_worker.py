@@ -16,7 +16,7 @@ from celery import Celery
 from kombu import Connection
 
 from agents import contract, signing
-from cluster_health.sweeps import dispatch
+from cluster_health.queues import dispatch
 from devtools.services import agent_args, python_env, spawn, stop_process
 from tests.agent_fixtures import AgentMessages, command, probe_processes, resident_kib
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_health.web import api, serializers
+from cluster_health.shapes import documents
+from cluster_health.web import api
 from tests.dashboard_rows import make_nodes, make_sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
@@ -35,7 +36,7 @@ def test_following_the_next_links_yields_every_pair_once_in_round_order(viewer_c
         assert page["sweep"] == sweep.pk and page["total"] == 28
         seen += probes(page["pairs"])
         url = page["next"]
-    assert seen == probes(serializers.sweep_json(sweep)["pairs"])  # what `manage.py sweep --json` prints
+    assert seen == probes(documents.sweep_json(sweep)["pairs"])  # what `manage.py sweep --json` prints
 
 
 def test_the_last_page_has_no_next_link(viewer_client, sweep):
@@ -52,7 +53,7 @@ def test_without_a_limit_a_huge_sweep_returns_only_the_default_page(viewer_clien
 
 
 def test_the_full_sweep_json_of_the_cli_still_holds_every_pair(sweep):
-    assert len(serializers.sweep_json(sweep)["pairs"]) == 28
+    assert len(documents.sweep_json(sweep)["pairs"]) == 28
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 import pytest
 
 from cluster_health.models import Sweep
-from cluster_health.web import broadcast
+from cluster_health.shapes import broadcast
 
 pytestmark = pytest.mark.django_db
 

@@ -175,7 +175,7 @@ from channels.layers import get_channel_layer
 from cluster_health.celery import app
 from cluster_health import shared_redis
 from cluster_health.ingest import buffer
-from cluster_health.sweeps import backlog, dispatch
+from cluster_health.queues import backlog, dispatch
 
 with app.connection_for_write() as conn:  # the Celery broker
     conn.ensure_connection(max_retries=1)

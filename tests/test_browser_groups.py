@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from cluster_health import ingest, sweeps
 from cluster_health.models import Node, PairProbe, Sweep
-from cluster_health.sweeps import dispatch
+from cluster_health.queues import dispatch
 from devtools.sweep_driver import result_for
 from tests import timing
 from tests.browser import log_in

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cluster_health import ingest, sweeps
 from cluster_health.models import Node, PairProbe
-from cluster_health.sweeps import dispatch
+from cluster_health.queues import dispatch
 from devtools.captured import by_probe, take_probe_commands
 from devtools.sweep_driver import heartbeat, result_for
 from tests import timing

@@ -8,9 +8,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from cluster_health.core import textmatrix
-from cluster_health.management.commands.prune import prune
 from cluster_health.models import PairProbe, Sweep
-from cluster_health.web import serializers
+from cluster_health.retention import prune
+from cluster_health.shapes import documents
 from devtools.sweep_driver import Driver, heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
@@ -34,7 +34,7 @@ def finished(django_capture_on_commit_callbacks):
 
 
 def test_it_renders_a_matrix_with_a_legend(finished):
-    text = textmatrix.render(serializers.sweep_json(finished))
+    text = textmatrix.render(documents.sweep_json(finished))
     assert "verdict FAIL" in text
     assert "legend: . ok" in text
     assert "n0<->n2: failed at connect (refused)" in text
@@ -80,7 +80,7 @@ def test_it_prunes_raw_detail_and_keeps_summaries(finished):
 def pair_results(sweep):
     """What a reader of the sweep sees of each pair: status, stage, reason, hint, busbw, algbw and latency."""
     out = {}
-    for p in serializers.sweep_json(sweep)["pairs"]:
+    for p in documents.sweep_json(sweep)["pairs"]:
         key = tuple(sorted((p["a"], p["b"])))
         out[key] = tuple(p[f] for f in ("status", "stage", "reason", "hint", "busbw_gbps", "algbw_gbps", "latency_us"))
     return out
@@ -106,7 +106,7 @@ def test_a_sweep_past_its_pair_rows_days_collapses_into_its_matrix_and_reads_the
     finished.refresh_from_db()
     kept = PairProbe.objects.filter(sweep=finished)
     assert [(p.status, p.hint) for p in kept] == [("failed", "n0 cannot reach 127.0.0.1:1")]  # failures keep rows
-    assert pair_results(finished) == before and serializers.sweep_json(finished)["collapsed"] is True
+    assert pair_results(finished) == before and documents.sweep_json(finished)["collapsed"] is True
     assert SweepMatrix.objects.get(sweep=finished).payload == stored
     assert finished.progress()["counts"] == progress["counts"]
     assert measured(baselines.baseline_from_sweep(finished)) == base

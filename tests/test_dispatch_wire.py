@@ -11,8 +11,7 @@ import redis
 
 from agents import contract
 from cluster_health.celery import app
-from cluster_health.ingest import consumer
-from cluster_health.sweeps import dispatch
+from cluster_health.queues import dispatch, messages
 
 # Fields that differ between any two messages: ids Celery draws per message (or per process, the reply
 # queue) and the time a message expires at. Every other field must be the same, value for value.
@@ -85,19 +84,19 @@ def test_a_message_is_field_for_field_what_celery_writes(client, task, kwargs, e
 
 def test_the_ingest_consumer_reads_it_and_its_expiry():
     raw = dispatch.task_message(contract.TASK_RESULT, contract.INGEST_QUEUE, {"result": {"a": 1}}, 30.0)
-    assert consumer.decode(raw) == (contract.TASK_RESULT, {"result": {"a": 1}}, False)
+    assert messages.decode(raw) == (contract.TASK_RESULT, {"result": {"a": 1}}, False)
     gone = dispatch.task_message(contract.TASK_HEARTBEAT, contract.INGEST_QUEUE, {"heartbeat": {}}, -1.0)
-    assert consumer.decode(gone)[2] is True
+    assert messages.decode(gone)[2] is True
 
 
 def test_a_round_of_commands_lands_on_each_nodes_queue_in_order(client, settings):
     queues = [f"test.wire.n{i}" for i in range(3)]
     client.delete(*queues)
-    messages = [(contract.TASK_PROBE, q, {"command": {"node": q, "n": k}}, 5.0) for k in range(2) for q in queues]
+    sent = [(contract.TASK_PROBE, q, {"command": {"node": q, "n": k}}, 5.0) for k in range(2) for q in queues]
     try:
-        dispatch._redis_send(messages)
+        dispatch._redis_send(sent)
         for q in queues:  # Celery's Redis transport pushes on the left and a worker pops on the right
-            got = [consumer.read(raw)[1]["command"]["n"] for raw in reversed(client.lrange(q, 0, -1))]
+            got = [messages.read(raw)[1]["command"]["n"] for raw in reversed(client.lrange(q, 0, -1))]
             assert got == [0, 1]
     finally:
         client.delete(*queues)

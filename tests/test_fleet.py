@@ -12,7 +12,7 @@ from django.utils import timezone
 from cluster_health import sweeps
 from cluster_health.core import textmatrix
 from cluster_health.models import Finding, GroupProbe, Node, PairProbe
-from cluster_health.web import serializers
+from cluster_health.shapes import documents
 from devtools.sweep_driver import heartbeat, result_for
 from tests.dashboard_rows import make_user
 
@@ -87,7 +87,7 @@ def test_it_says_never_heard_from_for_a_node_without_heartbeat(driver):
 
 def test_it_lists_nodes_that_were_not_probed_in_the_text_and_json(driver):
     fleet("n0", "n1", "n2")
-    report = serializers.sweep_json(run(driver, kind="connectivity"))
+    report = documents.sweep_json(run(driver, kind="connectivity"))
     assert [a["node"] for a in report["offline_at_start"]] == ["n2"]
     text = textmatrix.render(report)
     assert "not probed: n2, offline when the sweep started: last heartbeat 3 min ago (" in text

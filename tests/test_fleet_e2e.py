@@ -13,9 +13,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents import contract
+from cluster_health import vocabulary
 from cluster_health.models import Finding, Node, Sweep
-from cluster_health.sweeps import dispatch
+from cluster_health.queues import dispatch
 from tests.conftest import ARTIFACTS
 from tests.sweep_setup import FAST, manage
 from tests.test_sweep_e2e import agents
@@ -87,7 +87,7 @@ def scheduled(kind="full"):
     """Ask the server worker for the scheduled sweep as beat does, and wait (bounded) for it to end."""
     before = set(Sweep.objects.values_list("pk", flat=True))
     dispatch.send_to_server(
-        contract.TASK_SCHEDULED_SWEEP,
+        vocabulary.TASK_SCHEDULED_SWEEP,
         kind=kind,
         sizes=[4096, 65536],
         iterations=3,

@@ -7,9 +7,9 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from cluster_health.core import groupmatrix, matrix
-from cluster_health.management.commands.prune import collapse
 from cluster_health.models import ApiToken, Node, PairProbe, Sweep, SweepMatrix
-from cluster_health.web import matrices
+from cluster_health.retention import collapse
+from cluster_health.shapes import matrices
 from tests.dashboard_rows import make_nodes, make_sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]

@@ -9,8 +9,10 @@ import pytest
 import redis
 
 from agents import contract, signing
+from cluster_health import vocabulary
 from cluster_health.ingest import consumer
 from cluster_health.models import PairProbe, RejectedMessage
+from cluster_health.queues import keys, messages
 from devtools import services
 from devtools.sweep_driver import result_for
 from tests.test_ingest_workers import open_pairs, wait_closed
@@ -37,8 +39,8 @@ def consumer_keys(settings, name: str):
     try:
         yield client
     finally:
-        client.delete("test.parked", consumer.taken_key(name), consumer.lease_key(name))
-        client.srem(consumer.CONSUMERS, name)
+        client.delete("test.parked", keys.taken_key(name), keys.lease_key(name))
+        client.srem(keys.CONSUMERS, name)
         client.close()
 
 
@@ -46,9 +48,9 @@ def held_batch(client, stack, cmds, name: str) -> None:
     """The batch consumer ``name`` held when it died: the halves as agents sent them, in its taken list."""
     for cmd in cmds:  # sent to a queue nobody consumes, then moved as the consumer's take moves them
         send(signed_task(result_for(cmd), stack.keys[cmd["node"]]), queue="test.parked")
-    while client.rpoplpush("test.parked", consumer.taken_key(name)):
+    while client.rpoplpush("test.parked", keys.taken_key(name)):
         pass
-    assert client.llen(consumer.taken_key(name)) == len(cmds)
+    assert client.llen(keys.taken_key(name)) == len(cmds)
 
 
 def test_forged_and_unreadable_messages_are_kept_as_rejected_and_the_rest_applied(stack, driver, settings):
@@ -60,8 +62,8 @@ def test_forged_and_unreadable_messages_are_kept_as_rejected_and_the_rest_applie
         # A half signed by a key the server never enrolled for its node.
         send(signed_task(first, signing.new_key(first["node"])))
         client.lpush(contract.INGEST_QUEUE, b"\x00not a message")
-        client.lpush(contract.INGEST_QUEUE, b"{" * (consumer.MAX_MESSAGE_BYTES + 1))  # refused unread
-        send({"sweep_id": sweep_id}, task=contract.TASK_START_SWEEP)  # not what this queue carries
+        client.lpush(contract.INGEST_QUEUE, b"{" * (messages.MAX_MESSAGE_BYTES + 1))  # refused unread
+        send({"sweep_id": sweep_id}, task=vocabulary.TASK_START_SWEEP)  # not what this queue carries
         for cmd in cmds:
             send(signed_task(result_for(cmd), stack.keys[cmd["node"]]))
         wait_closed(sweep_id, 2, timeout=30)
@@ -115,10 +117,10 @@ def test_a_dead_consumers_batch_goes_back_on_the_queue_and_is_applied_once(stack
     gone = "gone@elsewhere"
     with consumer_keys(settings, gone) as client:
         held_batch(client, stack, cmds, gone)
-        client.sadd(consumer.CONSUMERS, gone)  # registered, with no lease: dead
+        client.sadd(keys.CONSUMERS, gone)  # registered, with no lease: dead
         wait_closed(sweep_id, 20, timeout=RECLAIM_WAIT_S)
-        assert not client.exists(consumer.taken_key(gone))
-        assert gone.encode() not in client.smembers(consumer.CONSUMERS)
+        assert not client.exists(keys.taken_key(gone))
+        assert gone.encode() not in client.smembers(keys.CONSUMERS)
     assert all(p.half_a and p.half_b for p in PairProbe.objects.filter(sweep_id=sweep_id))
 
 
@@ -133,21 +135,21 @@ def test_a_consumer_back_from_a_crash_applies_the_batch_it_held_first(stack, dri
         # the queue, so one sent meanwhile may join the batch after the held halves, never instead.
         taken = again.step(block_s=0)
         assert taken >= len(cmds), taken
-        assert not client.exists(consumer.taken_key(name))  # every held message was checked and let go
+        assert not client.exists(keys.taken_key(name))  # every held message was checked and let go
         wait_closed(sweep_id, 3, timeout=30)
 
 
 def test_the_backlog_counts_halves_on_the_ingest_queue_and_in_a_consumers_batch(stack, settings):
-    from cluster_health.sweeps import backlog
+    from cluster_health.queues import backlog
 
     name = "held@test"
     key = signing.new_key("bk1")
     half = {"v": 1, "kind": "pair", "probe_id": 987654, "node": "bk1", "rank": 0}
     with consumer_keys(settings, name) as client:
         send(signed_task(half, key), queue="test.parked")
-        client.rpoplpush("test.parked", consumer.taken_key(name))
-        client.set(consumer.lease_key(name), b"x", ex=60)  # alive: not reclaimed meanwhile
-        client.sadd(consumer.CONSUMERS, name)
+        client.rpoplpush("test.parked", keys.taken_key(name))
+        client.set(keys.lease_key(name), b"x", ex=60)  # alive: not reclaimed meanwhile
+        client.sadd(keys.CONSUMERS, name)
         seen = backlog.server_backlog()
     assert seen is not None and ("pair", 987654) in seen.probes and "bk1" in seen.nodes
 

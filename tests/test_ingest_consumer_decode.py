@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from agents import contract
-from cluster_health.ingest import consumer
+from cluster_health import vocabulary
+from cluster_health.queues import messages
 
 
 def stored(kwargs, task=contract.TASK_RESULT, **headers) -> bytes:
@@ -28,10 +29,10 @@ def stored(kwargs, task=contract.TASK_RESULT, **headers) -> bytes:
 def test_it_reads_a_task_message_and_its_expiry():
     past = (datetime.now(UTC) - timedelta(seconds=5)).isoformat()
     future = (datetime.now(UTC) + timedelta(seconds=60)).isoformat()
-    assert consumer.decode(stored({"result": {"a": 1}})) == (contract.TASK_RESULT, {"result": {"a": 1}}, False)
-    assert consumer.decode(stored({}, expires=past))[2] is True
-    assert consumer.decode(stored({}, expires=future))[2] is False
-    assert consumer.decode(stored({}, expires="not a time"))[2] is False
+    assert messages.decode(stored({"result": {"a": 1}})) == (contract.TASK_RESULT, {"result": {"a": 1}}, False)
+    assert messages.decode(stored({}, expires=past))[2] is True
+    assert messages.decode(stored({}, expires=future))[2] is False
+    assert messages.decode(stored({}, expires="not a time"))[2] is False
 
 
 @pytest.mark.parametrize(
@@ -51,21 +52,21 @@ def test_it_reads_a_task_message_and_its_expiry():
 )
 def test_anything_else_is_refused_with_a_reason_never_an_exception_of_another_kind(raw):
     with pytest.raises(ValueError, match="not a task message|bytes, more than"):
-        consumer.decode(raw)
+        messages.decode(raw)
 
 
 def test_a_message_too_large_for_a_half_is_refused_unread():
     with pytest.raises(ValueError, match="more than the"):
-        consumer.decode(b" " * (consumer.MAX_MESSAGE_BYTES + 1))
+        messages.decode(b" " * (messages.MAX_MESSAGE_BYTES + 1))
 
 
 def test_the_reapers_backlog_reads_messages_with_the_same_reader_and_never_trips_on_one():
-    from cluster_health.sweeps.backlog import Backlog
+    from cluster_health.queues.backlog import Backlog
 
     good = Backlog()
     good.add(stored({"heartbeat": {"node": "n1"}}, task=contract.TASK_HEARTBEAT))
     good.add(stored({"result": {"node": "n2", "kind": "pair", "probe_id": 7}}))
-    good.add(stored({"sweep_id": 3}, task=contract.TASK_START_SWEEP))
+    good.add(stored({"sweep_id": 3}, task=vocabulary.TASK_START_SWEEP))
     assert (good.nodes, good.probes, good.sweeps, good.messages, good.complete) == (
         {"n1", "n2"},
         {("pair", 7)},

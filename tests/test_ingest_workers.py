@@ -16,8 +16,9 @@ import redis
 from django.utils import timezone
 
 from agents import contract, signing
-from cluster_health.ingest import buffer
+from cluster_health import vocabulary
 from cluster_health.models import Node, PairProbe
+from cluster_health.queues import keys
 from devtools import services
 from devtools.sweep_driver import heartbeat, result_for
 
@@ -60,12 +61,10 @@ def where_messages_are() -> dict:
     """Where halves can wait between an agent and the database: for a failure message."""
     from django.conf import settings
 
-    from cluster_health.ingest import consumer
-
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        lists = [contract.INGEST_QUEUE, contract.SERVER_QUEUE, "ae.undeliver"]
-        lists += [consumer.taken_key(name) for name in consumer.registered(client)] + buffer.buffer_keys()
+        lists = [contract.INGEST_QUEUE, vocabulary.SERVER_QUEUE, "ae.undeliver"]
+        lists += [keys.taken_key(name) for name in keys.registered(client)] + keys.buffer_keys()
         out: dict = {key: client.llen(key) for key in lists}
         out["bindings"] = sorted(
             m.decode(errors="replace") for m in client.smembers(f"_kombu.binding.{contract.INGEST_QUEUE}")
@@ -104,7 +103,7 @@ def test_a_half_sent_on_the_server_queue_is_still_applied(stack, driver):
     """Agents from before the ingest consumer send halves as server.result tasks on queue server."""
     sweep_id, cmds = open_pairs(stack, driver, "old", 1)
     for cmd in cmds:
-        send_half(stack, result_for(cmd), queue=contract.SERVER_QUEUE)
+        send_half(stack, result_for(cmd), queue=vocabulary.SERVER_QUEUE)
     wait_closed(sweep_id, 1, timeout=30)
 
 
@@ -134,7 +133,7 @@ def test_a_drainer_killed_mid_batch_loses_nothing(stack, driver, settings):
     client = redis.Redis.from_url(settings.REDIS_URL)
     for cmd in cmds:  # what result tasks appended while the shard's drainer was busy
         half = result_for(cmd)
-        client.rpush(buffer.pending_key(buffer.shard_of(half)), json.dumps(half))
+        client.rpush(keys.pending_key(keys.shard_of(half)), json.dumps(half))
     # A drainer in its own process, with a short lock so the worker takes over soon after the kill.
     env = {**stack.env, "CLUSTER_HEALTH_INGEST_DRAIN_LOCK_S": "2"}
     code = "import django; django.setup(); from cluster_health.ingest import buffer; buffer.drain_all()"
@@ -146,7 +145,7 @@ def test_a_drainer_killed_mid_batch_loses_nothing(stack, driver, settings):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    processing = [buffer.processing_key(s) for s in range(buffer.SHARDS)]
+    processing = [keys.processing_key(s) for s in range(keys.SHARDS)]
     try:
         services.wait_until(
             lambda: any(client.llen(k) for k in processing) or drainer.poll() is not None,

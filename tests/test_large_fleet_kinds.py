@@ -10,7 +10,7 @@ from django.core.management import call_command
 
 from cluster_health.core import planner
 from cluster_health.models import Finding, Node, PairProbe, Sweep
-from cluster_health.web import serializers
+from cluster_health.shapes import documents
 from devtools.sweep_driver import heartbeat, result_for
 from tests.dashboard_rows import make_user
 
@@ -60,7 +60,7 @@ def test_a_sampled_sweep_runs_its_rounds_records_its_seed_and_runs_the_same_pair
     again = driver.sweep(kind="sampled", rounds=3, seed=seed)
     driver.answer_all(answer(lambda a, b: False))
     assert pair_set(again) == pair_set(first)
-    shown = serializers.sweep_json(first, with_pairs=False)
+    shown = documents.sweep_json(first, with_pairs=False)
     assert shown["plan"] == {"sample_rounds": 3, "seed": seed}
 
 
@@ -91,7 +91,7 @@ def test_a_topology_sweep_runs_each_group_fully_and_one_pair_between_groups(driv
     assert len(inside) == 3 + 3 + 6
     between = sorted(tuple(sorted(group_of[n] for n in p)) for p in pairs - inside)
     assert between == [("rack1", "rack2"), ("rack1", "rack3"), ("rack2", "rack3")]
-    assert serializers.sweep_json(sweep, with_pairs=False)["plan"] == {"groups": {"rack1": 3, "rack2": 3, "rack3": 4}}
+    assert documents.sweep_json(sweep, with_pairs=False)["plan"] == {"groups": {"rack1": 3, "rack2": 3, "rack3": 4}}
 
 
 def test_a_bisect_sweep_pins_a_bad_node_with_rounds_around_it_only(driver):

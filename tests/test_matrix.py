@@ -4,6 +4,7 @@ import json
 import math
 
 from cluster_health.core import matrix
+from tests.dashboard_rows import matrix_payload
 
 
 def pair(a, b, status, busbw=None, **kw):
@@ -22,7 +23,7 @@ def test_it_indexes_the_upper_triangle_densely():
 
 
 def test_it_encodes_status_busbw_and_details_per_pair():
-    payload = matrix.build_matrix(
+    payload = matrix_payload(
         ["n10", "n2", "n1"],
         [
             pair("n2", "n1", "ok", 1.5, latency_us=120.0),
@@ -59,21 +60,21 @@ def test_its_text_is_the_json_of_its_payload_and_a_copy_is_its_own():
 
 
 def test_it_never_moves_a_final_result_back_to_running():
-    payload = matrix.build_matrix(["a", "b"], [pair("a", "b", "ok", 2.0), pair("b", "a", "running")])
+    payload = matrix_payload(["a", "b"], [pair("a", "b", "ok", 2.0), pair("b", "a", "running")])
     assert matrix.status_counts(payload) == {"ok": 1}
 
 
 def test_it_ignores_pairs_naming_unknown_nodes():
-    payload = matrix.build_matrix(["a", "b"], [pair("a", "zz", "failed", reason="dns")])
+    payload = matrix_payload(["a", "b"], [pair("a", "zz", "failed", reason="dns")])
     assert matrix.status_counts(payload) == {"untested": 1}
 
 
 def test_it_diffs_status_changes_and_busbw_ratio():
-    before = matrix.build_matrix(
+    before = matrix_payload(
         ["a", "b", "c"],
         [pair("a", "b", "ok", 10.0), pair("a", "c", "failed", reason="refused"), pair("b", "c", "ok", 10.0)],
     )
-    after = matrix.build_matrix(
+    after = matrix_payload(
         ["a", "b", "c", "d"],
         [
             pair("a", "b", "ok", 5.0),

@@ -14,9 +14,9 @@ import pytest
 
 from cluster_health import sweeps
 from cluster_health.core import matrix
-from cluster_health.management.commands.prune import collapse
 from cluster_health.models import PairProbe, Sweep, SweepMatrix
-from cluster_health.web import matrices
+from cluster_health.retention import collapse
+from cluster_health.shapes import matrices
 from devtools.sweep_driver import heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
@@ -69,7 +69,7 @@ def drive_checking(driver, sweep: Sweep, reply, refresh: bool) -> list:
             sweep.refresh_from_db()
             if not sweep.is_open:
                 continue
-            assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+            assert shown(sweep) == matrices.sweep_matrix_arrays(sweep).payload()
             seen.append(snapshot_round(sweep))
             if refresh:
                 driver.run(matrices.refresh_open)
@@ -91,7 +91,7 @@ def test_an_open_sweeps_matrix_is_the_matrix_of_its_rows_at_every_step(driver, r
         assert set(seen) == {1}
     stored = SweepMatrix.objects.get(sweep=sweep)
     assert stored.open_round is None and stored.open_total is None
-    assert json.loads(stored.payload) == matrices.build_sweep_matrix(sweep)
+    assert json.loads(stored.payload) == matrices.sweep_matrix_arrays(sweep).payload()
     assert matrix.status_counts(json.loads(stored.payload)) == {"ok": 21, "timeout": 7}
 
 
@@ -103,7 +103,7 @@ def test_a_bisect_sweep_that_plans_rounds_as_it_goes_reads_rightly_throughout(dr
     drive_checking(driver, sweep, answer_failing("n05"), refresh=True)
     sweep.refresh_from_db()
     assert sweep.status == "finished" and sweep.total_rounds > first_total  # it planned rounds after the first
-    assert json.loads(matrices.matrix_text(sweep)) == matrices.build_sweep_matrix(sweep)
+    assert json.loads(matrices.matrix_text(sweep)) == matrices.sweep_matrix_arrays(sweep).payload()
 
 
 @pytest.mark.usefixtures("snapshots")
@@ -155,7 +155,7 @@ def test_a_cancelled_sweeps_snapshot_gives_way_to_its_closed_matrix(driver):
     driver.run(sweeps.cancel, sweep.pk)
     sweep.refresh_from_db()
     closed = shown(sweep)
-    assert closed == matrices.build_sweep_matrix(sweep) and snapshot_round(sweep) is None
+    assert closed == matrices.sweep_matrix_arrays(sweep).payload() and snapshot_round(sweep) is None
     assert matrix.status_counts(closed) == {"ok": 2, "skipped": 8}
     assert matrices.closed_text(sweep.pk) == json.dumps(closed, separators=(",", ":"))
     # A snapshot written late (a reader that began while the sweep was open) never replaces it.
@@ -170,7 +170,7 @@ def test_retention_stores_the_closed_matrix_in_place_of_a_snapshot_before_it_del
     sweep = first_round_read(driver)
     driver.run(sweeps.cancel, sweep.pk)
     sweep.refresh_from_db()
-    expected = matrices.build_sweep_matrix(sweep)
+    expected = matrices.sweep_matrix_arrays(sweep).payload()
     assert snapshot_round(sweep) is not None  # nobody read it since it closed
     from django.utils import timezone
 
@@ -211,14 +211,14 @@ def test_a_process_reads_over_its_last_read_not_the_stored_snapshot(driver, monk
         if not sweep.is_open:
             break
         with CaptureQueriesContext(connection) as queries:
-            assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+            assert shown(sweep) == matrices.sweep_matrix_arrays(sweep).payload()
         reads += 1
         # Neither the stored 6 MB nor the rows of rounds before the previous read's were read.
         assert not stored_payload_reads(queries.captured_queries)
         held = matrices._held[sweep.pk]
         assert (held.since, held.total) == (sweep.current_round, sweep.total_rounds)
     assert reads == sweep.total_rounds - 1 and snapshot_round(sweep) is None
-    assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+    assert shown(sweep) == matrices.sweep_matrix_arrays(sweep).payload()
     assert sweep.pk not in matrices._held  # read closed: let go
 
 
@@ -234,7 +234,7 @@ def test_a_held_matrix_is_the_same_sweeps_only_and_few_are_held(driver, monkeypa
     sweep.refresh_from_db()
     PairProbe.objects.filter(sweep=sweep, round=1).update(status="failed", reason="restored")
     SweepMatrix.objects.filter(sweep=sweep).delete()
-    assert shown(sweep) == matrices.build_sweep_matrix(sweep)
+    assert shown(sweep) == matrices.sweep_matrix_arrays(sweep).payload()
     assert matrix.status_counts(shown(sweep))["failed"] == 2
     assert list(matrices._held) == [sweep.pk]
     others = [Sweep(pk=sweep.pk + i, created=sweep.created) for i in range(1, matrices.HELD_SWEEPS + 1)]

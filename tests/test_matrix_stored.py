@@ -7,8 +7,9 @@ import pytest
 from cluster_health import sweeps
 from cluster_health.core import matrix
 from cluster_health.models import PairProbe, Sweep, SweepMatrix
-from cluster_health.web import matrices, serializers
+from cluster_health.shapes import documents, matrices
 from devtools.sweep_driver import heartbeat, result_for
+from tests.dashboard_rows import matrix_payload
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -27,7 +28,7 @@ def test_it_stores_the_matrix_of_the_rows_when_a_sweep_finishes(driver):
     sweep.refresh_from_db()
     assert sweep.status == "finished"
     stored = json.loads(SweepMatrix.objects.get(sweep=sweep).payload)
-    assert stored == matrix.build_matrix(sweep.nodes, serializers.pair_dicts(sweep))
+    assert stored == matrix_payload(sweep.nodes, documents.pair_dicts(sweep))
     counts = matrix.status_counts(stored)
     assert counts == {"ok": 6, "timeout": 4}
     k = matrix.pair_index(stored["nodes"].index("n0"), stored["nodes"].index("n3"), 5)
@@ -48,7 +49,7 @@ def test_it_builds_an_open_sweep_from_its_rows_and_stores_a_cancelled_one_on_fir
     sweep.refresh_from_db()
     closed = json.loads(matrices.matrix_text(sweep))
     assert SweepMatrix.objects.filter(sweep=sweep).exists()
-    assert closed == matrix.build_matrix(sweep.nodes, serializers.pair_dicts(sweep))
+    assert closed == matrix_payload(sweep.nodes, documents.pair_dicts(sweep))
     assert matrix.status_counts(closed) == {"ok": 1, "skipped": 2}
 
 

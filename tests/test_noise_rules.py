@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_health.core import baselines, history
+from cluster_health.core import expected_busbw, history
 
 RATIO = 0.9  # CLUSTER_HEALTH_DEGRADED_RATIO's default
 
@@ -24,7 +24,7 @@ RATIO = 0.9  # CLUSTER_HEALTH_DEGRADED_RATIO's default
     ],
 )
 def test_a_loaded_hosts_scatter_is_not_below_its_rolling_baseline(busbw, usual, mad, samples):
-    assert busbw >= baselines.threshold(usual, mad, samples, RATIO)
+    assert busbw >= expected_busbw.threshold(usual, mad, samples, RATIO)
 
 
 @pytest.mark.parametrize(
@@ -36,13 +36,13 @@ def test_a_loaded_hosts_scatter_is_not_below_its_rolling_baseline(busbw, usual, 
     ],
 )
 def test_a_link_that_lost_a_quarter_is_below_its_rolling_baseline(busbw, usual, mad, samples):
-    assert busbw < baselines.threshold(usual, mad, samples, RATIO)
-    assert "by more than" in baselines.slow_text(busbw, usual, mad, samples, RATIO)
+    assert busbw < expected_busbw.threshold(usual, mad, samples, RATIO)
+    assert "by more than" in expected_busbw.slow_text(busbw, usual, mad, samples, RATIO)
 
 
 def test_a_baseline_sweep_named_by_hand_keeps_the_configured_ratio():
-    assert baselines.threshold(0.40, None, 1, RATIO) == pytest.approx(0.36)
-    assert "below 0.9 x the baseline 0.4 GB/s" in baselines.slow_text(0.35, 0.40, None, 1, RATIO)
+    assert expected_busbw.threshold(0.40, None, 1, RATIO) == pytest.approx(0.36)
+    assert "below 0.9 x the baseline 0.4 GB/s" in expected_busbw.slow_text(0.35, 0.40, None, 1, RATIO)
 
 
 @pytest.mark.parametrize(

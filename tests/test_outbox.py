@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from cluster_health import sweeps
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
-from cluster_health.sweeps import dispatch, outbox
+from cluster_health.queues import dispatch
+from cluster_health.sweeps import outbox
 from devtools.sweep_driver import heartbeat, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]

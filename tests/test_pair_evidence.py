@@ -1,7 +1,7 @@
 """A pair's evidence from its halves, and the gray failures named from it (cluster_health.core.evidence)."""
 
 from agents import evidence as agent_evidence
-from cluster_health.core import baselines, evidence, merge
+from cluster_health.core import evidence, expected_busbw, merge
 
 
 def half(node, rank, status="ok", stage="bandwidth", reason=None, **ev):
@@ -78,9 +78,9 @@ def test_counters_and_sockets_are_read_from_the_kernel_files(tmp_path):
 def test_a_link_is_judged_by_its_own_noise_where_history_exists():
     # A sweep named as the baseline: the fixed ratio. A rolling median of 3 or more sweeps: the median less
     # the larger of 4 robust sigmas and 20 %. A younger rolling median: 25 % below it.
-    assert baselines.threshold(1.0, None, 1, 0.9) == 0.9
-    assert round(baselines.threshold(1.0, 0.1, 5, 0.9), 4) == round(1.0 - 4 * 1.4826 * 0.1, 4)
-    assert baselines.threshold(1.0, 0.0, 5, 0.9) == 0.8
-    assert baselines.threshold(1.0, 0.0, 2, 0.9) == 0.75
-    mid, mad = baselines.median_and_mad([1.0, 1.2, 0.8, 1.1, 5.0])
+    assert expected_busbw.threshold(1.0, None, 1, 0.9) == 0.9
+    assert round(expected_busbw.threshold(1.0, 0.1, 5, 0.9), 4) == round(1.0 - 4 * 1.4826 * 0.1, 4)
+    assert expected_busbw.threshold(1.0, 0.0, 5, 0.9) == 0.8
+    assert expected_busbw.threshold(1.0, 0.0, 2, 0.9) == 0.75
+    mid, mad = expected_busbw.median_and_mad([1.0, 1.2, 0.8, 1.1, 5.0])
     assert (mid, round(mad, 6)) == (1.1, 0.1)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from agents import contract
-from cluster_health import tasks
+from cluster_health import tasks, vocabulary
 from cluster_health.models import PairProbe
 from devtools.sweep_driver import heartbeat
 
@@ -25,9 +24,9 @@ def test_a_sweep_of_at_least_the_threshold_of_pairs_asks_for_fresh_statistics(dr
     driver.answer_all()
     sweep.refresh_from_db()
     assert (sweep.status, PairProbe.objects.filter(sweep=sweep).count()) == ("finished", 6)
-    asked = [task for task, _ in driver.server_tasks if task == contract.TASK_ANALYZE_PAIRS]
+    asked = [task for task, _ in driver.server_tasks if task == vocabulary.TASK_ANALYZE_PAIRS]
     # SQLite keeps no statistics the planner would miss: nothing is asked there.
-    assert asked == ([contract.TASK_ANALYZE_PAIRS] if wanted and POSTGRES else [])
+    assert asked == ([vocabulary.TASK_ANALYZE_PAIRS] if wanted and POSTGRES else [])
 
 
 def last_analyzed(what: str = "analyze"):

@@ -5,8 +5,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from cluster_health import vocabulary
 from cluster_health.models import Finding, Node, PairProbe, Sweep
-from cluster_health.sweeps import backlog, dispatch, reaper
+from cluster_health.queues import backlog, dispatch
+from cluster_health.sweeps import reaper
 from devtools.sweep_driver import heartbeat, result_for
 from tests.sweep_setup import connectivity_sweep
 
@@ -106,14 +108,12 @@ def assert_offline_only_once_read(driver, sweep, waiting, discard):
 def test_it_does_not_read_waiting_heartbeats_as_silence(driver, settings):
     import redis
 
-    from agents import contract
-
     sweep = n1_silent_after_n0_answered(driver)
     inbox = redis.Redis.from_url(settings.REDIS_URL)
     # The server worker was down: the agents' messages wait in its queue, unread.
-    inbox.lpush(contract.SERVER_QUEUE, b"{}")
+    inbox.lpush(vocabulary.SERVER_QUEUE, b"{}")
     assert_offline_only_once_read(
-        driver, sweep, lambda: backlog.server_backlog().messages == 1, lambda: inbox.delete(contract.SERVER_QUEUE)
+        driver, sweep, lambda: backlog.server_backlog().messages == 1, lambda: inbox.delete(vocabulary.SERVER_QUEUE)
     )
 
 
@@ -132,7 +132,7 @@ def reserved_heartbeat(node: str) -> bytes:
         "headers": {"task": contract.TASK_HEARTBEAT, "id": f"hb-{node}"},
         "properties": {"body_encoding": "base64"},
     }
-    return json.dumps([raw, "server", contract.SERVER_QUEUE]).encode()
+    return json.dumps([raw, "server", vocabulary.SERVER_QUEUE]).encode()
 
 
 def test_it_does_not_judge_a_node_whose_heartbeat_a_worker_holds_unacked(driver, settings):
@@ -169,11 +169,11 @@ def test_it_keeps_a_probe_open_past_its_deadline_while_its_result_waits(driver, 
     # b's half was sent before the deadline and waits for a worker that is down.
     waiting = json_message(contract.TASK_RESULT, {"result": result_for(b)})
     inbox = redis.Redis.from_url(settings.REDIS_URL)
-    inbox.lpush(contract.SERVER_QUEUE, waiting)
+    inbox.lpush(vocabulary.SERVER_QUEUE, waiting)
     try:
         assert driver.reap(later)["timeout"] == 0
     finally:
-        inbox.lrem(contract.SERVER_QUEUE, 0, waiting)
+        inbox.lrem(vocabulary.SERVER_QUEUE, 0, waiting)
     driver.ingest(result_for(b))
     probe = PairProbe.objects.get(sweep=sweep)
     assert probe.status == "ok"

@@ -5,7 +5,7 @@ from django.urls import reverse
 
 from cluster_health.core import history, textmatrix
 from cluster_health.models import Finding
-from cluster_health.web import serializers
+from cluster_health.shapes import documents
 from tests.dashboard_rows import make_nodes, make_sweep, make_user
 
 FALLING = [1.0, 1.02, 0.98, 0.95, 0.9, 0.86, 0.8]
@@ -60,7 +60,7 @@ def test_the_sweep_json_and_page_carry_the_links_trending_down(client):
     nodes = make_nodes(["a", "b", "c"])
     sweep = make_sweep(nodes, verdict="warn")
     Finding.objects.create(sweep=sweep, **drift("a<->b", FALLING))
-    report = serializers.sweep_json(sweep)
+    report = documents.sweep_json(sweep)
     assert report["trending_down"] == [{"link": "a<->b", "from_busbw_gbps": 1.0, "to_busbw_gbps": 0.8, "sweeps": 7}]
     client.force_login(make_user("viewer", operator=False))
     page = client.get(reverse("sweep", args=[sweep.pk])).content.decode()
@@ -70,7 +70,7 @@ def test_the_sweep_json_and_page_carry_the_links_trending_down(client):
 @pytest.mark.django_db
 def test_a_sweep_without_drift_has_an_empty_list_and_a_hidden_section(client):
     sweep = make_sweep(make_nodes(["a", "b"]))
-    assert serializers.sweep_json(sweep)["trending_down"] == []
+    assert documents.sweep_json(sweep)["trending_down"] == []
     client.force_login(make_user("viewer", operator=False))
     page = client.get(reverse("sweep", args=[sweep.pk])).content.decode()
     assert "data-trending-section hidden" in page

@@ -1,6 +1,6 @@
 """Verdicts and culprits (pure)."""
 
-from cluster_health.core import preflight, verdicts
+from cluster_health.core import rehearsal, verdicts
 
 
 def pairs_with(bad, nodes=("n0", "n1", "n2", "n3"), status="failed"):
@@ -52,10 +52,10 @@ def test_it_finds_an_interface_variable_naming_a_missing_nic():
         "n0": {"interfaces": [{"name": "lo"}, {"name": "eth0"}]},
         "n1": {"interfaces": [{"name": "lo"}, {"name": "ens5"}]},
     }
-    found = preflight.setting_findings({"master": "n0", "env": {"GLOO_SOCKET_IFNAME": "eth"}}, facts)
+    found = rehearsal.setting_findings({"master": "n0", "env": {"GLOO_SOCKET_IFNAME": "eth"}}, facts)
     assert [(f["code"], f["subject"]) for f in found] == [("interface_missing", "n1")]
-    assert preflight.ifname_matches("^lo", ["lo", "ens5"])
-    assert not preflight.ifname_matches("=eth", ["eth0"])
+    assert rehearsal.ifname_matches("^lo", ["lo", "ens5"])
+    assert not rehearsal.ifname_matches("=eth", ["eth0"])
 
 
 def test_it_names_the_ranks_that_would_hang():
@@ -63,6 +63,6 @@ def test_it_names_the_ranks_that_would_hang():
         "0": {"node": "m", "status": "failed", "stage": "store", "reason": "port_in_use", "hint": "taken"},
         "1": {"node": "w", "status": "timeout", "stage": "store", "reason": "store_timeout"},
     }
-    found = preflight.rank_findings(["m", "w", "x"], halves, "timeout", "probe_crashed", None)
+    found = rehearsal.rank_findings(["m", "w", "x"], halves, "timeout", "probe_crashed", None)
     assert [f["subject"] for f in found] == ["m", "w", "x"]
     assert "the master (m) would hang at store (port_in_use)" in found[0]["text"]

@@ -6,7 +6,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
-from cluster_health.web import consumers, serializers
+from cluster_health.shapes import documents
+from cluster_health.web import consumers
 from devtools.sweep_driver import heartbeat, result_for
 from tests.dashboard_rows import make_user
 
@@ -53,8 +54,8 @@ def test_the_websocket_ignores_frames_that_are_not_json_objects():
 
 @pytest.mark.parametrize("hint", ['=HYPERLINK("http://x")', "+1+1", "-2+3", "@SUM(A1)", "\t=1", "\r=1"])
 def test_csv_cells_cannot_start_a_formula(hint):
-    assert serializers.csv_text(hint).startswith("'")
-    assert serializers.csv_text("store_timeout after 5s") == "store_timeout after 5s"
+    assert documents.csv_text(hint).startswith("'")
+    assert documents.csv_text("store_timeout after 5s") == "store_timeout after 5s"
 
 
 @pytest.mark.django_db

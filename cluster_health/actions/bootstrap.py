@@ -6,6 +6,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from cluster_health import vocabulary
 from cluster_health.defaults import create_task_once
 
 OFFLINE_TASK_NAME = "alerts: offline agents"
@@ -34,13 +35,11 @@ def ensure_env_channels() -> None:
 def ensure_offline_schedule() -> None:
     from django_celery_beat.models import IntervalSchedule
 
-    from cluster_health.actions.tasks import TASK_OFFLINE
-
     interval, _ = IntervalSchedule.objects.get_or_create(every=OFFLINE_CHECK_EVERY_S, period=IntervalSchedule.SECONDS)
     create_task_once(
         OFFLINE_TASK_NAME,
         interval=interval,
-        task=TASK_OFFLINE,
+        task=vocabulary.TASK_OFFLINE,
         expire_seconds=OFFLINE_CHECK_EVERY_S,
         description="Alert when an agent stays silent past CLUSTER_HEALTH_ALERT_OFFLINE_AFTER_S.",
     )

@@ -10,31 +10,28 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from cluster_health import vocabulary
 from cluster_health.actions import alerts, bootstrap, notify, slurm
 from cluster_health.actions.models import AlertDelivery
 from cluster_health.models import Sweep
-from cluster_health.sweeps import dispatch
+from cluster_health.queues import dispatch
 
 log = logging.getLogger(__name__)
-TASK_AFTER_SWEEP = "cluster_health.actions.after_sweep"
-TASK_DELIVER = "cluster_health.actions.deliver"
-TASK_SLURM = "cluster_health.actions.slurm"
-TASK_OFFLINE = "cluster_health.actions.check_offline"
 
 
 def sweep_finished(sweep_id: int) -> None:
     """Queue the actions for a finished sweep; call after the commit that finished it."""
-    dispatch.send_to_server(TASK_AFTER_SWEEP, sweep_id=sweep_id)
+    dispatch.send_to_server(vocabulary.TASK_AFTER_SWEEP, sweep_id=sweep_id)
     if settings.SLURM_ACTIONS != "off":
-        dispatch.send_to_server(TASK_SLURM, sweep_id=sweep_id)
+        dispatch.send_to_server(vocabulary.TASK_SLURM, sweep_id=sweep_id)
 
 
 def _send_deliveries(ids: list[int]) -> None:
     for pk in ids:
-        dispatch.send_to_server(TASK_DELIVER, delivery_id=pk)
+        dispatch.send_to_server(vocabulary.TASK_DELIVER, delivery_id=pk)
 
 
-@shared_task(name=TASK_AFTER_SWEEP, ignore_result=True)
+@shared_task(name=vocabulary.TASK_AFTER_SWEEP, ignore_result=True)
 def after_sweep(sweep_id):
     sweep = Sweep.objects.filter(pk=sweep_id, status="finished").first()
     if sweep is None:
@@ -46,7 +43,7 @@ def after_sweep(sweep_id):
     return len(ids)
 
 
-@shared_task(name=TASK_OFFLINE, ignore_result=True)
+@shared_task(name=vocabulary.TASK_OFFLINE, ignore_result=True)
 def check_offline():
     with transaction.atomic():
         ids = alerts.evaluate_offline()
@@ -55,7 +52,7 @@ def check_offline():
 
 
 @shared_task(
-    name=TASK_DELIVER,
+    name=vocabulary.TASK_DELIVER,
     bind=True,
     ignore_result=True,
     autoretry_for=(notify.DeliveryError,),
@@ -105,7 +102,7 @@ def deliver(self, delivery_id):
 
 
 @shared_task(
-    name=TASK_SLURM,
+    name=vocabulary.TASK_SLURM,
     ignore_result=True,
     autoretry_for=(slurm.SlurmError,),
     retry_backoff=10,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from cluster_health.core.findings import finding
+from cluster_health.core.finding_row import finding
 
 # (column shown, key in facts["versions"])
 VERSION_COLUMNS = (

@@ -23,11 +23,12 @@ from statistics import median
 from typing import Any, TypeVar
 
 from agents import contract
+from cluster_health import vocabulary
 from cluster_health.core import evidence as pair_evidence
 
 T = TypeVar("T")
 
-BAD = contract.BAD_STATUSES
+BAD = vocabulary.BAD_STATUSES
 PASSED = contract.PASSED_STATUSES
 CONNECT_STAGES = ("connect", "store")  # where a pair stops when its store connection failed
 MIN_SUPPORT = 2  # pairs a node or group culprit needs behind it

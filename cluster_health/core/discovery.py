@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_health.core.findings import finding
+from cluster_health.core.finding_row import finding
 
 
 def combination_rows(half_a: dict[str, Any] | None, half_b: dict[str, Any] | None) -> list[dict[str, Any]]:

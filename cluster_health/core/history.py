@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from statistics import median
 from typing import Any
 
-from agents import contract
+from cluster_health import vocabulary
 
 HISTORY_SWEEPS = 8  # sweeps of a link looked back over
 MIN_FLAPS = 2  # failures within the window that make a link flapping (with passes between them)
@@ -26,7 +26,7 @@ MAD_TO_SIGMA = 1.4826
 
 def flapping(series: list[str]) -> bool:
     """Whether a link's statuses (oldest first) alternate: failed at least twice with a pass between."""
-    bad = [s in contract.BAD_STATUSES for s in series]
+    bad = [s in vocabulary.BAD_STATUSES for s in series]
     if sum(bad) < MIN_FLAPS or all(bad):
         return False
     first, last = bad.index(True), len(bad) - 1 - bad[::-1].index(True)
@@ -74,7 +74,7 @@ def link_findings(link: str, statuses: list[str], busbw: list[float]) -> list[di
     """Warn findings for one link from its recent statuses and passing busbw values (both oldest first)."""
     out = []
     if flapping(statuses):
-        n_bad = sum(s in contract.BAD_STATUSES for s in statuses)
+        n_bad = sum(s in vocabulary.BAD_STATUSES for s in statuses)
         out.append(
             {
                 "severity": "warn",

@@ -19,14 +19,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from agents import contract
+from cluster_health import vocabulary
 
 # Status codes in the typed arrays; order is what the legend shows.
-STATUS_CODES = ("untested", *contract.OPEN_STATUSES, *contract.STATUSES)
+STATUS_CODES = ("untested", *vocabulary.OPEN_STATUSES, *contract.STATUSES)
 CODE = {name: i for i, name in enumerate(STATUS_CODES)}
-BAD_STATUSES = contract.BAD_STATUSES
+BAD_STATUSES = vocabulary.BAD_STATUSES
 # A pair's result only moves forward: a late "running" never overwrites a final result.
 # The payload carries this list, so the browser applies live updates by the same rule.
-OPEN_CODES = ("untested", *contract.OPEN_STATUSES)
+OPEN_CODES = ("untested", *vocabulary.OPEN_STATUSES)
 
 # Diff codes for status changes between two sweeps.
 DIFF_CODES = ("absent", "same", "broke", "fixed", "changed")
@@ -67,30 +68,6 @@ def decode(text: str, typecode: str) -> array[Any]:
     if sys.byteorder != "little":
         values.byteswap()
     return values
-
-
-def build_matrix(nodes: Iterable[str], pairs: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """The matrix payload for a set of nodes and pair results given as dicts.
-
-    `pairs` are dicts with at least a, b, status; optional stage, reason, hint,
-    busbw_gbps, latency_us. See build_matrix_rows for the rules.
-    """
-    return build_matrix_rows(
-        nodes,
-        (
-            (
-                p["a"],
-                p["b"],
-                p["status"],
-                p.get("busbw_gbps"),
-                p.get("latency_us"),
-                p.get("stage"),
-                p.get("reason"),
-                p.get("hint"),
-            )
-            for p in pairs
-        ),
-    )
 
 
 class MatrixArrays:
@@ -213,19 +190,14 @@ class MatrixArrays:
         return out
 
 
-def build_matrix_rows(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> dict[str, Any]:
-    """The matrix payload from rows (a, b, status, busbw_gbps, latency_us, stage, reason, hint).
-
-    The one matrix builder: pages, the API and the stored matrix of a closed sweep
-    all come from here (through build_matrix_arrays). Rows naming a node outside
-    `nodes` are ignored; for a pair given twice the later one wins unless it would
-    move the pair back from a final result to pending/running.
-    """
-    return build_matrix_arrays(nodes, rows).payload()
-
-
 def build_matrix_arrays(nodes: Iterable[str], rows: Iterable[MatrixRow]) -> MatrixArrays:
-    """The matrix of build_matrix_rows, not yet encoded."""
+    """The matrix of ``nodes`` from rows (a, b, status, busbw_gbps, latency_us, stage, reason, hint).
+
+    The one matrix builder: pages, the API and the stored matrix of a closed sweep all
+    come from here (``.payload()`` or ``.text()`` encodes it). Rows naming a node outside
+    ``nodes`` are ignored; for a pair given twice the later one wins unless it would move
+    the pair back from a final result to pending/running.
+    """
     return MatrixArrays.blank(nodes).apply(rows)
 
 

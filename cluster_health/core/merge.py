@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypedDict
 
 from agents import contract
+from cluster_health import vocabulary
 from cluster_health.core import evidence
 
 STAGE_ORDER = {s: i for i, s in enumerate(contract.STAGES)}
@@ -72,7 +73,7 @@ def _unmeasured(
 def _badness(half: dict[str, Any]) -> tuple[int, int, int]:
     # Higher is worse. Broken halves rank by how early they stopped, then by severity.
     severity, early = contract.STATUS_SEVERITY[half["status"]], -STAGE_ORDER.get(half.get("stage") or "", 0)
-    if half["status"] in contract.BAD_STATUSES:
+    if half["status"] in vocabulary.BAD_STATUSES:
         return (1, early, severity)
     return (0, severity, early)
 

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agents import contract
+from cluster_health import vocabulary
 
 SAMPLED_ROUNDS = 8  # a sampled sweep's rounds unless the request says: every node in each, 8 partners in all
 QUICK_ROUNDS = 2  # two circle rounds put every node in at least one pair, also the round-one bye of odd N
@@ -233,8 +233,8 @@ def plan(
     A bisect sweep is planned as its quick phase; the phases after it depend on its results
     (``bisect_pairs``).
     """
-    if kind not in contract.SWEEP_KINDS:
-        raise PlanError(f"kind: {kind!r} is not one of {', '.join(contract.SWEEP_KINDS)}")
+    if kind not in vocabulary.SWEEP_KINDS:
+        raise PlanError(f"kind: {kind!r} is not one of {', '.join(vocabulary.SWEEP_KINDS)}")
     names = list(nodes)
     if len(set(names)) != len(names):
         raise PlanError("nodes: a node is listed twice")
@@ -254,4 +254,4 @@ def plan(
         if groups is None:
             raise PlanError("topology: a topology sweep needs each node's group")
         return Plan(names, topology_rounds(names, groups))
-    return Plan(names, circle_rounds(names), group=kind in contract.GROUP_SWEEP_KINDS)
+    return Plan(names, circle_rounds(names), group=kind in vocabulary.GROUP_SWEEP_KINDS)

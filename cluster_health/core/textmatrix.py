@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import contract
+from cluster_health import vocabulary
 from cluster_health.core import fleet
 
 SYMBOLS = {
@@ -22,7 +22,7 @@ MAX_MATRIX_NODES = 64
 
 
 def render(report: dict[str, Any]) -> str:
-    """``report`` is the sweep JSON (serializers.sweep_json)."""
+    """``report`` is the sweep JSON (documents.sweep_json)."""
     nodes, pairs = report["nodes"], report.get("pairs", [])
     lines = [
         f"sweep {report['sweep']} ({report['kind']}, {report['backend']}): {report['status']}, "
@@ -57,7 +57,7 @@ def render(report: dict[str, Any]) -> str:
     measured = [p["busbw_gbps"] for p in pairs if p.get("busbw_gbps") is not None]
     if measured:
         lines.append(f"busbw: min {min(measured):.3g} GB/s, max {max(measured):.3g} GB/s")
-    bad = [p for p in pairs if p["status"] in (*contract.BAD_STATUSES, "degraded")]
+    bad = [p for p in pairs if p["status"] in (*vocabulary.BAD_STATUSES, "degraded")]
     for p in bad[:20]:
         lines.append(
             f"  {p['a']}<->{p['b']}: {p['status']}"
@@ -83,7 +83,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def trending_lines(trending: list[dict[str, Any]]) -> list[str]:
-    """The links trending down (serializers.sweep_json's ``trending_down``) as a short section."""
+    """The links trending down (documents.sweep_json's ``trending_down``) as a short section."""
     if not trending:
         return []
     return ["trending down:"] + [

@@ -13,10 +13,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from agents import contract
-from cluster_health.core.findings import finding
+from cluster_health import vocabulary
+from cluster_health.core.finding_row import finding
 
-BAD = contract.BAD_STATUSES
+BAD = vocabulary.BAD_STATUSES
 MEASURED = ("ok", "degraded", *BAD)
 MAX_LINK_FINDINGS = 50
 

@@ -27,7 +27,6 @@ import logging
 import os
 import socket
 import uuid
-from functools import partial
 
 import redis
 from django.conf import settings
@@ -35,38 +34,12 @@ from django.conf import settings
 from agents import broker, contract
 from cluster_health.ingest import results
 from cluster_health.ingest.rejects import reject
+from cluster_health.queues.keys import SHARDS, lock_key, pending_key, processing_key, shard_of, slot_key
 
 log = logging.getLogger(__name__)
 
-# Drainers that may run at once, one per shard; both halves of a probe share a shard.
-SHARDS = 8
 BATCH = results.BATCH
-KEY_PREFIX = "cluster_health:ingest"
 BUFFERED = "buffered"  # the outcome of a half appended for the drainer
-
-
-def shard_key(shard: int, role: str) -> str:
-    """A shard's Redis key: its pending list, the processing list of the batch being applied, or its drainer lock."""
-    return f"{KEY_PREFIX}:{shard}:{role}"
-
-
-pending_key = partial(shard_key, role="pending")
-processing_key = partial(shard_key, role="processing")
-lock_key = partial(shard_key, role="lock")
-
-
-def slot_key(drainer: str) -> str:
-    return f"{KEY_PREFIX}:drainer:{drainer}"
-
-
-def buffer_keys() -> list[str]:
-    """Every list a half may wait in, for the backlog's view of what is not applied yet."""
-    return [key for shard in range(SHARDS) for key in (pending_key(shard), processing_key(shard))]
-
-
-def shard_of(payload) -> int:
-    probe_id = payload.get("probe_id") if isinstance(payload, dict) else None
-    return probe_id % SHARDS if isinstance(probe_id, int) and not isinstance(probe_id, bool) else 0
 
 
 # The next batch: a dead drainer's batch first (it may or may not have been committed, and

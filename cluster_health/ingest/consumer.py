@@ -38,8 +38,6 @@ Run: ``python manage.py ingest_consumer --name WORKER`` (the worker's bootstep r
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import os
 import signal
@@ -47,17 +45,18 @@ import sys
 import threading
 import time
 import uuid
-from datetime import UTC, datetime
 
 import redis
 from django.conf import settings
 from django.db import close_old_connections
 
-from agents import contract, signing
+from agents import contract
 from cluster_health.ingest import buffer
 from cluster_health.ingest.auth import authenticate, first_uses, remember_nonces
 from cluster_health.ingest.rejects import reject
-from cluster_health.web import broadcast
+from cluster_health.queues.keys import CONSUMERS, lease_key, registered, shard_of, taken_key
+from cluster_health.queues.messages import decode
+from cluster_health.shapes import broadcast
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +67,6 @@ RECLAIM_EVERY_S = 10.0  # how often a live consumer binds its queue again and lo
 RETRY_S = 1.0  # after Redis or the database failed, the batch waits this long before it is tried again
 # What the queue carries: task name -> the argument that holds the message's body.
 CARRIED = {contract.TASK_RESULT: "result", contract.TASK_HEARTBEAT: "heartbeat"}
-CONSUMERS = "cluster_health:ingest:consumers"  # the registry of consumer names (under buffer.KEY_PREFIX)
-
-
-def taken_key(name: str) -> str:
-    return f"{buffer.KEY_PREFIX}:taken:{name}"
-
-
-def lease_key(name: str) -> str:
-    return f"{buffer.KEY_PREFIX}:lease:{name}"
-
-
-def registered(client: redis.Redis) -> list[str]:
-    """Every consumer name that may hold a batch (the backlog's view reads their ``taken`` lists)."""
-    return sorted(n.decode(errors="replace") if isinstance(n, bytes) else n for n in client.smembers(CONSUMERS))
-
-
 # A batch: what this consumer's last life left in ``taken`` first, then the oldest messages of the
 # queue (Celery's Redis transport pushes on the left and pops on the right), up to ARGV[1] in all.
 # KEYS: queue, taken.
@@ -115,54 +98,6 @@ redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[4], ARGV[1])
 return #left
 """
-
-
-# A stored message larger than this is refused unread: a signed half is at most MAX_SIGNED_BYTES,
-# and the transport's base64 and envelope add about a third.
-MAX_MESSAGE_BYTES = 2 * signing.MAX_SIGNED_BYTES
-
-
-def read(raw) -> tuple[dict, dict]:
-    """(headers, keyword arguments) of a task message as Celery's Redis transport stores it. Raises ValueError.
-
-    The one reader of raw task messages: the consumer, the reaper's backlog and the fleet
-    simulator all go through it. A message whose JSON is already parsed (a dict) is read as is.
-    """
-    if isinstance(raw, (bytes, str)) and len(raw) > MAX_MESSAGE_BYTES:
-        raise ValueError(f"{len(raw)} bytes, more than the {MAX_MESSAGE_BYTES} a half's message can take")
-    try:
-        message = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
-        headers = message.get("headers") or {}
-        if not isinstance(headers, dict):
-            raise TypeError("headers")
-        body = message.get("body") or ""
-        if (message.get("properties") or {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body, validate=True)
-        args = json.loads(body)
-        kwargs = args[1] if isinstance(args, list) and len(args) >= 2 else None
-    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-        raise ValueError(f"not a task message as Celery stores it ({type(exc).__name__})") from None
-    if not isinstance(kwargs, dict):
-        raise ValueError("not a task message as Celery stores it (no keyword arguments)")
-    return headers, kwargs
-
-
-def decode(raw) -> tuple[str | None, dict, bool]:
-    """A message as Celery's Redis transport stores it: (task name, keyword arguments, expired). Raises ValueError."""
-    headers, kwargs = read(raw)
-    task = headers.get("task")
-    return (task if isinstance(task, str) else None), kwargs, _expired(headers.get("expires"))
-
-
-def _expired(expires) -> bool:
-    """Whether a message's ``expires`` header (ISO 8601, as Celery writes it) has passed."""
-    if not isinstance(expires, str):
-        return False
-    try:
-        when = datetime.fromisoformat(expires)
-    except ValueError:
-        return False
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)) < datetime.now(UTC)
 
 
 def declare_queue() -> None:
@@ -223,7 +158,7 @@ class Consumer:
             len(halves),
             len(beats),
         )
-        buffer.Drainer(self.client, self.name).run(first=buffer.shard_of(halves[0]) if halves else 0)
+        buffer.Drainer(self.client, self.name).run(first=shard_of(halves[0]) if halves else 0)
         return len(batch)
 
     def run(self, stopping: threading.Event) -> None:

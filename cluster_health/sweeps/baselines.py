@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cluster_health.core.baselines import median_and_mad
+from cluster_health.core.expected_busbw import median_and_mad
 from cluster_health.models import Baseline, BaselinePair, PairProbe, Sweep, pair_key
-from cluster_health.web import serializers
+from cluster_health.shapes import matrices
 
 ROLLING_BASELINE_SWEEPS = 5  # good nightly sweeps the rolling median is taken over
 # The scheduled kinds that measure every pair they run (a nightly sampled or topology sweep
@@ -21,7 +21,7 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
     rows = PairProbe.objects.filter(sweep=sweep, status__in=("ok", "degraded"), busbw_gbps__isnull=False)
     measured = {pair_key(a, b): bw for a, b, bw in rows.values_list("node_a__name", "node_b__name", "busbw_gbps")}
     if sweep.collapsed_ok:  # its passing pairs' rows are gone; the stored matrix has their busbw
-        for p in serializers.collapsed_pairs(sweep):
+        for p in matrices.collapsed_pairs(sweep):
             if p["busbw_gbps"] is not None:
                 measured[pair_key(p["a"], p["b"])] = p["busbw_gbps"]
     BaselinePair.objects.bulk_create(

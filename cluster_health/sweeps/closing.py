@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from agents import contract
 from cluster_health import bulk
-from cluster_health.core import baselines, evidence
+from cluster_health.core import evidence, expected_busbw
 from cluster_health.core.merge import PairResult
 from cluster_health.models import OPEN_PAIR_STATUSES, BaselinePair, GroupProbe, PairProbe, Sweep, pair_key
-from cluster_health.web import broadcast, serializers
+from cluster_health.shapes import broadcast, pairs
 
 OPEN_WHERE = "t.status IN (%s, %s)"  # the SQL twin of OPEN_PAIR_STATUSES, for conditional writes
 
@@ -87,13 +87,13 @@ def judge_against_baseline(result: PairResult, expected: Expected | float | None
     busbw, ratio = result["busbw_gbps"], settings.DEGRADED_RATIO
     if result["status"] != "ok" or busbw is None or not expected or not expected.busbw_gbps:
         return evidence.lossy(result, result.get("evidence")) or result  # type: ignore[return-value]
-    if busbw >= baselines.threshold(expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio):
+    if busbw >= expected_busbw.threshold(expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio):
         return evidence.lossy(result, result.get("evidence")) or result  # type: ignore[return-value]
     return {
         **result,
         "status": "degraded",
         "reason": "below_baseline",
-        "hint": baselines.slow_text(busbw, expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio),
+        "hint": expected_busbw.slow_text(busbw, expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio),
     }
 
 
@@ -150,10 +150,10 @@ def announce(rows: dict[int, ProbeRow], closed: dict[int, dict[str, Any]]) -> No
     for pk, fields in closed.items():
         row = rows[pk]
         by_sweep.setdefault(row.sweep_id, []).append(
-            serializers.pair_dict({**fields, "id": pk, "round": row.round, "a": row.a, "b": row.b})
+            pairs.pair_dict({**fields, "id": pk, "round": row.round, "a": row.a, "b": row.b})
         )
-    for sweep_id, pairs in by_sweep.items():
-        broadcast.sweep_update(Sweep(pk=sweep_id), pairs, round_only=True)
+    for sweep_id, shown in by_sweep.items():
+        broadcast.sweep_update(Sweep(pk=sweep_id), shown, round_only=True)
 
 
 def close_group(group: GroupProbe, merged: dict, now: datetime | None = None) -> bool:

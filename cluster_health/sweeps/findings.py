@@ -9,9 +9,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents import contract
-from cluster_health.core import consistency, culprits, discovery, fleet, history, preflight, verdicts
+from cluster_health import vocabulary
+from cluster_health.core import consistency, culprits, discovery, fleet, history, rehearsal, verdicts
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
-from cluster_health.sweeps import backlog, grouping
+from cluster_health.nodes import declared_groups
+from cluster_health.queues import backlog
 
 READ_CHUNK = 10000  # pair rows read per round trip
 HALVES_CHUNK = 2000  # pair rows with both halves (larger) read per round trip
@@ -43,25 +45,25 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     addresses = {n.name: n.address for n in nodes}
     offline = {n.name for n in nodes if not n.is_online(now)} - backlog.unheard_is_not_silent(sweep.nodes)
     groups = list(GroupProbe.objects.filter(sweep=sweep))
-    declared = grouping.declared(sweep.nodes)
+    declared = declared_groups(sweep.nodes)
     found = _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep), declared)
     blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
     found += verdicts.degraded_findings(pairs)
-    if sweep.kind not in (*contract.DISCOVER_SWEEP_KINDS, "preflight"):
+    if sweep.kind not in (*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"):
         found += _history_findings(sweep, pairs)
     for g in groups:
         if g.kind == "preflight":
-            found += preflight.rank_findings(g.nodes, g.halves, g.status, g.reason, g.hint)
+            found += rehearsal.rank_findings(g.nodes, g.halves, g.status, g.reason, g.hint)
         else:
             found += verdicts.group_findings(
                 {"status": g.status, "stage": g.stage, "reason": g.reason, "hint": g.hint, "nodes": g.nodes}, blamed
             )
-    if sweep.kind in contract.DISCOVER_SWEEP_KINDS:
+    if sweep.kind in vocabulary.DISCOVER_SWEEP_KINDS:
         found += _interface_findings(sweep, pairs, addresses)
     if sweep.kind in ("full", "preflight", "group"):
         found += consistency.findings(facts, addresses)
     if sweep.kind == "preflight":
-        found += preflight.setting_findings(sweep.params, facts)
+        found += rehearsal.setting_findings(sweep.params, facts)
     return found, [p["status"] for p in pairs] + [g.status for g in groups]
 
 
@@ -107,7 +109,7 @@ def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
     """Flapping and drifting links: this sweep's pairs with the same links in the sweeps before it."""
     earlier = list(
         Sweep.objects.filter(status="finished", pk__lt=sweep.pk)
-        .exclude(kind__in=(*contract.DISCOVER_SWEEP_KINDS, "preflight"))
+        .exclude(kind__in=(*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"))
         .order_by("-pk")
         .values_list("pk", flat=True)[: history.HISTORY_SWEEPS - 1]
     )
@@ -117,7 +119,7 @@ def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
     past: dict[tuple[str, str], list[tuple[int, str, float | None, int | None]]] = {}
     rows = (
         PairProbe.objects.filter(sweep_id__in=earlier)
-        .exclude(status__in=contract.OPEN_STATUSES)
+        .exclude(status__in=vocabulary.OPEN_STATUSES)
         .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes")
     )
     for sid, a, b, status, bw, sizes in rows.iterator(chunk_size=READ_CHUNK):

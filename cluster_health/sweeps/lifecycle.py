@@ -17,11 +17,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import contract
+from cluster_health import vocabulary
 from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import planner, verdicts
 from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GroupProbe, Node, PairProbe, Sweep
-from cluster_health.sweeps import baselines, dispatch, findings, grouping, rounds, statistics
-from cluster_health.web import broadcast, matrices
+from cluster_health.nodes import groups_of
+from cluster_health.queues import dispatch
+from cluster_health.shapes import broadcast, matrices
+from cluster_health.sweeps import baselines, findings, rounds, statistics
 
 log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
@@ -52,7 +55,7 @@ def start_sweep(sweep_id: int) -> bool:
         params = sweep.params
         try:
             names = _sweep_nodes(sweep, now)
-            groups = grouping.groups_of(names) if sweep.kind == "topology" else None
+            groups = groups_of(names) if sweep.kind == "topology" else None
             plan = planner.plan(
                 sweep.kind,
                 names,
@@ -80,7 +83,7 @@ def start_sweep(sweep_id: int) -> bool:
             sweep.params["groups"] = members
         if sweep.kind == "bisect":
             sweep.params["bisect_phase"] = 1
-        if sweep.kind in contract.BANDWIDTH_SWEEP_KINDS or params.get("baseline"):
+        if sweep.kind in vocabulary.BANDWIDTH_SWEEP_KINDS or params.get("baseline"):
             sweep.baseline = baselines.resolve_baseline(params.get("baseline"))
         sweep.save(update_fields=["nodes", "total_rounds", "params", "baseline"])
         broadcast.sweep_update(sweep)
@@ -270,7 +273,7 @@ def finish(sweep: Sweep) -> bool:
     sweep_id = sweep.pk
     transaction.on_commit(lambda: actions_tasks.sweep_finished(sweep_id))
     if statistics.worth_analyzing(len(statuses)):  # the sweep an operator opens next is read with fresh statistics
-        transaction.on_commit(lambda: dispatch.send_to_server(contract.TASK_ANALYZE_PAIRS))
+        transaction.on_commit(lambda: dispatch.send_to_server(vocabulary.TASK_ANALYZE_PAIRS))
     log.info("sweep %s finished: %s (%d findings)", sweep.pk, verdict, len(found))
     return True
 

@@ -25,7 +25,8 @@ from datetime import timedelta
 from django.db import transaction
 
 from cluster_health.models import GroupProbe, PairProbe
-from cluster_health.sweeps import dispatch, rounds
+from cluster_health.queues import dispatch
+from cluster_health.sweeps import rounds
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from django.utils import timezone
 from agents import contract
 from cluster_health.core import merge
 from cluster_health.models import GroupProbe, Node, PairProbe
+from cluster_health.queues.backlog import Backlog, server_backlog
 from cluster_health.sweeps import closing, lifecycle, outbox
-from cluster_health.sweeps.backlog import Backlog, server_backlog
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,10 @@ import secrets
 from django.db import transaction
 
 from agents import contract
+from cluster_health import vocabulary
 from cluster_health.core import planner
 from cluster_health.models import Node, Sweep
-from cluster_health.sweeps import dispatch
+from cluster_health.queues import dispatch
 
 MAX_NODES = contract.MAX_WORLD_SIZE
 MAX_PAIRS = 10000  # explicit pairs in one "pairs" sweep
@@ -31,8 +32,8 @@ def _int(params: dict, key: str, lo: int, hi: int):
 
 def clean_request(kind: str = "full", backend: str = "gloo", nodes=None, **params) -> dict:
     """Validate and bound a sweep request; returns the fields to store, or raises SweepRequestError."""
-    if kind not in contract.SWEEP_KINDS:
-        raise SweepRequestError(f"kind: {kind!r} is not one of {', '.join(contract.SWEEP_KINDS)}")
+    if kind not in vocabulary.SWEEP_KINDS:
+        raise SweepRequestError(f"kind: {kind!r} is not one of {', '.join(vocabulary.SWEEP_KINDS)}")
     if backend not in contract.BACKENDS:
         raise SweepRequestError(f"backend: {backend!r} is not one of {', '.join(contract.BACKENDS)}")
     try:
@@ -162,5 +163,5 @@ def request_sweep(*, source: str, user=None, **request) -> Sweep:
         sweep = Sweep.objects.create(
             source=source, requested_by=user if user and user.is_authenticated else None, **fields
         )
-        transaction.on_commit(lambda: dispatch.send_to_server(contract.TASK_START_SWEEP, sweep_id=sweep.pk))
+        transaction.on_commit(lambda: dispatch.send_to_server(vocabulary.TASK_START_SWEEP, sweep_id=sweep.pk))
     return sweep

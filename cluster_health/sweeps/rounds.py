@@ -16,16 +16,15 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from agents import contract
-from cluster_health import bulk
+from cluster_health import bulk, vocabulary
 from cluster_health.core import fleet
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
-from cluster_health.sweeps import backlog, dispatch
-from cluster_health.web import broadcast, serializers
+from cluster_health.queues import backlog, dispatch
+from cluster_health.shapes import broadcast, pairs
 
 # What a round's dispatch reads of its pair rows: what it writes, what its commands and its broadcast name.
 DISPATCH_FIELDS = (
-    *serializers.PAIR_MODEL_FIELDS,
+    *pairs.PAIR_MODEL_FIELDS,
     "rendezvous",
     "started",
     "deadline",
@@ -84,13 +83,13 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
     _write_if_pending(updated, "offline", "hint", {"reason": "agent_offline", "finished": now})
     running = [p.pk for p in updated if p.status == "running"]
     transaction.on_commit(lambda: dispatch.send_probe_commands(PairProbe, running, commands))
-    broadcast.sweep_update(sweep, [serializers.pair_dict_of(p) for p in updated], throttle=True)
+    broadcast.sweep_update(sweep, [pairs.pair_dict_of(p) for p in updated], throttle=True)
     return bool(running)
 
 
 def pair_settings(sweep: Sweep) -> tuple[str, dict]:
     """The command kind and settings of a sweep's pair probes."""
-    kind = "discover" if sweep.kind in contract.DISCOVER_SWEEP_KINDS else "pair"
+    kind = "discover" if sweep.kind in vocabulary.DISCOVER_SWEEP_KINDS else "pair"
     return kind, dispatch.probe_settings(sweep.params, sweep.last_stage, kind)
 
 

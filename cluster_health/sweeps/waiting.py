@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from django.core.management.base import CommandError
 
-from agents import contract
+from cluster_health import vocabulary
 from cluster_health.models import Sweep
 
 POLL_S = 0.5  # how often the row is re-read while waiting: a person watching, not a tight loop
@@ -93,5 +93,5 @@ def node_names(text: str | None) -> list[str] | None:
 
 
 def exit_code(sweep: Sweep) -> int:
-    """The verdict's exit code (contract.VERDICT_EXIT_CODES) of a finished sweep; 3 for any other end."""
-    return contract.VERDICT_EXIT_CODES[sweep.verdict] if sweep.status == "finished" else 3
+    """The verdict's exit code (vocabulary.VERDICT_EXIT_CODES) of a finished sweep; 3 for any other end."""
+    return vocabulary.VERDICT_EXIT_CODES[sweep.verdict] if sweep.status == "finished" else 3

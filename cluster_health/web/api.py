@@ -21,9 +21,9 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from cluster_health import sweeps
-from cluster_health.management.commands.nodes import node_dict, set_active
 from cluster_health.models import ApiToken, Node, PairProbe, Sweep
-from cluster_health.web import matrices, serializers
+from cluster_health.nodes import node_dict, set_active
+from cluster_health.shapes import documents, matrices, pairs
 
 START_PERMISSION = "cluster_health.start_sweep"
 MAX_LIST = 200
@@ -165,7 +165,7 @@ def sweep_list(request):
             qs = qs.filter(**{field: val})
     page = qs[offset : offset + limit]
     return JsonResponse(
-        {"sweeps": [serializers.sweep_json(s, with_pairs=False) for s in page], "limit": limit, "offset": offset}
+        {"sweeps": [documents.sweep_json(s, with_pairs=False) for s in page], "limit": limit, "offset": offset}
     )
 
 
@@ -249,7 +249,7 @@ class _PairPage:
 
     def sweep_json(self, request) -> dict:
         """The sweep JSON with this page of its pairs, and ``pairs_page`` saying where the rest are."""
-        data = serializers.sweep_json(self.sweep, pair_window=self.window)
+        data = documents.sweep_json(self.sweep, pair_window=self.window)
         data["pairs_page"] = self.meta(request)
         return data
 
@@ -270,8 +270,8 @@ def sweep_detail(request, sweep):
 def sweep_pairs(request, sweep):
     """A page of a sweep's pairs alone: ``{"sweep", "total", "offset", "limit", "next", "pairs"}``."""
     page = _PairPage.of_request(request, sweep)
-    pairs = serializers.pair_dicts(sweep, window=page.window)
-    return JsonResponse({"sweep": sweep.pk, **page.meta(request), "pairs": pairs})
+    shown = documents.pair_dicts(sweep, window=page.window)
+    return JsonResponse({"sweep": sweep.pk, **page.meta(request), "pairs": shown})
 
 
 @api_view(methods=("POST",), permission=START_PERMISSION)
@@ -280,7 +280,7 @@ def sweep_cancel(request, sweep):
     if not sweeps.cancel(sweep.pk):
         return error(409, f"sweep {sweep.pk} is already {sweep.status}")
     sweep.refresh_from_db()
-    return JsonResponse(serializers.sweep_json(sweep, with_pairs=False))
+    return JsonResponse(documents.sweep_json(sweep, with_pairs=False))
 
 
 MAX_DRILL_GROUPS = 2  # a drill-down is one cell of the group matrix: one group, or a pair of them
@@ -308,7 +308,7 @@ def matrix_response(sweep, wanted: list[str]) -> HttpResponse:
             text = matrices.drill_down_text(sweep, wanted)
         except matrices.DrillDownError as exc:
             return error(exc.status, str(exc))
-    return HttpResponse(serializers.json_object(head, spread=text), content_type="application/json")
+    return HttpResponse(documents.json_object(head, spread=text), content_type="application/json")
 
 
 @api_view()
@@ -325,7 +325,7 @@ def sweep_groups(request, sweep):
     """The group matrix (cluster_health.core.groupmatrix): group x group worst status, counts, busbw."""
     head = {"status": sweep.status, "verdict": sweep.verdict}
     return HttpResponse(
-        serializers.json_object(head, spread=matrices.group_matrix_text(sweep)), content_type="application/json"
+        documents.json_object(head, spread=matrices.group_matrix_text(sweep)), content_type="application/json"
     )
 
 
@@ -338,7 +338,7 @@ class _Echo:
 @with_sweep
 def sweep_csv(request, sweep):
     writer = csv.writer(_Echo())
-    response = StreamingHttpResponse((writer.writerow(r) for r in serializers.csv_rows(sweep)), content_type="text/csv")
+    response = StreamingHttpResponse((writer.writerow(r) for r in documents.csv_rows(sweep)), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="sweep-{sweep.pk}.csv"'
     return response
 
@@ -352,11 +352,11 @@ def pair_history(request, a, b):
         return error(404, f"unknown node in {a}, {b}")
     qs = PairProbe.objects.filter(node_a__name__in=(a, b), node_b__name__in=(a, b))
     rows = qs.order_by("-id").values(
-        *serializers.PAIR_MODEL_FIELDS, "sweep_id", "finished", a=F("node_a__name"), b=F("node_b__name")
+        *pairs.PAIR_MODEL_FIELDS, "sweep_id", "finished", a=F("node_a__name"), b=F("node_b__name")
     )[:limit]
     history = [
         {
-            **serializers.pair_dict(row),
+            **pairs.pair_dict(row),
             "sweep": row["sweep_id"],
             "finished": row["finished"] and row["finished"].isoformat(),
         }

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from cluster_health.models import Node, PairProbe, RejectedMessage, Sweep
-from cluster_health.web.serializers import STATUS_CODES
+from cluster_health.shapes.pairs import STATUS_CODES
 
 DURATION_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_POST
 from cluster_health import sweeps
 from cluster_health.core import consistency, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
-from cluster_health.web import matrices, serializers
+from cluster_health.shapes import documents, matrices
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
 
 
@@ -40,13 +40,13 @@ def sweep_state(request, sweep_id: int):
     """Everything a sweep page draws, in one response: summary, progress, findings, and its node matrix,
     or past CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES its group matrix instead (``matrix`` is then null)."""
     sweep = get_object_or_404(Sweep, pk=sweep_id)
-    summary = serializers.sweep_json(sweep, with_pairs=False, with_progress=True)
+    summary = documents.sweep_json(sweep, with_pairs=False, with_progress=True)
     summary["node_matrix_max_nodes"] = settings.NODE_MATRIX_MAX_NODES
     if matrices.node_matrix_shown(sweep):
         views = {"matrix": matrices.matrix_text(sweep)}
     else:
         views = {"matrix": "null", "groups": matrices.group_matrix_text(sweep)}
-    return HttpResponse(serializers.json_object(summary, views), content_type="application/json")
+    return HttpResponse(documents.json_object(summary, views), content_type="application/json")
 
 
 def _latest_sweep():
@@ -175,10 +175,10 @@ def sweep_detail(request, sweep_id: int):
         {
             "sweep": sweep,
             "findings": findings,
-            "trending_down": serializers.trending_down(findings),
+            "trending_down": documents.trending_down(findings),
             "groups": GroupProbe.objects.filter(sweep=sweep),
             "previous": previous,
-            "plan": serializers.plan_json(sweep),
+            "plan": documents.plan_json(sweep),
             "group_refresh_ms": GROUP_REFRESH_MS,
         },
     )

@@ -14,77 +14,13 @@ clears it, ``nodes topology FILE`` makes the whole declared topology that of a f
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 from django.utils import timezone
 
 from cluster_health.core import topology
 from cluster_health.models import Node
-
-
-def node_dict(node: Node, now=None) -> dict:
-    return {
-        "name": node.name,
-        "address": node.address,
-        "active": node.active,
-        "online": node.is_online(now),
-        "last_heartbeat": node.last_heartbeat and node.last_heartbeat.isoformat(),
-        "retired_at": node.retired_at and node.retired_at.isoformat(),
-        "agent_version": node.agent_version or None,
-        "busy": node.busy,
-        "topology_group": node.topology_group or None,
-        "facts": node.facts,
-    }
-
-
-def registered(names) -> dict[str, Node]:
-    """The named nodes by name; Node.DoesNotExist naming the unregistered ones if any name is not registered."""
-    nodes = {n.name: n for n in Node.objects.filter(name__in=names)}
-    unknown = [n for n in names if n not in nodes]
-    if unknown:
-        raise Node.DoesNotExist(f"unknown node(s): {', '.join(unknown[:20])}")
-    return nodes
-
-
-def set_active(names: list[str], active: bool) -> list[Node]:
-    """Retire (active=False) or activate the named nodes; every name must be registered."""
-    nodes = registered(names)
-    now = timezone.now()
-    for node in nodes.values():
-        if node.active != active:
-            node.activate() if active else node.retire(now)
-    return [nodes[n] for n in dict.fromkeys(names)]
-
-
-@transaction.atomic
-def set_topology_group(names: list[str], group: str) -> list[Node]:
-    """Declare the named nodes' topology group ("" clears it); TopologyError or Node.DoesNotExist change nothing."""
-    if group:
-        topology.check_group(group)
-    nodes = registered(names)
-    Node.objects.filter(name__in=names).update(topology_group=group)
-    for node in nodes.values():
-        node.topology_group = group
-    return [nodes[n] for n in dict.fromkeys(names)]
-
-
-@transaction.atomic
-def declare_topology(groups: dict[str, str]) -> int:
-    """Make the declared topology exactly ``groups`` (node -> group): the nodes it leaves out lose theirs.
-
-    Every node must be registered (else Node.DoesNotExist, and nothing changes). Returns
-    how many nodes not in ``groups`` had their group cleared.
-    """
-    registered(list(groups))
-    members: dict[str, list[str]] = defaultdict(list)
-    for name, group in groups.items():
-        members[topology.check_group(group)].append(name)
-    for group, names in members.items():
-        Node.objects.filter(name__in=names).update(topology_group=group)
-    return Node.objects.exclude(name__in=list(groups)).exclude(topology_group="").update(topology_group="")
-
+from cluster_health.nodes import declare_topology, node_dict, registered, set_active, set_topology_group
 
 USAGE = {
     "retire": "nodes retire NAME [NAME ...]",

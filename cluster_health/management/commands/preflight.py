@@ -12,8 +12,8 @@ from django.core.management.base import BaseCommand
 
 from agents import contract
 from cluster_health.core import textmatrix
+from cluster_health.shapes import documents
 from cluster_health.sweeps import waiting
-from cluster_health.web import serializers
 
 
 class Command(BaseCommand):
@@ -44,6 +44,6 @@ class Command(BaseCommand):
             request["nodes"] = waiting.node_names(opts["nodes"])
         sweep = waiting.request_or_error(**request)
         waiting.wait_or_cancel(sweep, opts["timeout"])
-        report = serializers.sweep_json(sweep)
+        report = documents.sweep_json(sweep)
         self.stdout.write(json.dumps(report) if opts["json"] else textmatrix.render(report))
         sys.exit(waiting.exit_code(sweep))

@@ -1,6 +1,6 @@
 """Request a sweep; with --wait, block until it ends, print it and exit with the verdict's code.
 
-Exit codes (contract.VERDICT_EXIT_CODES): 0 pass, 1 warn, 2 fail, 3 unknown (also
+Exit codes (vocabulary.VERDICT_EXIT_CODES): 0 pass, 1 warn, 2 fail, 3 unknown (also
 a sweep that failed, was cancelled, or did not end within --timeout).
 """
 
@@ -12,11 +12,12 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from agents import contract
+from cluster_health import vocabulary
 from cluster_health.core import planner, textmatrix
+from cluster_health.shapes import documents
 from cluster_health.sweeps import waiting
-from cluster_health.web import serializers
 
-REQUESTABLE_KINDS = [k for k in contract.SWEEP_KINDS if k != "preflight"]  # a preflight has its own command
+REQUESTABLE_KINDS = [k for k in vocabulary.SWEEP_KINDS if k != "preflight"]  # a preflight has its own command
 KIND_HELP = (
     "discover: try every interface combination of every pair and name the "
     "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node; for large fleets, "
@@ -82,7 +83,7 @@ class Command(BaseCommand):
         sweep = waiting.request_or_error(**request)
         if not opts["wait"]:
             if opts["json"]:
-                self.stdout.write(json.dumps(serializers.sweep_json(sweep, with_pairs=False)))
+                self.stdout.write(json.dumps(documents.sweep_json(sweep, with_pairs=False)))
             else:
                 self.stdout.write(f"sweep {sweep.pk} requested")
             return
@@ -90,7 +91,7 @@ class Command(BaseCommand):
         if not opts["json"] and sys.stderr.isatty():
             show = lambda line: self.stderr.write(line)
         ended = waiting.wait_or_cancel(sweep, opts["timeout"], show)
-        report = serializers.sweep_json(sweep)
+        report = documents.sweep_json(sweep)
         if opts["json"]:
             self.stdout.write(json.dumps(report))
         else:

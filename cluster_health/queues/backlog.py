@@ -16,7 +16,8 @@ import redis
 from django.conf import settings
 
 from agents import broker, contract
-from cluster_health.ingest import buffer, consumer
+from cluster_health import vocabulary
+from cluster_health.queues import keys, messages
 
 # A message a worker reserved longer ago than this is not about to be applied: its worker
 # died, and the broker hands it back only after the visibility timeout (an hour). Generous,
@@ -41,13 +42,13 @@ class Backlog:
     def add(self, raw) -> None:
         """Count one message as the Redis transport stores it, unless it applies nothing (a reaper run)."""
         try:
-            headers, kwargs = consumer.read(raw)
+            headers, kwargs = messages.read(raw)
         except ValueError:
             self.messages += 1
             self.complete = False  # unreadable: could be anyone's
             return
         own = _current_task_id()
-        if headers.get("task") == contract.TASK_REAP or (own is not None and headers.get("id") == own):
+        if headers.get("task") == vocabulary.TASK_REAP or (own is not None and headers.get("id") == own):
             return
         self.messages += 1
         task = headers.get("task")
@@ -61,7 +62,7 @@ class Backlog:
                     self.nodes.add(result.get("node"))
                     kind = "pair" if result.get("kind", "pair") in ("pair", "discover") else "group"
                     self.probes.add((kind, result.get("probe_id")))
-            elif task == contract.TASK_START_SWEEP:
+            elif task == vocabulary.TASK_START_SWEEP:
                 sweep_id = kwargs.get("sweep_id")
                 if not isinstance(sweep_id, int):
                     raise TypeError("sweep_id")
@@ -138,20 +139,20 @@ def server_backlog() -> Backlog | None:
     options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
     try:
         lists = [
-            contract.SERVER_QUEUE,
+            vocabulary.SERVER_QUEUE,
             contract.INGEST_QUEUE,
-            *(consumer.taken_key(name) for name in consumer.registered(client)),
+            *(keys.taken_key(name) for name in keys.registered(client)),
         ]
-        keys = [
+        script_keys = [
             options.get("unacked_index_key", "unacked_index"),
             options.get("unacked_key", "unacked"),
             *lists,
-            *buffer.buffer_keys(),
+            *keys.buffer_keys(),
         ]
         queued, head, reserved, buffered, in_buffer = client.eval(
             SNAPSHOT_SCRIPT,
-            len(keys),
-            *keys,
+            len(script_keys),
+            *script_keys,
             PEEK_MAX,
             time.time() - RESERVED_ORPHAN_S,
             BUFFER_PEEK_MAX,
@@ -172,7 +173,7 @@ def server_backlog() -> Backlog | None:
             raw, _exchange, routing_key = json.loads(entry)
         except (TypeError, ValueError):
             continue  # acked meanwhile
-        if routing_key == contract.SERVER_QUEUE:  # agents' commands share the hash
+        if routing_key == vocabulary.SERVER_QUEUE:  # agents' commands share the hash
             backlog.add(raw)
     for entry in buffered:
         backlog.add_buffered(entry.decode(errors="replace"))

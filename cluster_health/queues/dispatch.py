@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from agents import contract, signing
-from cluster_health import shared_redis
+from cluster_health import shared_redis, vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def capture():
 
 
 def send_to_server(task: str, **kwargs) -> None:
-    _sender([(task, contract.SERVER_QUEUE, kwargs, None)])
+    _sender([(task, vocabulary.SERVER_QUEUE, kwargs, None)])
 
 
 def send_command(command: dict) -> None:

@@ -49,8 +49,8 @@ from django.utils import timezone
 
 from cluster_health.core import groupmatrix, matrix
 from cluster_health.models import Node, PairProbe, Sweep, SweepMatrix
-from cluster_health.sweeps import grouping
-from cluster_health.web.serializers import READ_CHUNK
+from cluster_health.nodes import sweep_groups
+from cluster_health.shapes.pairs import READ_CHUNK, gbps, micros, pair_dict
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,8 @@ def _named(rows: Iterable[tuple], names: dict[int, str]) -> Iterator[matrix.Matr
             names.get(a),
             names.get(b),
             st,
-            None if bw is None else round(bw, 4),
-            None if lat is None else round(lat, 1),
+            gbps(bw),
+            micros(lat),
             stage,
             reason,
             hint,
@@ -85,6 +85,43 @@ def closed_text(sweep_id: int) -> str | None:
     return (
         SweepMatrix.objects.filter(sweep_id=sweep_id, open_round__isnull=True).values_list("payload", flat=True).first()
     )
+
+
+def collapsed_pairs(sweep: Sweep) -> Iterator[dict]:
+    """The passing pairs of a collapsed sweep, from its stored matrix: no probe id, round or evidence kept.
+
+    A pair probe is two ranks, so its algbw is its busbw; a and b are in matrix (name) order.
+    """
+    stored = closed_text(sweep.pk)
+    if stored is None:
+        return
+    payload = json.loads(stored)
+    names, codes = payload["nodes"], payload["status_codes"]
+    status = matrix.decode(payload["status"], "B")
+    busbw, latency = matrix.decode(payload["busbw_gbps"], "f"), matrix.decode(payload["latency_us"], "f")
+    ok = codes.index("ok")
+    n, k = len(names), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if status[k] == ok:
+                bw = None if busbw[k] != busbw[k] else busbw[k]
+                yield pair_dict(
+                    {
+                        "id": None,
+                        "round": None,
+                        "a": names[i],
+                        "b": names[j],
+                        "status": "ok",
+                        "stage": sweep.last_stage,
+                        "reason": None,
+                        "latency_us_p50": None if latency[k] != latency[k] else latency[k],
+                        "algbw_gbps": bw,
+                        "busbw_gbps": bw,
+                        "hint": None,
+                        "evidence": None,
+                    }
+                )
+            k += 1
 
 
 def matrix_text(sweep: Sweep) -> str:
@@ -126,11 +163,6 @@ def store_matrix(sweep: Sweep) -> None:
             "built": timezone.now(),
         },
     )
-
-
-def build_sweep_matrix(sweep: Sweep) -> dict:
-    """The matrix payload built from the sweep's pair rows (one query, no joins)."""
-    return sweep_matrix_arrays(sweep).payload()
 
 
 def sweep_matrix_arrays(sweep: Sweep, only: list[str] | None = None) -> matrix.MatrixArrays:
@@ -288,7 +320,7 @@ def build_group_text(sweep: Sweep, arrays: matrix.MatrixArrays) -> str:
     """The group matrix of a sweep's node matrix as JSON text (or, past groupmatrix.MAX_GROUPS, what to do)."""
     head = {"sweep": sweep.pk, "grouping": "planned" if sweep.kind == "topology" else "current"}
     try:
-        payload = groupmatrix.build(arrays, grouping.sweep_groups(sweep, arrays.nodes))
+        payload = groupmatrix.build(arrays, sweep_groups(sweep, arrays.nodes))
     except groupmatrix.TooManyGroups as exc:
         payload = {"groups": None, "nodes": len(arrays.nodes), "message": str(exc)}
     return _text({**head, **payload})
@@ -323,7 +355,7 @@ class DrillDownError(ValueError):
 def drill_down_text(sweep: Sweep, wanted: list[str]) -> str:
     """The node matrix over the members of one or two of the sweep's groups, as JSON text."""
     nodes = list(sweep.nodes) or sweep_arrays(sweep).nodes
-    group_of = grouping.sweep_groups(sweep, nodes)
+    group_of = sweep_groups(sweep, nodes)
     known = set(group_of.values()) | {n for n in nodes if not group_of.get(n)}
     unknown = [g for g in wanted if g not in known]
     if unknown:

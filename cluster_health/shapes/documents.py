@@ -1,80 +1,22 @@
-"""How sweeps and pairs look from outside: the sweep JSON of DESIGN.md, the stored matrix, CSV rows.
+"""How a sweep looks from outside: the sweep JSON (docs/CONTRACT.md), its plan, groups and CSV rows.
 
-The CLI, the API, the broadcasts and the metrics all read these, so a field has
-one name everywhere.
+The CLI, the API, the pages and the reports all read these, so a field has one name
+everywhere; a pair's own shape is cluster_health.shapes.pairs'.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import F
 
-from agents import contract
-from cluster_health.core import evidence, history, matrix
+from cluster_health.core import history
 from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep
-
-READ_CHUNK = 20000  # pair rows per round trip when a whole sweep is read
-# The pair fields every outside view reads, by PairProbe field name; ``a``/``b`` are the node names.
-PAIR_FIELDS = (
-    "id",
-    "round",
-    "a",
-    "b",
-    "status",
-    "stage",
-    "reason",
-    "latency_us_p50",
-    "algbw_gbps",
-    "busbw_gbps",
-    "hint",
-    "evidence",
-)
-PAIR_MODEL_FIELDS = tuple(f for f in PAIR_FIELDS if f not in ("a", "b"))  # read as they are; a, b via the nodes
-# Status codes of the /metrics pair gauge (the matrix has its own, with "untested", in core.matrix).
-STATUS_CODES = {s: i for i, s in enumerate((*contract.OPEN_STATUSES, *contract.STATUSES))}
-
-
-def pair_dict(row: Mapping[str, Any]) -> dict:
-    """A pair as DESIGN.md's sweep JSON names it, from PairProbe field values (``latency_us_p50`` is ``latency_us``)."""
-    return {
-        "a": row["a"],
-        "b": row["b"],
-        "status": row["status"],
-        "stage": row["stage"],
-        "reason": row["reason"],
-        "latency_us": _r(row["latency_us_p50"]),
-        "algbw_gbps": _r(row["algbw_gbps"], 4),
-        "busbw_gbps": _r(row["busbw_gbps"], 4),
-        "hint": row["hint"],
-        "round": row["round"],
-        "probe": row["id"],
-        "evidence": evidence.summary(row.get("evidence")),
-    }
-
-
-def pair_dict_of(p: PairProbe) -> dict:
-    """``pair_dict`` of a PairProbe instance (its nodes selected with it)."""
-    return pair_dict({**{f: getattr(p, f) for f in PAIR_MODEL_FIELDS}, "a": p.node_a.name, "b": p.node_b.name})
-
-
-def pair_rows(qs, window: slice | None = None) -> Iterator[dict]:
-    """``pair_dict`` of every probe in a PairProbe queryset, in round order, read as values.
-
-    ``window`` (a slice of that order) reads one page of them, as the API does.
-    """
-    rows = qs.order_by("round", "id").values(*PAIR_MODEL_FIELDS, a=F("node_a__name"), b=F("node_b__name"))
-    if window is not None:
-        rows = rows[window]
-    return (pair_dict(row) for row in rows.iterator(chunk_size=READ_CHUNK))
-
-
-def _r(x, nd=1):
-    return None if x is None else round(x, nd)
+from cluster_health.shapes.matrices import collapsed_pairs
+from cluster_health.shapes.pairs import gbps, micros, pair_rows
 
 
 def pair_dicts(sweep: Sweep, qs=None, window: slice | None = None) -> list[dict]:
@@ -89,43 +31,6 @@ def pair_dicts(sweep: Sweep, qs=None, window: slice | None = None) -> list[dict]
     return list(rows)
 
 
-def collapsed_pairs(sweep: Sweep) -> Iterator[dict]:
-    """The passing pairs of a collapsed sweep, from its stored matrix: no probe id, round or evidence kept.
-
-    A pair probe is two ranks, so its algbw is its busbw; a and b are in matrix (name) order.
-    """
-    from cluster_health.web.matrices import closed_text  # matrices builds on this module
-
-    stored = closed_text(sweep.pk)
-    if stored is None:
-        return
-    payload = json.loads(stored)
-    names, codes = payload["nodes"], payload["status_codes"]
-    status = matrix.decode(payload["status"], "B")
-    busbw, latency = matrix.decode(payload["busbw_gbps"], "f"), matrix.decode(payload["latency_us"], "f")
-    ok = codes.index("ok")
-    n, k = len(names), 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            if status[k] == ok:
-                bw = None if busbw[k] != busbw[k] else _r(busbw[k], 4)
-                yield {
-                    "a": names[i],
-                    "b": names[j],
-                    "status": "ok",
-                    "stage": sweep.last_stage,
-                    "reason": None,
-                    "latency_us": None if latency[k] != latency[k] else _r(latency[k]),
-                    "algbw_gbps": bw,
-                    "busbw_gbps": bw,
-                    "hint": None,
-                    "round": None,
-                    "probe": None,
-                    "evidence": None,
-                }
-            k += 1
-
-
 def group_dict(g: GroupProbe) -> dict:
     return {
         "kind": g.kind,
@@ -134,8 +39,8 @@ def group_dict(g: GroupProbe) -> dict:
         "stage": g.stage,
         "reason": g.reason,
         "hint": g.hint,
-        "latency_us": _r(g.latency_us_p50),
-        "busbw_gbps": _r(g.busbw_gbps, 4),
+        "latency_us": micros(g.latency_us_p50),
+        "busbw_gbps": gbps(g.busbw_gbps),
         "ranks": {
             r: {k: h.get(k) for k in ("node", "status", "stage", "reason", "hint")}
             for r, h in sorted(g.halves.items(), key=lambda kv: int(kv[0]))

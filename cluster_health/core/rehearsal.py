@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster_health.core.findings import finding
+from cluster_health.core.finding_row import finding
 
 IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 
