@@ -1,0 +1,93 @@
+"""Slurm: blamed nodes drained with the sweep in the reason, resumed once they pass; others' drains untouched.
+
+Runs against a real slurmctld (and munged) that the fixture starts with a private
+slurm.conf; state is read back with sinfo and scontrol.
+"""
+
+import pytest
+
+from cluster_health.actions import slurm
+from cluster_health.actions.models import SlurmDrain
+from tests.support.action_fixtures import SlurmCluster
+from tests.support.action_rows import finished_sweep
+
+NODES = ["gpu-a", "gpu-b", "gpu-c"]
+MAP = "s/^gpu-/node-/"
+C_OFFLINE = ("fail", "node_offline", "gpu-c", "gpu-c went offline: its agent stopped sending heartbeats")
+BAD_C = {("gpu-a", "gpu-c"): "offline", ("gpu-b", "gpu-c"): "offline"}
+
+
+@pytest.fixture
+def slurmctld(tmp_path, monkeypatch, settings):
+    cluster = SlurmCluster(tmp_path / "slurm", ["node-a", "node-b", "node-c"]).start()
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    settings.SLURM_NODE_MAP = MAP
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_it_maps_names_by_substitution_or_by_list():
+    assert slurm.slurm_name("gpu-17", "s/^gpu-/node/") == "node17"
+    assert slurm.slurm_name("gpu-17", "s|^gpu-(\\d+)$|n\\1.rack2|") == "n17.rack2"
+    assert slurm.slurm_name("a1", "a1=sl-a1, b2=sl-b2") == "sl-a1"
+    assert slurm.slurm_name("c3", "a1=sl-a1") == "c3"
+    assert slurm.slurm_name("c3", "") == "c3"
+
+
+def test_it_refuses_a_mapping_that_would_not_be_a_plain_node_name():
+    with pytest.raises(slurm.NodeMapError):
+        slurm.slurm_name("gpu-1", "s/^gpu-/x State=DOWN /")
+    with pytest.raises(slurm.NodeMapError):
+        slurm.parse_node_map("s/(/x/")
+    with pytest.raises(slurm.NodeMapError):
+        slurm.parse_node_map("a1")
+
+
+@pytest.mark.django_db
+def test_it_drains_a_blamed_node_and_resumes_it_when_a_sweep_passes_it(slurmctld):
+    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    assert slurm.act_on_sweep(bad, "drain") == ["drained node-c"]
+    state, reason = slurmctld.sinfo_states()["node-c"]
+    assert state.startswith("drain") and reason.startswith(f"cluster-health sweep #{bad.pk}: gpu-c went offline")
+    assert slurmctld.sinfo_states()["node-a"][0] == "unknown"
+    again = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    assert slurm.act_on_sweep(again, "drain") == []  # already ours: no second drain, reason unchanged
+    assert slurmctld.sinfo_states()["node-c"][1].startswith(f"cluster-health sweep #{bad.pk}:")
+    good = finished_sweep(NODES)
+    assert slurm.act_on_sweep(good, "drain") == ["resumed node-c"]
+    state, reason = slurmctld.sinfo_states()["node-c"]
+    assert not state.startswith("drain") and reason == "none"
+    drain = SlurmDrain.objects.get()
+    assert (drain.status, drain.sweep_id, drain.resumed_by_id) == ("resumed", bad.pk, good.pk)
+
+
+@pytest.mark.django_db
+def test_it_never_touches_a_node_someone_else_drained(slurmctld):
+    slurmctld.run("scontrol", "update", "NodeName=node-c", "State=DRAIN", "Reason=RMA ticket 4411")
+    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    assert slurm.act_on_sweep(bad, "drain") == ["left node-c: drained by someone else"]
+    assert slurm.act_on_sweep(finished_sweep(NODES), "drain") == []
+    state, reason = slurmctld.sinfo_states()["node-c"]
+    assert state.startswith("drain") and reason == "RMA ticket 4411"
+    assert not SlurmDrain.objects.exists()
+
+
+@pytest.mark.django_db
+def test_it_lets_go_of_a_node_an_operator_redrained_with_their_own_reason(slurmctld):
+    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    slurm.act_on_sweep(bad, "drain")
+    slurmctld.run("scontrol", "update", "NodeName=node-c", "State=DRAIN", "Reason=swapping the NIC")
+    assert slurm.act_on_sweep(finished_sweep(NODES), "drain") == ["released node-c: changed outside cluster-health"]
+    assert slurmctld.sinfo_states()["node-c"] == ("drained", "swapping the NIC")
+    assert SlurmDrain.objects.get().status == "released"
+
+
+@pytest.mark.django_db
+def test_report_mode_only_says_what_it_would_do(slurmctld, caplog):
+    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    assert slurm.act_on_sweep(bad, "report") == ["would drain node-c"]
+    assert "would drain node-c" in caplog.text
+    assert slurmctld.sinfo_states()["node-c"] == ("unknown", "none")
+    assert slurm.act_on_sweep(bad, "off") == []

@@ -1,0 +1,112 @@
+"""The agent as a deployable unit: a wheel without Django, a sandboxed systemd unit, Kubernetes manifests."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import yaml
+
+from tests.support.action_fixtures import require_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+UNIT = ROOT / "deploy" / "systemd" / "cluster-health-agent.service"
+K8S = ROOT / "deploy" / "kubernetes"
+
+
+def test_it_builds_an_agent_wheel_without_django(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "agents", src / "agents", ignore=shutil.ignore_patterns("__pycache__"))
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            str(src),
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+    )
+    assert run.returncode == 0, run.stderr
+    (wheel,) = (tmp_path / "dist").glob("cluster_health_agent-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        meta = Parser().parsestr(zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode())
+        entry_points = zf.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
+    assert "agents/__init__.py" in names and "agents/check.py" in names and "agents/probe.py" in names
+    assert not [n for n in names if n.startswith(("cluster_health/", "tests/", "devtools/"))]
+    requires = [r.lower() for r in meta.get_all("Requires-Dist") or []]
+    assert requires and not [r for r in requires if r.startswith(("django", "channels", "torch"))], requires
+    assert "cluster-health-agent = agents.cli:main" in entry_points
+
+
+def test_the_systemd_unit_is_sandboxed_but_keeps_the_host_network():
+    unit = UNIT.read_text()
+    settings = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line and not line.startswith("#"))
+    for key, value in {
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "NoNewPrivileges": "yes",
+        "StateDirectory": "cluster-health-agent",
+    }.items():
+        assert settings.get(key) == value, key
+    assert settings["EnvironmentFile"].startswith("/etc/cluster-health/")
+    assert settings["LoadCredential"].startswith("agent.key:")
+    # Probes must reach peers through the node's own NICs.
+    for forbidden in ("PrivateNetwork", "IPAddressDeny", "RestrictAddressFamilies"):
+        assert forbidden not in settings
+
+
+def test_the_systemd_unit_passes_systemd_analyze_verify(tmp_path):
+    analyze = require_tool("systemd-analyze")
+    # verify insists that ExecStart exists: point it at a stand-in for the installed script.
+    stand_in = tmp_path / "cluster-health-agent"
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text().replace("/opt/cluster-health-agent/bin/cluster-health-agent", str(stand_in)))
+    run = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and not run.stderr.strip(), run.stdout + run.stderr
+
+
+def _docs():
+    out = {}
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[(doc["kind"], doc["metadata"]["name"])] = doc
+    return out
+
+
+def test_the_kubernetes_manifests_run_the_agent_on_the_host_network_and_the_server_as_deployments():
+    docs = _docs()
+    assert all(d["metadata"].get("namespace") == "cluster-health" for (k, _), d in docs.items() if k != "Namespace")
+    agent = docs[("DaemonSet", "cluster-health-agent")]
+    pod = agent["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert agent["spec"]["selector"]["matchLabels"].items() <= agent["spec"]["template"]["metadata"]["labels"].items()
+    container = pod["containers"][0]
+    assert container["command"] == ["cluster-health-agent", "run"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["CLUSTER_HEALTH_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"cluster-health-node-keys"}
+    assert ("Secret", "cluster-health-node-keys") in docs
+    for component, command in (("web", "daphne"), ("worker", "celery"), ("beat", "celery")):
+        deploy = docs[("Deployment", f"cluster-health-{component}")]
+        spec = deploy["spec"]
+        assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+        assert spec["template"]["spec"]["containers"][0]["command"][0] == command
+    assert docs[("Deployment", "cluster-health-beat")]["spec"]["replicas"] == 1
+    assert docs[("ConfigMap", "cluster-health-server")]["data"]["CLUSTER_HEALTH_K8S_ACTIONS"] == "off"

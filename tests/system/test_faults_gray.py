@@ -1,0 +1,200 @@
+"""Gray failures on a namespace test bed: loss, size stalls, blocked inbound connections, segments, a slow node.
+
+Four hosts in two racks (rack1-n1, rack1-n2, rack2-n1, rack2-n2), one agent each,
+the real server side. Each test injects its fault with kernel tools (nft,
+ip link, tc tbf), runs a sweep the way a CI job does and checks the cells, the
+finding that names the culprit, its hint and the pairs that support it. (This kernel has no
+sch_netem, so loss is an nft rule on the host's bridge port.)
+"""
+
+from functools import partial
+
+import pytest
+
+from tests.support.fault_bed import agent_bed, cell, fault, record, record_cell
+from tests.support.sweep_setup import TimedSweep, sweep_flags
+
+pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+NAMES = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+TIMEOUTS = ["--stage-timeout", "connect=3", "--stage-timeout", "store=5", "--stage-timeout", "init=8"]
+CONNECTIVITY = ["--kind", "connectivity", "--iterations", "3", *TIMEOUTS]
+BANDWIDTH = ["--kind", "pairs", "--baseline", "none", *sweep_flags("65536,1048576", 3, bandwidth=10), *TIMEOUTS]
+
+
+@pytest.fixture(scope="module")
+def bed(make_module_testbed, stack):
+    return agent_bed(make_module_testbed(4, names=NAMES), stack)
+
+
+def sweep(stack, injected, *args, timeout=150):
+    nodes = [] if "--pairs" in args else ["--nodes", ",".join(NAMES)]
+    run = TimedSweep(stack, *nodes, "--wait", "--timeout", str(timeout), *args, injected_at=injected)
+    rc, report = run.report(timeout=timeout + 60)
+    return rc, report, run.elapsed()
+
+
+def all_pairs(*extra):
+    pairs = [f"{a}:{b}" for i, a in enumerate(NAMES) for b in NAMES[i + 1 :]]
+    return ["--pairs", ",".join(pairs), *extra]
+
+
+def every_pair_measured(stack, inject, clear):
+    """A bandwidth sweep of every pair, no baseline, run while the fault that ``inject`` made stands."""
+    with fault(NAMES, inject, clear) as injected:
+        return sweep(stack, injected, *BANDWIDTH, *all_pairs())
+
+
+def findings(report, code):
+    return [f for f in report["findings"] if f["code"] == code]
+
+
+@pytest.mark.timeout(240)
+def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
+    rc, report, took = every_pair_measured(stack, lambda: bed.lose("rack2-n1", 5), lambda: bed.unlose("rack2-n1"))
+    lossy = findings(report, "lossy")
+    assert [f["subject"] for f in lossy] == ["rack2-n1"], report["findings"]
+    text = lossy[0]["text"]
+    assert text.startswith("rack2-n1 retransmitted ") and "% of segments with " in text, text
+    assert "with every peer" in text or "with 2 of its 3 peers" in text, text  # random loss may spare one probe
+    assert "check its cable or optic" in text
+    assert len(lossy[0]["pairs"]) >= 2 and all("rack2-n1" in pair for pair in lossy[0]["pairs"]), lossy[0]
+    mine = [p for p in report["pairs"] if "rack2-n1" in (p["a"], p["b"])]
+    named = [p for p in mine if f"{p['a']}<->{p['b']}" in lossy[0]["pairs"]]
+    # The cells say what the finding says: every pair it names is degraded/lossy with rack2-n1's
+    # retransmitted share, and a pair the random loss spared (the finding's "2 of its 3 peers") is ok.
+    assert len(named) == len(lossy[0]["pairs"]), (named, lossy[0]["pairs"])
+    assert {(p["status"], p["reason"]) for p in named} == {("degraded", "lossy")}, mine
+    assert all(p["evidence"]["a" if p["a"] == "rack2-n1" else "b"]["retrans_pct"] >= 1.0 for p in named)
+    assert {p["status"] for p in mine if p not in named} <= {"ok"}, mine
+    others = [p for p in report["pairs"] if "rack2-n1" not in (p["a"], p["b"])]
+    assert {p["status"] for p in others} == {"ok"}, others
+    shown = f"{len(named)} pairs degraded (lossy); warn finding: {text[:90]}"
+    record_cell("5 % of rack2-n1's frames lost on its bridge port (nft numgen random)", took, named[0], shown)
+
+
+def _size_stall(bed, stack, inject, clear, what):
+    with fault(NAMES, inject, clear) as injected:
+        rc, report, took = sweep(
+            stack,
+            injected,
+            *BANDWIDTH[:2],
+            "--baseline",
+            "none",
+            *sweep_flags("256,1024,65536", 2, bandwidth=4, collective=3),
+            *TIMEOUTS,
+            "--pairs",
+            "rack1-n2:rack2-n2",
+        )
+    p = cell(report, "rack1-n2", "rack2-n2")
+    assert (p["status"], p["stage"], p["reason"]) == ("timeout", "bandwidth", "size_stall"), p
+    assert "transfers of 64 KiB and more stall between rack1-n2 (MTU" in p["hint"], p["hint"]
+    assert "while 1 KiB completed" in p["hint"] and "MTU" in p["hint"], p["hint"]
+    assert p["evidence"]["largest_ok_bytes"] == 1024 and p["evidence"]["stalled_bytes"] == 65536, p["evidence"]
+    record_cell(what, took, p, p["hint"][:110])
+    return p
+
+
+@pytest.mark.timeout(180)
+def test_it_names_a_size_stall_when_large_packets_are_dropped(bed, stack):
+    _size_stall(
+        bed,
+        stack,
+        lambda: bed.drop_large("rack1-n2", "rack2-n2", 1200),
+        lambda: bed.undrop_large("rack1-n2", "rack2-n2"),
+        "packets > 1200 bytes dropped rack1-n2 -> rack2-n2 (nft meta length)",
+    )
+
+
+@pytest.mark.timeout(180)
+def test_it_names_a_size_stall_between_jumbo_hosts_on_a_smaller_path(bed, stack):
+    # Both hosts send 9000-byte frames; their ports on the bridge stay at 1500 and drop them.
+    def inject():
+        bed.set_mtu("rack1-n2", 9000)
+        bed.set_mtu("rack2-n2", 9000)
+
+    def clear():
+        bed.set_mtu("rack1-n2", 1500)
+        bed.set_mtu("rack2-n2", 1500)
+
+    p = _size_stall(bed, stack, inject, clear, "MTU 9000 on rack1-n2 and rack2-n2, 1500 on the path (ip link)")
+    assert "(MTU 9000) and rack2-n2 (MTU 9000)" in p["hint"], p["hint"]
+
+
+def _inbound(bed, stack, stateful: bool):
+    block = partial(bed.block_inbound, "rack1-n2", stateful=stateful)
+    with fault(NAMES, block, partial(bed.unblock_inbound, "rack1-n2")) as injected:
+        rc, report, took = sweep(stack, injected, *CONNECTIVITY)
+    assert rc == 2, report
+    # rack1-n2 hosts the store for rack2-n1 and rack2-n2 (rank 0) and connects out to rack1-n1's.
+    for peer in ("rack2-n1", "rack2-n2"):
+        p = cell(report, "rack1-n2", peer)
+        assert (p["status"], p["stage"], p["reason"]) == ("timeout", "connect", "connect_timeout"), p
+    blocked = findings(report, "inbound_blocked")
+    out = cell(report, "rack1-n1", "rack1-n2")  # rack1-n2 connects out to rack1-n1's store
+    assert [f["subject"] for f in blocked] == ["rack1-n2"], (report["findings"], out)
+    text = blocked[0]["text"]
+    assert "rack1-n2 accepts no inbound connection from any peer" in text and "connects out fine (to rack1-n1)" in text
+    assert "open its firewall for the store port and Gloo's ephemeral range" in text
+    assert {"rack1-n2<->rack2-n1", "rack1-n2<->rack2-n2"} <= set(blocked[0]["pairs"])
+    assert not findings(report, "link_failed"), report["findings"]
+    assert out["evidence"]["connections"][0] == {"from": "rack1-n2", "to": "rack1-n1", "step": "store", "ok": True}
+    kind = "stateful (ct state new drop)" if stateful else "stateless (SYN drop)"
+    shown = f"2 pairs timeout at connect, rack1-n2<->rack1-n1 {out['status']}; fail finding: {text[:80]}"
+    timed_out = cell(report, "rack1-n2", "rack2-n2")  # timeout at connect, asserted above
+    record_cell(f"inbound connections blocked on rack1-n2, {kind}", took, timed_out, shown, reason="inbound_blocked")
+
+
+@pytest.mark.timeout(180)
+def test_it_blames_the_node_that_accepts_no_inbound_connection_stateful(bed, stack):
+    _inbound(bed, stack, stateful=True)
+
+
+@pytest.mark.timeout(180)
+def test_it_blames_the_node_that_accepts_no_inbound_connection_stateless(bed, stack):
+    _inbound(bed, stack, stateful=False)
+
+
+@pytest.mark.timeout(180)
+def test_it_names_the_segment_between_two_racks(bed, stack):
+    crossing = [(src, dst) for dst in ("rack2-n1", "rack2-n2") for src in ("rack1-n1", "rack1-n2")]
+
+    def cut():
+        for link in crossing:
+            bed.drop(*link)
+
+    def mend():
+        for link in crossing:
+            bed.undrop(*link)
+
+    with fault(NAMES, cut, mend) as injected:
+        rc, report, took = sweep(stack, injected, *CONNECTIVITY)
+    assert rc == 2, report
+    seg = findings(report, "segment")
+    assert [(f["severity"], f["subject"]) for f in seg] == [("fail", "rack1<->rack2")], report["findings"]
+    assert "every pair between rack1 and rack2 fails (4 of 4" in seg[0]["text"], seg[0]["text"]
+    assert len(seg[0]["pairs"]) == 4
+    assert not findings(report, "link_failed") and not findings(report, "inbound_blocked"), report["findings"]
+    inside = [cell(report, "rack1-n1", "rack1-n2"), cell(report, "rack2-n1", "rack2-n2")]
+    assert {p["status"] for p in inside} == {"ok"}, inside
+    record(
+        "rack1 -> rack2 dropped (nft on both rack2 hosts)",
+        took,
+        "4 crossing pairs timeout at connect, 2 inside ok; one fail finding on rack1<->rack2",
+        {"status": "timeout", "stage": "connect", "reason": "segment"},
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
+    rc, report, took = every_pair_measured(stack, lambda: bed.shape("rack1-n1", 200), lambda: bed.unshape("rack1-n1"))
+    assert report["baseline"] is None
+    slow = findings(report, "slow_node")
+    measured = {f"{p['a']}-{p['b']}": (p["status"], p["busbw_gbps"]) for p in report["pairs"]}
+    assert [f["subject"] for f in slow] == ["rack1-n1"], (report["findings"], measured)
+    assert "every link of rack1-n1 is slow next to its peers" in slow[0]["text"]
+    assert len(slow[0]["pairs"]) == 3
+    assert rc == 1 and report["verdict"] == "warn", report["findings"]
+    mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
+    shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
+    record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
