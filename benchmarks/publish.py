@@ -11,7 +11,7 @@ times, alternately and on a private redis-server:
   batch (``producer.batch``, one pipeline), as the server sent them before 2026-11-23;
 - server: ``dispatch.task_message`` for each, one Redis pipeline (what it sends now).
 
-Both write the same text (tests/test_dispatch_wire.py compares them field for field). The
+Both write the same text (tests/queues/test_dispatch_wire.py compares them field for field). The
 figures are medians of whole rounds, signing included, and their ratio.
 """
 
