@@ -7,6 +7,7 @@ server was sent and has not applied yet.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import redis
 
@@ -34,7 +35,8 @@ def buffer_keys() -> list[str]:
     return [key for shard in range(SHARDS) for key in (pending_key(shard), processing_key(shard))]
 
 
-def shard_of(payload) -> int:
+def shard_of(payload: Any) -> int:
+    """The buffer shard of a half: by its probe, so both halves of a pair meet in one batch."""
     probe_id = payload.get("probe_id") if isinstance(payload, dict) else None
     return probe_id % SHARDS if isinstance(probe_id, int) and not isinstance(probe_id, bool) else 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 from agents import signing
 
@@ -16,7 +17,7 @@ from agents import signing
 MAX_MESSAGE_BYTES = 2 * signing.MAX_SIGNED_BYTES
 
 
-def read(raw) -> tuple[dict, dict]:
+def read(raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(headers, keyword arguments) of a task message as Celery's Redis transport stores it. Raises ValueError.
 
     The one reader of raw task messages: the consumer, the reaper's backlog and the fleet
@@ -41,14 +42,14 @@ def read(raw) -> tuple[dict, dict]:
     return headers, kwargs
 
 
-def decode(raw) -> tuple[str | None, dict, bool]:
+def decode(raw: Any) -> tuple[str | None, dict[str, Any], bool]:
     """A message as Celery's Redis transport stores it: (task name, keyword arguments, expired). Raises ValueError."""
     headers, kwargs = read(raw)
     task = headers.get("task")
     return (task if isinstance(task, str) else None), kwargs, _expired(headers.get("expires"))
 
 
-def _expired(expires) -> bool:
+def _expired(expires: Any) -> bool:
     """Whether a message's ``expires`` header (ISO 8601, as Celery writes it) has passed."""
     if not isinstance(expires, str):
         return False
