@@ -1017,7 +1017,3 @@ def gloo_default_address() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     run_child(argv, Probe)
-
-
-if __name__ == "__main__":
-    main()
