@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agents import netinfo
+from agents.options import add_env_options, local_node_name
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 NCCL_DISTRIBUTIONS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
@@ -266,8 +267,6 @@ def run_checks(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def build_parser(sub: Any) -> None:  # argparse's subparsers action
-    from agents.cli import add_env_options, local_node_name
-
     p = sub.add_parser("check", help="this node's health in seconds (scheduler health check / prolog)")
     p.add_argument("--json", action="store_true", help='print {"checks": [...], "verdict": ...}')
     add_env_options(

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from agents import contract
+from agents.options import add_env_options, local_node_name
 
 EXIT_CODES = {"ok": 0, "degraded": 1}  # anything else: 2
 _SIZE_RE = re.compile(r"^(\d+)([KMG]?)(i?B)?$", re.I)
@@ -36,20 +37,6 @@ def parse_timeout(text: str) -> tuple[str, float]:
             f"{text!r}: expected STAGE=SECONDS, stages {', '.join(contract.DEFAULT_TIMEOUTS)}"
         )
     return stage, float(seconds)
-
-
-def local_node_name() -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:63].lstrip("._-")
-    return name or "node"
-
-
-def add_env_options(parser: argparse.ArgumentParser, *options: tuple[str, str, str | None, str]) -> None:
-    """Options that default to an environment variable (how a service unit or a job prolog sets them).
-
-    options: (flag, variable, fallback when the variable is unset or empty, help) rows.
-    """
-    for flag, variable, fallback, text in options:
-        parser.add_argument(flag, default=os.environ.get(variable) or fallback, help=text)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -67,11 +67,11 @@ def _child(request: dict[str, Any]) -> None:
         os.dup2(null, 0)
         os.close(null)
         os.chdir(request["cwd"])
-        from agents import probe
+        from agents.probe import main, state
 
         # The module was imported by the host long ago; this process starts now.
-        probe.PROCESS_STARTED = time.time()
-        probe.main([request["spec"]])  # ends with os._exit
+        state.PROCESS_STARTED = time.time()
+        main([request["spec"]])  # ends with os._exit
         code = 0
     except BaseException:
         import traceback
