@@ -203,8 +203,25 @@ def _text(msg: dict[str, Any], field: str, limit: int = MAX_TEXT) -> str | None:
         return None
     if not isinstance(val, str):
         raise ContractError(f"{field}: expected a string, got {type(val).__name__}")
-    val = val.replace("\x00", "")  # real probe output can hold NUL; PostgreSQL text cannot
+    val = storable(val)  # real probe output can hold NUL; PostgreSQL text cannot
     return val[-limit:] if field == "stderr_tail" else val[:limit]
+
+
+def storable(text: str) -> str:
+    """Text as a database can keep it: NUL removed, lone surrogates (no UTF-8 for them) as U+FFFD.
+
+    PostgreSQL refuses both in text and jsonb, and a driver cannot encode a lone surrogate
+    at all: one such string from a node would make every write that carries it fail.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
 
 
 def _finite(val: float, field: str) -> float:
@@ -261,7 +278,7 @@ def _bounded(val: Any, at: Any, depth: int, bounds: JsonBounds) -> Any:
     if kind is str:
         if len(val) > bounds.string:
             raise ContractError(f"{_where(at)}: a string of {len(val)} characters, at most {bounds.string} allowed")
-        return val.replace("\x00", "") if "\x00" in val else val
+        return storable(val)
     if kind is float:
         return val if math.isfinite(val) else _finite(val, _where(at))
     if kind is int:
@@ -285,7 +302,7 @@ def _bounded(val: Any, at: Any, depth: int, bounds: JsonBounds) -> Any:
     for k, v in val.items():
         if not isinstance(k, str) or len(k) > 256:
             raise ContractError(f"{_where(at)}: keys must be strings of at most 256 characters")
-        key = k.replace("\x00", "") if "\x00" in k else k
+        key = storable(k)
         out[key] = _bounded(v, (at, key), depth - 1, bounds)
     return out
 

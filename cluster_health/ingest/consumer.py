@@ -45,12 +45,14 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 
-from agents import contract
+from agents import contract, signing
 from cluster_health.ingest import buffer
 from cluster_health.ingest.auth import authenticate, first_uses, remember_nonces
 from cluster_health.ingest.rejects import reject
@@ -65,6 +67,9 @@ BLOCK_S = 1.0  # an idle consumer waits this long for a message before it looks 
 LEASE_S = 30.0  # a consumer not heard of for this long is dead, and its batch goes back on the queue
 RECLAIM_EVERY_S = 10.0  # how often a live consumer binds its queue again and looks for a dead one's batch
 RETRY_S = 1.0  # after Redis or the database failed, the batch waits this long before it is tried again
+# What may fail a whole batch (it is taken again): the database or Redis out of reach. Anything else
+# one message raises is that message's (``_one_message``).
+TRANSIENT = (OperationalError, InterfaceError, redis.ConnectionError, redis.TimeoutError)
 # What the queue carries: task name -> the argument that holds the message's body.
 CARRIED = {contract.TASK_RESULT: "result", contract.TASK_HEARTBEAT: "heartbeat"}
 # A batch: what this consumer's last life left in ``taken`` first, then the oldest messages of the
@@ -186,32 +191,21 @@ def checked(batch: list) -> tuple[list, list]:
 
     Every other message is recorded as rejected (with the reason) and dropped from the batch; an
     expired heartbeat (its agent sent a newer one since) is dropped quietly, as Celery drops it.
+    One message that breaks a check in a way nobody foresaw is that message's loss, never the
+    batch's: a batch that raised would be taken again, and again, and hold up all ingest.
+    Only a database or Redis connection failing leaves the batch to be retried (TRANSIENT).
     """
     from cluster_health.models import AgentKey
 
     readable: list[tuple[str, object, object]] = []
     for raw in batch:
-        try:
-            task, kwargs, expired = decode(raw)
-        except ValueError as exc:
-            reject(contract.TASK_RESULT, _shown(raw), f"{contract.INGEST_QUEUE}: {exc}")
-            continue
-        if task not in CARRIED:
-            reject(
-                contract.TASK_RESULT,
-                kwargs,
-                f"{contract.INGEST_QUEUE}: carries {' and '.join(CARRIED)} messages only, not {contract.shown(task)}",
-            )
-            continue
-        if expired:
-            log.info("%s past its expiry dropped", task)
-            continue
-        readable.append((task, kwargs.get(CARRIED[task]), kwargs.get("auth")))
-    wanted = {
-        (auth["node"], auth["kid"])
-        for _, _, auth in readable
-        if isinstance(auth, dict) and isinstance(auth.get("node"), str) and isinstance(auth.get("kid"), str)
-    }
+        with _one_message(raw):
+            found = _readable(raw)
+            if found is not None:
+                readable.append(found)
+    # Only well-formed envelopes ask for a key: a node name that is not one (a lone surrogate, say)
+    # must not reach the key query, where it would fail the whole batch's.
+    wanted = {(auth["node"], auth["kid"]) for _, _, auth in readable if _well_formed(auth)}
     keys = AgentKey.secrets_for(wanted) if wanted else {}
 
     def secret_for(node: str, kid: str) -> bytes | None:
@@ -220,9 +214,56 @@ def checked(batch: list) -> tuple[list, list]:
     halves: list[tuple[object, object]] = []
     beats: list[tuple[object, object]] = []
     for task, body, auth in readable:
-        if authenticate(task, CARRIED[task], body, auth, secret_for=secret_for) is None:
-            (halves if task == contract.TASK_RESULT else beats).append((body, auth))
+        with _one_message(body):
+            if authenticate(task, CARRIED[task], body, auth, secret_for=secret_for) is None:
+                (halves if task == contract.TASK_RESULT else beats).append((body, auth))
     return [body for body, _ in halves], first_uses(contract.TASK_HEARTBEAT, beats) if beats else []
+
+
+def _well_formed(auth) -> bool:
+    try:
+        signing.check_envelope(auth)
+    except signing.SignatureError:
+        return False
+    return True
+
+
+def _readable(raw) -> tuple[str, object, object] | None:
+    """(task, body, auth) of a message the consumer carries; None when it was rejected or has expired."""
+    try:
+        task, kwargs, expired = decode(raw)
+    except ValueError as exc:
+        reject(contract.TASK_RESULT, _shown(raw), f"{contract.INGEST_QUEUE}: {exc}")
+        return None
+    if task not in CARRIED:
+        reject(
+            contract.TASK_RESULT,
+            kwargs,
+            f"{contract.INGEST_QUEUE}: carries {' and '.join(CARRIED)} messages only, not {contract.shown(task)}",
+        )
+        return None
+    if expired:
+        log.info("%s past its expiry dropped", task)
+        return None
+    return task, kwargs.get(CARRIED[task]), kwargs.get("auth")
+
+
+@contextmanager
+def _one_message(message) -> Iterator[None]:
+    """Checks of one message: an unforeseen error rejects that message (or, failing that, drops it
+    with a log line); the database or Redis failing is raised, so the batch is taken again."""
+    try:
+        yield
+    except TRANSIENT:
+        raise
+    except Exception as exc:
+        log.exception("ingest consumer: a message broke its checks; rejected")
+        try:
+            reject(contract.TASK_RESULT, _shown(message), f"{contract.INGEST_QUEUE}: unreadable ({type(exc).__name__})")
+        except TRANSIENT:
+            raise
+        except Exception:
+            log.exception("ingest consumer: the message could not even be recorded; dropped")
 
 
 def apply_heartbeats(beats: list) -> None:
@@ -252,6 +293,8 @@ def apply_heartbeats(beats: list) -> None:
 
 def _shown(raw) -> str:
     """An unreadable message as text for its RejectedMessage row (bounded, valid text)."""
+    if not isinstance(raw, (bytes, str)):
+        raw = repr(raw)
     raw = raw[:4000]
     return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
 

@@ -19,22 +19,33 @@ _RAW.maxlevel, _RAW.maxdict, _RAW.maxlist, _RAW.maxstring, _RAW.maxother = 8, 64
 
 
 def _storable(payload):
-    """The payload as stored JSON, or a truncated repr when it is large, not JSON (NaN, odd types) or holds NUL.
+    """The payload as stored JSON, or a truncated text when it is large, not JSON (NaN, odd types) or holds
+    what a database cannot keep.
 
-    PostgreSQL refuses NUL in text and jsonb, so a NUL in a stderr tail would make the
-    reject itself fail; repr() writes it as an escape instead.
+    PostgreSQL refuses NUL and lone surrogates in text and jsonb (and no driver can encode a
+    lone surrogate), so either would make the reject itself fail; the JSON text of the
+    payload writes both as escapes, which are stored as plain characters.
     """
     try:
         text = json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
-        return {"raw": _RAW.repr(payload)[:MAX_RAW_REPR]}
-    if len(text) > MAX_STORED_JSON or "\\u0000" in text:
+        return {"raw": _clean(_RAW.repr(payload), MAX_RAW_REPR)}
+    if len(text) > MAX_STORED_JSON or "\\u0000" in text or _lone_surrogates(payload):
         return {"truncated": text[:MAX_RAW_REPR], "bytes": len(text)}
     return payload if isinstance(payload, (dict, list)) else {"raw": payload}
 
 
+def _lone_surrogates(payload) -> bool:
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _clean(text: str, limit: int) -> str:
-    return text.replace("\x00", "\\x00")[:limit]
+    """Text any database and log can take: NUL and lone surrogates written as escapes."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
 
 
 def reject(task: str, payload, error: str, node: str = "") -> str:
@@ -42,7 +53,8 @@ def reject(task: str, payload, error: str, node: str = "") -> str:
     if not node and isinstance(payload, dict) and isinstance(payload.get("node"), str):
         node = payload["node"]
     node, error = _clean(node, 100), _clean(error, MAX_ERROR_TEXT)
-    RejectedMessage.objects.create(task=task[:40], node=node, error=error, payload=_storable(payload))
+    task = _clean(task, 40)
+    RejectedMessage.objects.create(task=task, node=node, error=error, payload=_storable(payload))
     log.warning("rejected %s from %r: %s", task, node, error[:300])
     return REJECTED
 

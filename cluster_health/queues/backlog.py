@@ -11,11 +11,12 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 from django.conf import settings
 
-from agents import broker, contract
+from agents import broker, contract, signing
 from cluster_health import vocabulary
 from cluster_health.queues import keys, messages
 
@@ -29,57 +30,108 @@ RESERVED_ORPHAN_S = 120.0
 PEEK_MAX = 1100
 
 
+# What a waiting message of each kind carries: task name -> the argument holding its signed body.
+SIGNED = {contract.TASK_HEARTBEAT: "heartbeat", contract.TASK_RESULT: "result"}
+
+
 @dataclass
 class Backlog:
-    """What was sent to the server and not yet applied: queued, or fetched by a worker and not acked."""
+    """What was sent to the server and not yet applied: queued, or fetched by a worker and not acked.
+
+    A waiting heartbeat or half speaks for its node only once its signature checks out, as
+    the consumer will check it (``settle``): anyone who can write to the broker can queue, or
+    plant in the transport's ``unacked`` hash, a message naming any node or probe, and a
+    backlog that believed it would keep that node from ever being judged offline, or that
+    probe's deadline from ever being judged. A message that is unreadable or does not verify
+    is no node's, so it defers nothing either.
+    """
 
     messages: int = 0
     complete: bool = True  # every waiting message was read; otherwise whose they are is unknown
     nodes: set[str] = field(default_factory=set)  # nodes with a heartbeat or result waiting
     probes: set[tuple[str, int]] = field(default_factory=set)  # ("pair" | "group", id) with a result waiting
     sweeps: set[int] = field(default_factory=set)  # sweeps with a start task waiting
+    unverified: list[tuple[str, Any, Any]] = field(default_factory=list)  # (purpose, body, auth) to settle
 
     def add(self, raw) -> None:
         """Count one message as the Redis transport stores it, unless it applies nothing (a reaper run)."""
         try:
             headers, kwargs = messages.read(raw)
         except ValueError:
-            self.messages += 1
-            self.complete = False  # unreadable: could be anyone's
+            self.messages += 1  # unreadable: the consumer rejects it, and it is nobody's
             return
         own = _current_task_id()
         if headers.get("task") == vocabulary.TASK_REAP or (own is not None and headers.get("id") == own):
             return
         self.messages += 1
         task = headers.get("task")
-        try:
-            if task == contract.TASK_HEARTBEAT:
-                node = (kwargs.get("heartbeat") or {}).get("node")
-                if isinstance(node, str):
-                    self.nodes.add(node)
-            elif task == contract.TASK_RESULT:
-                for result in kwargs.get("results") or [kwargs.get("result") or {}]:
-                    self.nodes.add(result.get("node"))
-                    kind = "pair" if result.get("kind", "pair") in ("pair", "discover") else "group"
-                    self.probes.add((kind, result.get("probe_id")))
-            elif task == vocabulary.TASK_START_SWEEP:
-                sweep_id = kwargs.get("sweep_id")
-                if not isinstance(sweep_id, int):
-                    raise TypeError("sweep_id")
+        if task in SIGNED:
+            self.unverified.append((SIGNED[task], kwargs.get(SIGNED[task]), kwargs.get("auth")))
+        elif task == vocabulary.TASK_START_SWEEP:
+            sweep_id = kwargs.get("sweep_id")
+            if isinstance(sweep_id, int) and not isinstance(sweep_id, bool):
                 self.sweeps.add(sweep_id)
-        except (AttributeError, TypeError):
-            self.complete = False  # a message of the wrong shape (its checks reject it later): could be anyone's
 
     def add_buffered(self, entry: str) -> None:
-        """Count one half waiting in the ingest buffer, given as "node<TAB>kind<TAB>probe id"."""
+        """Count one half waiting in the ingest buffer, given as "node<TAB>kind<TAB>probe id".
+
+        Only the consumer writes the buffer, after checking each half's signature; the drainer
+        checks the consumer's seal on each again before it applies one.
+        """
         self.messages += 1
         node, _, rest = entry.partition("\t")
         kind, _, probe_id = rest.partition("\t")
-        if not probe_id.isdigit():
-            self.complete = False  # unreadable: could be anyone's
+        if not probe_id.isdigit() or not _is_node_name(node):
             return
         self.nodes.add(node)
         self.probes.add(("pair" if kind in ("pair", "discover", "nil") else "group", int(probe_id)))
+
+    def settle(self) -> None:
+        """Let the waiting heartbeats and halves whose signatures check out speak for their nodes and probes."""
+        from cluster_health.models import AgentKey
+
+        envelopes = [auth for _, _, auth in self.unverified if _well_formed(auth)]
+        keys = AgentKey.secrets_for({(a["node"], a["kid"]) for a in envelopes}) if envelopes else {}
+        now = time.time()
+        for purpose, body, auth in self.unverified:
+            if not _genuine(purpose, body, auth, keys, now):
+                continue
+            self.nodes.add(body["node"])
+            if purpose == "result" and isinstance(body.get("probe_id"), int):
+                kind = "pair" if body.get("kind", "pair") in ("pair", "discover") else "group"
+                self.probes.add((kind, body["probe_id"]))
+        self.unverified = []
+
+
+def _is_node_name(name: object) -> bool:
+    try:
+        contract.check_node_name(name)
+    except contract.ContractError:
+        return False
+    return True
+
+
+def _well_formed(auth: object) -> bool:
+    try:
+        signing.check_envelope(auth)
+    except signing.SignatureError:
+        return False
+    return True
+
+
+def _genuine(purpose: str, body: Any, auth: Any, keys: dict, now: float) -> bool:
+    """Whether a waiting message would pass the consumer's signature check (its nonce aside)."""
+    if not isinstance(body, dict) or not _is_node_name(body.get("node")):
+        return False
+    if auth is None and settings.ALLOW_UNSIGNED_AGENTS:
+        return True  # development only, as the consumer accepts it
+    try:
+        signing.verify(
+            body, auth, purpose, lambda n, k: keys.get((n, k)), now=now, window_s=settings.SIGNATURE_WINDOW_S
+        )
+    except signing.SignatureError:
+        return False
+    return True
 
 
 # Halves in the ingest buffer are read up to this many (a round at 1,024 nodes is 1,024 halves);
@@ -180,6 +232,7 @@ def server_backlog() -> Backlog | None:
     if in_buffer > len(buffered):
         backlog.messages += in_buffer - len(buffered)
         backlog.complete = False
+    backlog.settle()
     return backlog
 
 

@@ -121,10 +121,9 @@ def test_the_contract_bounds_match_the_documented_limits():
 def test_prune_is_scheduled_and_bounds_rejected_messages(settings):
     from django_celery_beat.models import PeriodicTask
 
-    from agents import contract as c
-    from cluster_health import tasks
+    from cluster_health import tasks, vocabulary
 
-    assert PeriodicTask.objects.get(name="prune").task == c.TASK_PRUNE
+    assert PeriodicTask.objects.get(name="prune").task == vocabulary.TASK_PRUNE
     settings.MAX_REJECTED_MESSAGES = 100
     for i in range(130):
         ingest.record_heartbeat({"v": 1, "node": f"n{i}", "address": "bad address"})

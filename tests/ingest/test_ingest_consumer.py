@@ -143,7 +143,8 @@ def test_the_backlog_counts_halves_on_the_ingest_queue_and_in_a_consumers_batch(
     from cluster_health.queues import backlog
 
     name = "held@test"
-    key = signing.new_key("bk1")
+    key = stack.keys.setdefault("bk1", signing.new_key("bk1"))  # enrolled: the backlog believes signed halves only
+    stack.restore_keys()
     half = {"v": 1, "kind": "pair", "probe_id": 987654, "node": "bk1", "rank": 0}
     with consumer_keys(settings, name) as client:
         send(signed_task(half, key), queue="test.parked")
@@ -178,3 +179,32 @@ def test_a_batch_is_what_the_last_life_held_first_then_the_oldest_queued(stack):
         assert client.lrange(queue, 0, -1) == [b"q-3"]
     finally:
         client.delete(queue, taken)
+
+
+def test_lone_surrogates_cost_their_own_message_and_never_stall_the_consumer(stack, driver, settings):
+    """A lone surrogate has no UTF-8: a node name, hint or fact carrying one used to make the reject
+    (or the write) raise, and the consumer took the same batch again for ever."""
+    sweep_id, cmds = open_pairs(stack, driver, "sur", 2)
+    before = RejectedMessage.objects.count()
+    first, second = (result_for(cmd) for cmd in cmds[:2])
+    forged = {"node": "n\ud800", "kid": "k\udcff", "ts": 0, "nonce": "\ud83d", "sig": "x"}
+    send({"result": first, "auth": forged})  # unsigned, its envelope not even text
+    send({"heartbeat": {"node": "hb\udfff"}, "auth": {**forged, "node": "hb\udfff"}}, task=contract.TASK_HEARTBEAT)
+    # A node that signs a half whose failure text holds one (a broken decoder on the node).
+    failed = result_for(cmds[2], status="failed", reason="transport", hint="peer said \udcfe\udcff")
+    send(signed_task(failed, stack.keys[cmds[2]["node"]]))
+    for cmd in [cmds[0], cmds[1], cmds[3]]:
+        send(signed_task(result_for(cmd), stack.keys[cmd["node"]]))
+    services.wait_until(
+        lambda: not PairProbe.objects.filter(sweep_id=sweep_id, status__in=("pending", "running")).exists(),
+        30,
+        message="both pairs closed",
+    )
+    services.wait_until(lambda: RejectedMessage.objects.count() >= before + 2, 30, message="two rejected")
+    rejected = list(RejectedMessage.objects.order_by("pk")[before:])
+    assert len(rejected) == 2, [(r.node, r.error) for r in rejected]
+    assert {r.node for r in rejected} == {"n\\ud800", "hb\\udfff"}
+    statuses = dict(PairProbe.objects.filter(sweep_id=sweep_id).values_list("id", "status"))
+    assert sorted(statuses.values()) == ["failed", "ok"], statuses
+    hint = PairProbe.objects.get(sweep_id=sweep_id, status="failed").hint
+    assert "\ufffd\ufffd" in hint and hint.encode("utf-8"), hint

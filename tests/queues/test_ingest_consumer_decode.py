@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agents import contract
+from agents import contract, signing
 from cluster_health import vocabulary
 from cluster_health.queues import messages
 
@@ -60,13 +60,22 @@ def test_a_message_too_large_for_a_half_is_refused_unread():
         messages.decode(b" " * (messages.MAX_MESSAGE_BYTES + 1))
 
 
-def test_the_reapers_backlog_reads_messages_with_the_same_reader_and_never_trips_on_one():
+@pytest.mark.django_db
+def test_the_reapers_backlog_reads_messages_with_the_same_reader_and_believes_only_signed_ones():
+    from cluster_health.models import AgentKey
     from cluster_health.queues.backlog import Backlog
 
+    keys = {n: signing.new_key(n) for n in ("n1", "n2")}
+    AgentKey.objects.bulk_create([AgentKey.sealed(k) for k in keys.values()])
+    beat = {"v": 1, "node": "n1"}
+    half = {"node": "n2", "kind": "pair", "probe_id": 7}
     good = Backlog()
-    good.add(stored({"heartbeat": {"node": "n1"}}, task=contract.TASK_HEARTBEAT))
-    good.add(stored({"result": {"node": "n2", "kind": "pair", "probe_id": 7}}))
+    good.add(
+        stored({"heartbeat": beat, "auth": signing.sign(beat, keys["n1"], "heartbeat")}, task=contract.TASK_HEARTBEAT)
+    )
+    good.add(stored({"result": half, "auth": signing.sign(half, keys["n2"], "result")}))
     good.add(stored({"sweep_id": 3}, task=vocabulary.TASK_START_SWEEP))
+    good.settle()
     assert (good.nodes, good.probes, good.sweeps, good.messages, good.complete) == (
         {"n1", "n2"},
         {("pair", 7)},
@@ -74,13 +83,20 @@ def test_the_reapers_backlog_reads_messages_with_the_same_reader_and_never_trips
         3,
         True,
     )
-    # Wrong shapes inside a readable message: counted, and the backlog says it cannot vouch for anyone.
+    # Unsigned, forged, the wrong shape, unreadable: counted, and no node's or probe's, so they defer
+    # no judgement (a forged message naming a node must never keep it from being judged offline).
+    forged = signing.sign(half, signing.new_key("n2"), "result")
     for raw in (
+        stored({"heartbeat": {"node": "n1"}}, task=contract.TASK_HEARTBEAT),
+        stored({"result": half, "auth": forged}),
+        stored({"result": {**half, "probe_id": 8}, "auth": signing.sign(half, keys["n2"], "result")}),
         stored({"heartbeat": "n1"}, task=contract.TASK_HEARTBEAT),
         stored({"results": ["not a half"]}),
         stored({"result": 5}),
+        stored({"heartbeat": {"node": "n\ud800"}, "auth": {"node": "n\ud800"}}, task=contract.TASK_HEARTBEAT),
         b"\x00\xff",
     ):
         bad = Backlog()
         bad.add(raw)
-        assert (bad.messages, bad.complete) == (1, False), raw
+        bad.settle()
+        assert (bad.messages, bad.complete, bad.nodes, bad.probes) == (1, True, set(), set()), raw

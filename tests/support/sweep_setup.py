@@ -196,19 +196,37 @@ def running_agents(stack, names):
     wait_online(names)
 
 
-def reserved_heartbeat(node: str) -> bytes:
-    """A heartbeat as Celery's Redis transport keeps a message a worker fetched and has not acked."""
+def enrolled_key(node: str) -> signing.NodeKey:
+    """A new key for ``node``, enrolled in its place (its old keys deleted)."""
+    from cluster_health.models import AgentKey
+
+    key = signing.new_key(node)
+    AgentKey.objects.filter(node_name=node).delete()
+    AgentKey.sealed(key).save()
+    return key
+
+
+def signed(purpose: str, body: dict) -> dict:
+    """The keyword arguments of an agent's message: ``body`` signed by a key enrolled for its node now."""
+    return {purpose: body, "auth": signing.sign(body, enrolled_key(body["node"]), purpose)}
+
+
+def queued_heartbeat(node: str) -> bytes:
+    """A heartbeat of ``node``, signed by a key enrolled for it now, as Celery's Redis transport queues it."""
     import base64
-    import json
 
-    from agents import contract
+    kwargs = signed("heartbeat", {"v": 1, "node": node, "address": "127.0.0.1", "facts": {}})
+    return json.dumps(
+        {
+            "body": base64.b64encode(json.dumps([[], kwargs, {}]).encode()).decode(),
+            "content-type": "application/json",
+            "content-encoding": "utf-8",
+            "headers": {"task": contract.TASK_HEARTBEAT, "id": f"hb-{node}"},
+            "properties": {"body_encoding": "base64"},
+        }
+    ).encode()
 
-    body = base64.b64encode(json.dumps([[], {"heartbeat": {"node": node}}, {}]).encode()).decode()
-    raw = {
-        "body": body,
-        "content-type": "application/json",
-        "content-encoding": "utf-8",
-        "headers": {"task": contract.TASK_HEARTBEAT, "id": f"hb-{node}"},
-        "properties": {"body_encoding": "base64"},
-    }
-    return json.dumps([raw, "server", vocabulary.SERVER_QUEUE]).encode()
+
+def reserved_heartbeat(node: str) -> bytes:
+    """``queued_heartbeat`` as the transport keeps a message a worker fetched and has not acked."""
+    return json.dumps([json.loads(queued_heartbeat(node)), "server", vocabulary.SERVER_QUEUE]).encode()

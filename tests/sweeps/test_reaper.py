@@ -10,7 +10,7 @@ from cluster_health.models import Finding, Node, PairProbe, Sweep
 from cluster_health.queues import backlog, dispatch
 from cluster_health.sweeps import reaper
 from devtools.sweep_driver import heartbeat, result_for
-from tests.support.sweep_setup import connectivity_sweep, reserved_heartbeat
+from tests.support.sweep_setup import connectivity_sweep, queued_heartbeat, reserved_heartbeat, signed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 
@@ -111,9 +111,9 @@ def test_it_does_not_read_waiting_heartbeats_as_silence(driver, settings):
     sweep = n1_silent_after_n0_answered(driver)
     inbox = redis.Redis.from_url(settings.REDIS_URL)
     # The server worker was down: the agents' messages wait in its queue, unread.
-    inbox.lpush(vocabulary.SERVER_QUEUE, b"{}")
+    inbox.lpush(vocabulary.SERVER_QUEUE, queued_heartbeat("n1"))
     assert_offline_only_once_read(
-        driver, sweep, lambda: backlog.server_backlog().messages == 1, lambda: inbox.delete(vocabulary.SERVER_QUEUE)
+        driver, sweep, lambda: backlog.server_backlog().nodes == {"n1"}, lambda: inbox.delete(vocabulary.SERVER_QUEUE)
     )
 
 
@@ -149,7 +149,7 @@ def test_it_keeps_a_probe_open_past_its_deadline_while_its_result_waits(driver, 
     later = timezone.now() + timedelta(seconds=dispatch.server_deadline_s(a["deadline_s"]) + 1)
     Node.objects.update(last_heartbeat=later)
     # b's half was sent before the deadline and waits for a worker that is down.
-    waiting = json_message(contract.TASK_RESULT, {"result": result_for(b)})
+    waiting = json_message(contract.TASK_RESULT, signed("result", result_for(b)))
     inbox = redis.Redis.from_url(settings.REDIS_URL)
     inbox.lpush(vocabulary.SERVER_QUEUE, waiting)
     try:
