@@ -47,6 +47,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -197,7 +198,7 @@ def checked(batch: list) -> tuple[list, list]:
     """
     from cluster_health.models import AgentKey
 
-    readable: list[tuple[str, object, object]] = []
+    readable: list[tuple[str, Any, Any]] = []
     for raw in batch:
         with _one_message(raw):
             found = _readable(raw)
@@ -228,7 +229,7 @@ def _well_formed(auth) -> bool:
     return True
 
 
-def _readable(raw) -> tuple[str, object, object] | None:
+def _readable(raw) -> tuple[str, Any, Any] | None:
     """(task, body, auth) of a message the consumer carries; None when it was rejected or has expired."""
     try:
         task, kwargs, expired = decode(raw)
