@@ -188,9 +188,9 @@ def wait_closed(sweep_id: int, count: int, timeout: float) -> float:
 
 def running_agents(stack, names):
     for name in names:
-        if name not in stack.running_agents:
+        if name not in stack.agents:
             stack.start_agent(name)
-    for name in list(stack.running_agents):
+    for name in list(stack.agents):
         if name not in names:
             stack.stop_agent(name)
     wait_online(names)
