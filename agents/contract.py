@@ -30,7 +30,7 @@ TASK_HEARTBEAT = "server.heartbeat"  # agent -> server: alive, with facts (kwarg
 # Redis key under which rank 0 publishes the real port of its TCPStore.
 RENDEZVOUS_KEY_PREFIX = "cluster-health:rdv:"
 
-# Vocabulary (DESIGN.md): stable words used by the CLI JSON, the API and the tests.
+# Vocabulary (docs/VOCABULARY.md): stable words used by the CLI JSON, the API and the tests.
 STATUSES = ("ok", "degraded", "failed", "timeout", "offline", "skipped")
 PASSED_STATUSES = ("ok", "degraded")  # a pair that worked; its measurements count
 HARMLESS_STATUSES = (*PASSED_STATUSES, "skipped")  # a half that reports no failure

@@ -101,7 +101,7 @@ from 2.2 s a round for its first 200 rounds to 3.2-3.45 s by rounds 400-580, wit
 million dead row versions in the pair table (a pair row is rewritten three or four times:
 running, sent, its halves, closed); a ``VACUUM`` by hand at round 588 took 7.8 s and brought
 rounds back to 2.4-2.5 s. The reaper now vacuums the pair table itself once it holds
-``CLUSTER_HEALTH_VACUUM_AFTER_DEAD_PAIRS`` (100,000) dead versions (sweeps/statistics.py):
+``CLUSTER_HEALTH_VACUUM_AFTER_DEAD_PAIRS`` (100,000) dead versions (cluster_health/sweeps/statistics.py):
 in the full sweep above it did so about every two minutes, and rounds stayed at 2.4 s from
 the first hundred to the last (about 25 rounds a minute throughout).
 
@@ -115,7 +115,7 @@ and writes the matrix text without json.dumps scanning its 6 MB; the code before
 stored snapshot read and decoded on every read), run the same way on the same machine minutes
 later: the matrix API p50 156 ms, p95 249 ms, the overview 0.88 s and 1.03 s. At 02:47, on the
 slower machine, that code gave p50 231 ms and p95 372 ms, the overview 1.25 s and 1.5 s. Before
-the snapshot (web/matrices.py), every read built the matrix from all of its 523,776 rows: on
+the snapshot (cluster_health/shapes/matrices.py), every read built the matrix from all of its 523,776 rows: on
 2026-11-23 the same look took 3.07 s (p50) and 4.45 s (p95) for the matrix API and 4.1 s and 6.1 s for the
 overview, on that day's slower machine.
 """

@@ -475,7 +475,7 @@ class AgentKey(models.Model):
 
 class SweepMatrix(models.Model):
     """A closed sweep's matrix payload (cluster_health.core.matrix), stored as JSON text once it no longer changes;
-    or a large open sweep's snapshot (``open_round`` set: web/matrices.py).
+    or a large open sweep's snapshot (``open_round`` set: shapes/matrices.py).
 
     Reading 523,776 pair rows to build a 1,024-node matrix takes seconds; reading
     this row takes milliseconds, and pages and the API send the text as it is.

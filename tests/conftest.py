@@ -171,7 +171,7 @@ def viewer_client(client, db):
 
 @pytest.fixture
 def driver(django_capture_on_commit_callbacks):
-    """Plays the agents' side of sweeps in-process: records commands, answers them (tests/sweep_driver.py)."""
+    """Plays the agents' side of sweeps in-process: records commands, answers them (devtools/sweep_driver.py)."""
     from devtools.sweep_driver import Driver
 
     return Driver(django_capture_on_commit_callbacks)

@@ -51,7 +51,7 @@ def group_dict(g: GroupProbe) -> dict:
 def sweep_json(
     sweep: Sweep, *, with_pairs: bool = True, with_progress: bool = False, pair_window: slice | None = None
 ) -> dict:
-    """The sweep JSON of DESIGN.md (plus times, groups, and on request the progress counts).
+    """The sweep JSON of docs/CONTRACT.md (plus times, groups, and on request the progress counts).
 
     The one summary of a sweep: the CLI, the API, the pages and the reports all read it.
     ``pair_window`` keeps one page of the pairs (in round order), for the API.

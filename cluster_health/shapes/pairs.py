@@ -37,7 +37,7 @@ STATUS_CODES = {s: i for i, s in enumerate((*vocabulary.OPEN_STATUSES, *contract
 
 
 def pair_dict(row: Mapping[str, Any]) -> dict:
-    """A pair as DESIGN.md's sweep JSON names it, from PairProbe field values (``latency_us_p50`` is ``latency_us``)."""
+    """A pair as the sweep JSON (docs/CONTRACT.md) names it, from PairProbe field values (``latency_us_p50`` is ``latency_us``)."""
     return {
         "a": row["a"],
         "b": row["b"],

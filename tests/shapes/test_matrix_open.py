@@ -1,4 +1,4 @@
-"""A large open sweep's matrix is read from a snapshot and the rows written since (web/matrices.py).
+"""A large open sweep's matrix is read from a snapshot and the rows written since (shapes/matrices.py).
 
 What an operator relies on: at every step of a sweep the matrix the pages and the API
 show is the matrix its rows give, whether the reaper brought the snapshot forward or

@@ -4,7 +4,7 @@
   shows the whole state, including results ingested while the server was down.
 - The overview's node table follows nodes coming and going without a reload.
 
-Results are played in-process through the real ingest path (tests/sweep_driver.py),
+Results are played in-process through the real ingest path (devtools/sweep_driver.py),
 from a thread of their own: Playwright's event loop owns the test's thread, and
 ingest broadcasts over the Redis channel layer as the server worker does.
 Screenshots are kept under test-artifacts/.
