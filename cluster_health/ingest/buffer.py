@@ -34,7 +34,17 @@ from django.conf import settings
 from agents import broker, contract
 from cluster_health.ingest import results
 from cluster_health.ingest.rejects import reject
-from cluster_health.queues.keys import SHARDS, lock_key, pending_key, processing_key, shard_of, slot_key
+from cluster_health.queues.keys import (
+    SHARDS,
+    lock_key,
+    pending_key,
+    processing_key,
+    seal_key,
+    sealed,
+    shard_of,
+    slot_key,
+    unsealed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +113,14 @@ def _client() -> redis.Redis:
     return client
 
 
+def _seal_key() -> bytes:
+    return seal_key(settings.SECRET_KEY)
+
+
+def _shown(raw: str | bytes) -> str:
+    return raw[:4000].decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw[:4000]
+
+
 def _lock_ms() -> int:
     return int(settings.INGEST_DRAIN_LOCK_S * 1000)
 
@@ -125,7 +143,7 @@ def buffer_result(payload, worker: str | None = None) -> str:
     shard = shard_of(payload)
     client = _client()
     try:
-        client.rpush(pending_key(shard), encoded)
+        client.rpush(pending_key(shard), sealed(encoded, _seal_key()))
         try:
             Drainer(client, worker or this_process()).run(first=shard)
         except Exception:  # the half is safe in the buffer: the next drainer or the reaper applies it
@@ -139,8 +157,9 @@ def append_halves(client: redis.Redis, halves: list, done: str | None = None) ->
     """Append checked halves to their shards and, in the same transaction, delete the list ``done``
     they were held in (the ingest consumer's batch): a half is in exactly one place at any time."""
     by_shard: dict[int, list[str]] = {}
+    key = _seal_key()
     for half in halves:
-        by_shard.setdefault(shard_of(half), []).append(json.dumps(half))
+        by_shard.setdefault(shard_of(half), []).append(sealed(json.dumps(half), key))
     pipe = client.pipeline(transaction=True)
     for shard, encoded in by_shard.items():
         pipe.rpush(pending_key(shard), *encoded)
@@ -231,10 +250,15 @@ class Drainer:
             share = max(1, BATCH // len(held))
             taken = {shard: self.client.eval(TAKE_SCRIPT, 3, *self._keys(shard), share, self.token) for shard in held}
             payloads = []
+            key = _seal_key()
             for raw in (raw for batch in taken.values() for raw in batch or ()):
+                text = unsealed(raw, key)
+                if text is None:  # not sealed by a server that checked it: planted (never applied)
+                    reject(contract.TASK_RESULT, _shown(raw), "ingest buffer: an entry without the server's seal")
+                    continue
                 try:
-                    payloads.append(json.loads(raw))
-                except ValueError:  # only this module writes the lists: never block a shard on it
+                    payloads.append(json.loads(text))
+                except ValueError:  # sealed, so ours: never block a shard on it
                     log.error("unreadable half in the ingest buffer dropped: %r", raw[:200])
             if not payloads and not any(taken.values()):
                 return 0

@@ -25,6 +25,8 @@ def ingest_group(result: dict, payload) -> str:
             return reject(
                 contract.TASK_RESULT, payload, f"rank: {result['node']} is not rank {rank} of group probe {group.pk}"
             )
+        if group.status == "pending":  # no command for it has gone out: no genuine half can exist yet
+            return reject(contract.TASK_RESULT, payload, f"probe_id: group probe {group.pk} was not sent yet")
         if group.status not in OPEN_PAIR_STATUSES:
             return LATE
         if str(rank) in group.halves:

@@ -186,6 +186,8 @@ def _refuse_half(result: dict, payload, row: ProbeRow | None) -> str | None:
             payload,
             f"rank: {result['node']} is rank {names.index(result['node'])} of probe {row.pk}, not {result['rank']}",
         )
+    if row.status == "pending":  # no command for it has gone out: no genuine half can exist yet
+        return reject(contract.TASK_RESULT, payload, f"probe_id: probe {row.pk} (round {row.round}) was not sent yet")
     if row.status not in OPEN_PAIR_STATUSES:
         log.info("late result for closed probe %s from %s ignored", row.pk, result["node"])
         return LATE

@@ -158,7 +158,7 @@ for k = 3 + lists, #KEYS do
   total = total + redis.call('LLEN', KEYS[k])
   if total <= tonumber(ARGV[3]) then
     for _, raw in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
-      local ok, half = pcall(cjson.decode, raw)
+      local ok, half = pcall(cjson.decode, string.sub(raw, 66))  -- past the server's seal and its tab
       if ok and type(half) == 'table' then
         buffered[#buffered + 1] = tostring(half['node']) .. '\t' .. tostring(half['kind'])
           .. '\t' .. tostring(half['probe_id'])

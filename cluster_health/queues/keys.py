@@ -6,6 +6,8 @@ server was sent and has not applied yet.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from functools import partial
 from typing import Any
 
@@ -33,6 +35,31 @@ def slot_key(drainer: str) -> str:
 def buffer_keys() -> list[str]:
     """Every list a half may wait in, for the backlog's view of what is not applied yet."""
     return [key for shard in range(SHARDS) for key in (pending_key(shard), processing_key(shard))]
+
+
+# A buffered half is its JSON text behind the server's seal: SEAL_HEX hex digits of an HMAC, then a tab.
+SEAL_HEX = 64
+
+
+def seal_key(secret: str) -> bytes:
+    """The buffer's sealing key, derived from the server's SECRET_KEY (no agent holds it)."""
+    return hmac.new(secret.encode(), b"cluster-health ingest buffer seal v1", hashlib.sha256).digest()
+
+
+def sealed(text: str, key: bytes) -> str:
+    """A checked half's JSON text as the ingest buffer keeps it: sealed by the server that checked it."""
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest() + "\t" + text
+
+
+def unsealed(entry: str | bytes, key: bytes) -> str | None:
+    """The JSON text of a buffer entry the server sealed, or None for one it did not (planted or damaged)."""
+    if isinstance(entry, bytes):
+        entry = entry.decode("utf-8", errors="replace")
+    seal, tab, text = entry[:SEAL_HEX], entry[SEAL_HEX : SEAL_HEX + 1], entry[SEAL_HEX + 1 :]
+    if tab != "\t":
+        return None
+    expected = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    return text if hmac.compare_digest(seal, expected) else None
 
 
 def shard_of(payload: Any) -> int:

@@ -58,6 +58,27 @@ def test_it_rejects_unknown_nodes_wrong_sweeps_and_wrong_ranks(driver, pair):
     assert PairProbe.objects.get(sweep=sweep).half_a is None
 
 
+def test_a_half_for_a_probe_of_a_later_round_is_rejected_until_it_is_sent(driver):
+    """No node has a later round's command yet: a half for one is forged (or a replay of another sweep's)."""
+    for n in ("n0", "n1", "n2", "n3"):
+        heartbeat(n)
+    sweep = driver.sweep(kind="connectivity")
+    sent = driver.take()
+    later = PairProbe.objects.filter(sweep=sweep, status="pending").order_by("round", "pk").first()
+    assert later is not None and later.round > 1
+    forged = {
+        **result_for({**sent[0], "probe_id": later.pk, "node": later.node_a.name, "rank": 0}),
+        "status": "failed",
+        "stage": "connect",
+        "reason": "refused",
+        "hint": "forged",
+    }
+    assert driver.ingest(forged) == "rejected"
+    assert "was not sent yet" in RejectedMessage.objects.get().error
+    later.refresh_from_db()
+    assert (later.status, later.half_a) == ("pending", None)
+
+
 def test_it_keeps_the_worse_half():
     ok = {"status": "ok", "stage": "bandwidth", "busbw_gbps": 5.0, "latency_us_p50": 10.0}
     slow = {"status": "ok", "stage": "bandwidth", "busbw_gbps": 2.0, "latency_us_p50": 30.0}

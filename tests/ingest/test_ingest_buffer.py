@@ -24,6 +24,13 @@ def broker(settings):
     client.close()
 
 
+def sealed(half: dict) -> str:
+    """A half as the server's consumer leaves it in the buffer (checked, then sealed)."""
+    from django.conf import settings
+
+    return keys.sealed(json.dumps(half), keys.seal_key(settings.SECRET_KEY))
+
+
 @pytest.fixture
 def two_pairs(driver):
     return connectivity_sweep(driver)
@@ -43,8 +50,8 @@ def test_it_applies_a_dead_drainers_batch_once(driver, broker, two_pairs):
     # A drainer died after moving these to processing (its lock expired); one message was
     # also delivered again, so the same half waits in pending too.
     for half in halves:
-        broker.rpush(keys.processing_key(keys.shard_of(half)), json.dumps(half))
-    broker.rpush(keys.pending_key(keys.shard_of(halves[0])), json.dumps({**halves[0], "busbw_gbps": 99.0}))
+        broker.rpush(keys.processing_key(keys.shard_of(half)), sealed(half))
+    broker.rpush(keys.pending_key(keys.shard_of(halves[0])), sealed({**halves[0], "busbw_gbps": 99.0}))
     assert driver.run(ingest.drain_all) == 5
     probes = PairProbe.objects.filter(sweep=sweep, round=1)
     assert {p.status for p in probes} == {"ok"} and {p.busbw_gbps for p in probes} == {3.0}
@@ -71,9 +78,29 @@ def test_it_leaves_a_held_shard_to_its_drainer_and_the_backlog_sees_the_half(dri
 def test_the_backlog_is_incomplete_when_the_buffer_is_too_long_to_read(broker, monkeypatch):
     monkeypatch.setattr(backlog, "BUFFER_PEEK_MAX", 2)
     for probe_id in (8, 16, 24):
-        broker.rpush(keys.pending_key(0), json.dumps({"node": "n0", "kind": "pair", "probe_id": probe_id}))
+        broker.rpush(keys.pending_key(0), sealed({"node": "n0", "kind": "pair", "probe_id": probe_id}))
     waiting = backlog.server_backlog()
     assert not waiting.complete and waiting.messages == 3
+
+
+def test_a_half_planted_in_the_buffer_without_the_servers_seal_is_never_applied(driver, broker, two_pairs):
+    """Anyone who can make a server worker push onto a list (kombu restores an ``unacked`` entry to the
+    list its routing key names) could plant a half there: the drainer applies only what a server sealed."""
+    sweep, cmds = two_pairs
+    forged = result_for(cmds[0], status="failed", stage="connect", reason="refused", hint="planted")
+    broker.rpush(keys.pending_key(keys.shard_of(forged)), json.dumps(forged))
+    resealed = keys.sealed(json.dumps(forged), keys.seal_key("not the server's secret"))
+    broker.rpush(keys.pending_key(keys.shard_of(forged)), resealed)
+    assert driver.run(ingest.drain_all) == 1  # the batch's one step; nothing of it applied
+    probe = PairProbe.objects.get(pk=forged["probe_id"])
+    assert (probe.status, probe.half_a, probe.half_b) == ("running", None, None)
+    errors = list(RejectedMessage.objects.values_list("error", flat=True))
+    assert errors == ["ingest buffer: an entry without the server's seal"] * 2
+    assert not any(broker.llen(key) for key in keys.buffer_keys())
+    assert forged["node"] not in backlog.server_backlog().nodes
+    for cmd in cmds:  # the real halves still close the sweep's pairs
+        driver.run(ingest.buffer_result, result_for(cmd))
+    assert {p.status for p in PairProbe.objects.filter(sweep=sweep, round=1)} == {"ok"}
 
 
 HELD = keys.taken_key("buffer-test")  # a consumer's taken list

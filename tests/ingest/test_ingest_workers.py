@@ -84,7 +84,9 @@ def test_a_drainer_killed_mid_batch_loses_nothing(stack, driver, settings):
     client = redis.Redis.from_url(settings.REDIS_URL)
     for cmd in cmds:  # what result tasks appended while the shard's drainer was busy
         half = result_for(cmd)
-        client.rpush(keys.pending_key(keys.shard_of(half)), json.dumps(half))
+        client.rpush(
+            keys.pending_key(keys.shard_of(half)), keys.sealed(json.dumps(half), keys.seal_key(settings.SECRET_KEY))
+        )
     # A drainer in its own process, with a short lock so the worker takes over soon after the kill.
     env = {**stack.env, "CLUSTER_HEALTH_INGEST_DRAIN_LOCK_S": "2"}
     code = "import django; django.setup(); from cluster_health.ingest import buffer; buffer.drain_all()"
