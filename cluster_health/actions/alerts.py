@@ -116,7 +116,7 @@ def evaluate_sweep(sweep: Sweep) -> list[int]:
     if verdict_clears:
         looked.add(f"verdict:{sweep.kind}")
     deliveries: list[int] = []
-    newer = _newer_coverage(sweep)
+    newer = newer_coverage(sweep)
     for problem in problems.values():
         if not _superseded(problem, sweep, newer):
             deliveries += _open(problem, sweep)
@@ -133,7 +133,7 @@ def evaluate_sweep(sweep: Sweep) -> list[int]:
     return deliveries
 
 
-def _newer_coverage(sweep: Sweep) -> list[tuple[str, set[str]]]:
+def newer_coverage(sweep: Sweep) -> list[tuple[str, set[str]]]:
     """(kind, nodes) of finished sweeps of the same family newer than this one (normally none)."""
     newer = Sweep.objects.filter(status="finished", pk__gt=sweep.pk)
     newer = newer.filter(kind="gpu") if sweep.kind == "gpu" else newer.exclude(kind="gpu")

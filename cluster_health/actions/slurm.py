@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from cluster_health.actions.alerts import newer_coverage
 from cluster_health.actions.models import SlurmDrain
 from cluster_health.models import PairProbe, Sweep
 
@@ -152,8 +153,14 @@ def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
     if mode == "off":
         return []
     done: list[str] = []
+    newer = newer_coverage(sweep)
     for node, text in blamed_nodes(sweep).items():
         target = slurm_name(node)
+        if any(node in nodes for _, nodes in newer):
+            # A newer sweep of this node has finished: its own actions decide (a late or replayed task
+            # for an old sweep must never drain a node that has passed since).
+            done.append(f"left {target}: sweep #{sweep.pk} is not this node's newest")
+            continue
         if SlurmDrain.objects.filter(slurm_node=target, status="drained").exists():
             continue  # drained by an earlier sweep; stays drained until it passes
         reason = drain_reason(sweep, text)

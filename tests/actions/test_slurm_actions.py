@@ -91,3 +91,20 @@ def test_report_mode_only_says_what_it_would_do(slurmctld, caplog):
     assert "would drain node-c" in caplog.text
     assert slurmctld.sinfo_states()["node-c"] == ("unknown", "none")
     assert slurm.act_on_sweep(bad, "off") == []
+
+
+@pytest.mark.django_db
+def test_a_replayed_or_late_task_for_an_old_sweep_never_drains_a_node_a_newer_sweep_passed(slurmctld, settings):
+    """``cluster_health.actions.slurm(sweep_id=<old>)`` queued again (a replay on queue server, or a
+    retry that ran late) speaks for a sweep that is no longer the node's newest: nothing is drained."""
+    from cluster_health.actions import tasks
+
+    settings.SLURM_ACTIONS = "drain"
+    old = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    newer = finished_sweep(NODES)
+    assert tasks.slurm_actions(newer.pk) == []
+    assert tasks.slurm_actions(old.pk) == [f"left node-c: sweep #{old.pk} is not this node's newest"]
+    assert not slurmctld.sinfo_states()["node-c"][0].startswith("drain")
+    assert not SlurmDrain.objects.exists()
+    newest = finished_sweep(NODES, BAD_C, [C_OFFLINE])  # the node failing again now is acted on
+    assert tasks.slurm_actions(newest.pk) == ["drained node-c"]
