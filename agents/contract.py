@@ -88,6 +88,9 @@ MAX_FACTS_ENTRIES = 512  # in any one object or list (interfaces on a host with 
 MAX_FACTS_ENV = 256  # the launch variables a node reports
 MAX_FACTS_STRING = 4096
 MAX_DETAIL_ENTRIES = 64  # versions, stage_times, timings, extra of a result
+MAX_DETAIL_BYTES = 8 * 1024  # each of those, encoded (a real one is under 1 KiB)
+# A half, encoded as UTF-8: a full stderr tail and evidence fit; a real one is about 5 KiB.
+MAX_RESULT_BYTES = 64 * 1024
 # A half's evidence (agents/evidence.py): bounded so a result stays a small message.
 MAX_EVIDENCE_KEYS = 32
 MAX_EVIDENCE_BYTES = 8192
@@ -325,6 +328,9 @@ def validate_details(msg: dict[str, Any], field: str) -> dict[str, Any]:
     if not isinstance(val, dict) or len(val) > MAX_DETAIL_ENTRIES:
         raise ContractError(f"{field}: expected an object of at most {MAX_DETAIL_ENTRIES} entries")
     details: dict[str, Any] = bounded_json(val, field, DETAIL_BOUNDS)
+    size = len(json.dumps(details, separators=(",", ":")))
+    if size > MAX_DETAIL_BYTES:
+        raise ContractError(f"{field}: {size} bytes encoded, at most {MAX_DETAIL_BYTES} allowed")
     return details
 
 
@@ -559,6 +565,9 @@ def validate_result(msg: Any) -> dict[str, Any]:
     out["evidence"] = validate_evidence(msg.get("evidence"))
     out["duration_s"] = _num(msg, "duration_s", 0, 1e5, optional=True)
     out["finished_at"] = _num(msg, "finished_at", 0, 1e11, optional=True)
+    size = len(json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_RESULT_BYTES:  # it is stored on its pair row, and read with every pair page
+        raise ContractError(f"result: {size} bytes encoded, at most {MAX_RESULT_BYTES} allowed")
     return out
 
 

@@ -129,3 +129,29 @@ def test_prune_is_scheduled_and_bounds_rejected_messages(settings):
         ingest.record_heartbeat({"v": 1, "node": f"n{i}", "address": "bad address"})
     assert tasks.prune()["rejected"] >= 30
     assert RejectedMessage.objects.count() <= 100
+
+
+@pytest.mark.parametrize(
+    "why, extra, words",
+    [
+        ("a detail object of 64 strings of 4 KiB", {"timings": {f"t{i}": "x" * 4000 for i in range(64)}}, "timings"),
+        (
+            "every detail object just under its own bound",
+            {
+                f: {f"k{i}": "x" * 1000 for i in range(8)}
+                for f in ("versions", "peer_versions", "stage_times", "timings", "extra")
+            }
+            | {"stderr_tail": "y" * 16000, "evidence": {"note": "z" * 8000}},
+            "result:",
+        ),
+    ],
+)
+def test_a_half_is_bounded_in_size_as_a_whole(driver, why, extra, words):
+    """A half is stored on its pair row and read with every pair page: about 5 KiB, never a megabyte."""
+    heartbeat("n0"), heartbeat("n1")
+    driver.sweep(kind="pairs", pairs=[["n0", "n1"]])
+    a, _ = sorted(driver.take(), key=lambda c: c["rank"])
+    assert driver.ingest(result_for(a, **extra)) == "rejected", why
+    assert words in RejectedMessage.objects.get().error
+    assert PairProbe.objects.get().half_a is None
+    assert driver.ingest(result_for(a, stderr_tail="y" * 16000)) == "applied"  # a full stderr tail alone fits
