@@ -141,7 +141,7 @@ def test_prune_is_scheduled_and_bounds_rejected_messages(settings):
                 f: {f"k{i}": "x" * 1000 for i in range(8)}
                 for f in ("versions", "peer_versions", "stage_times", "timings", "extra")
             }
-            | {"stderr_tail": "y" * 16000, "evidence": {"note": "z" * 8000}},
+            | {"stderr_tail": "é" * 16000, "evidence": {"note": "z" * 8000}},
             "result:",
         ),
     ],
