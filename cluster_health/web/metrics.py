@@ -20,9 +20,10 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cluster_health.ingest import rejects
 from cluster_health.models import Node, PairProbe, RejectedMessage, Sweep
 from cluster_health.shapes.pairs import STATUS_CODES
 
@@ -69,9 +70,21 @@ def _last_successful_sweep() -> Iterator[Metric]:
 
 
 def _rejected_messages() -> Iterator[Metric]:
-    """Agent messages kept as rejected (a gauge: the rows can be deleted)."""
+    """Agent messages kept as rejected (a gauge: the rows can be deleted), and every one counted."""
     yield GaugeMetricFamily(
         "cluster_health_rejected_messages", "Agent messages kept as rejected.", value=RejectedMessage.objects.count()
+    )
+    counted = rejects.counts()
+    if counted is None:
+        return
+    total, unkept = counted
+    yield CounterMetricFamily(
+        "cluster_health_rejected_messages_counted", "Agent messages rejected, kept or not.", value=total
+    )
+    yield CounterMetricFamily(
+        "cluster_health_rejected_messages_unkept",
+        "Rejected agent messages past the per-minute budget: counted, not kept.",
+        value=unkept,
     )
 
 

@@ -155,3 +155,28 @@ def test_a_half_is_bounded_in_size_as_a_whole(driver, why, extra, words):
     assert words in RejectedMessage.objects.get().error
     assert PairProbe.objects.get().half_a is None
     assert driver.ingest(result_for(a, stderr_tail="y" * 16000)) == "applied"  # a full stderr tail alone fits
+
+
+def test_a_flood_of_junk_is_counted_and_only_a_minutes_budget_kept(settings, client):
+    """A flood of rejected messages (junk, or a fleet whose clocks are off) costs a counter each, not a row."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cluster_health import shared_redis
+    from cluster_health.ingest import rejects
+
+    settings.REJECTED_STORED_PER_MINUTE = 5
+    settings.METRICS_TOKEN = ""
+    redis_client = shared_redis.client()
+    for key in redis_client.scan_iter(rejects.COUNTS_KEY + ":minute:*"):
+        redis_client.delete(key)  # this minute's budget unspent
+    counted_before, unkept_before = rejects.counts()
+    for i in range(60):
+        assert ingest.record_heartbeat({"v": 1, "node": f"junk{i}", "address": "not an address"}) == "rejected"
+    kept = RejectedMessage.objects.count()
+    assert 5 <= kept <= 10  # 5 a minute (10 if the minute turned meanwhile)
+    counted, unkept = rejects.counts()
+    assert (counted - counted_before, unkept - unkept_before) == (60, 60 - kept)
+    families = {f.name: f for f in text_string_to_metric_families(client.get("/metrics").content.decode())}
+    assert families["cluster_health_rejected_messages_counted"].samples[0].value == counted
+    assert families["cluster_health_rejected_messages_unkept"].samples[0].value == unkept
+    assert families["cluster_health_rejected_messages"].samples[0].value == kept

@@ -27,6 +27,9 @@ FAMILIES = {
     "cluster_health_pair_status": ("gauge", ("a", "b", "status")),
     "cluster_health_pair_busbw_gbps": ("gauge", ("a", "b")),
     "cluster_health_probe_duration_seconds": ("histogram", ()),
+    # Every rejected message counted, and those past the per-minute budget (not kept); from Redis.
+    "cluster_health_rejected_messages_counted": ("counter", ()),
+    "cluster_health_rejected_messages_unkept": ("counter", ()),
 }
 LATEST_SWEEP_FAMILIES = {
     "cluster_health_latest_sweep_info",
@@ -34,12 +37,17 @@ LATEST_SWEEP_FAMILIES = {
     "cluster_health_pair_busbw_gbps",
     "cluster_health_probe_duration_seconds",
 }
-# Sample names, the histogram's three series included.
-SAMPLE_NAMES = (set(FAMILIES) - {"cluster_health_probe_duration_seconds"}) | {
-    "cluster_health_probe_duration_seconds_bucket",
-    "cluster_health_probe_duration_seconds_sum",
-    "cluster_health_probe_duration_seconds_count",
-}
+# Sample names, the histogram's three series and the counters' _total included.
+COUNTERS = {"cluster_health_rejected_messages_counted", "cluster_health_rejected_messages_unkept"}
+SAMPLE_NAMES = (
+    (set(FAMILIES) - {"cluster_health_probe_duration_seconds"} - COUNTERS)
+    | {f"{c}_total" for c in COUNTERS}
+    | {
+        "cluster_health_probe_duration_seconds_bucket",
+        "cluster_health_probe_duration_seconds_sum",
+        "cluster_health_probe_duration_seconds_count",
+    }
+)
 DURATION_BOUNDS = ["1", "2", "5", "10", "20", "30", "60", "120", "300", "+Inf"]
 
 
