@@ -259,18 +259,14 @@ def _where(at: Any) -> str:
     return f"{_where(parent)}[{step}]" if isinstance(step, int) else f"{_where(parent)}.{step[:64]}"
 
 
+_JSON_TYPES: tuple[type, ...] = (str, int, float, dict, list)
+
+
 def _plain(val: Any) -> Any:
     """A subclass of a JSON type as that type (None for anything else)."""
-    if isinstance(val, str):
-        return str(val)
-    if isinstance(val, int):
-        return int(val)
-    if isinstance(val, float):
-        return float(val)
-    if isinstance(val, dict):
-        return dict(val)
-    if isinstance(val, list):
-        return list(val)
+    for json_type in _JSON_TYPES:
+        if isinstance(val, json_type):
+            return json_type(val)
     return None
 
 

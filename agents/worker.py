@@ -368,12 +368,10 @@ class Agent:
         signals.worker_ready.connect(on_ready, weak=False)
         signals.worker_shutdown.connect(on_shutdown, weak=False)
         # The worker is built directly rather than through `celery worker`: the command line
-        # machinery (click, prompt_toolkit) would cost this resident process ~10 MB.
+        # machinery (click, prompt_toolkit) would cost this resident process ~10 MB. Its pool,
+        # concurrency and prefetch come from the app's configuration (make_app).
         worker = self.app.Worker(
             hostname=f"agent-{self.name}@{socket.gethostname()}",
-            pool_cls="solo",
-            concurrency=1,
-            prefetch_multiplier=1,
             queues=[contract.agent_queue(self.name)],
             loglevel=loglevel,
             without_gossip=True,

@@ -175,7 +175,28 @@ def decode_command(raw: bytes | str) -> dict | None:
     return kwargs["command"] if headers.get("task") == contract.TASK_PROBE else None
 
 
-class Fleet:
+class LoopThread:
+    """``loop()`` in a daemon thread of its own from ``start()``; ``stop()`` sets ``stopping`` and waits
+    up to ``stop_timeout_s`` for the loop to end."""
+
+    stop_timeout_s = 30.0
+
+    def __init__(self, name: str):
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=self.stop_timeout_s)
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+
+class Fleet(LoopThread):
     """N simulated agents in one thread: commands in from their queues, halves and heartbeats out."""
 
     def __init__(
@@ -191,6 +212,7 @@ class Fleet:
     ):
         import redis
 
+        super().__init__("fleet")
         self.names, self.probe_s, self.heartbeat_s = names, probe_s, heartbeat_s
         self.dead, self.failing, self.keys = dead, failing, keys
         # Both halves of a real probe, one per rank: each answer carries what a real half carries, a
@@ -201,20 +223,14 @@ class Fleet:
         self.due: list[tuple[float, int, dict]] = []  # (when, seq, command) answers waiting for their time
         self.seq = 0
         self.silenced = False  # dead nodes stop once the sweep starts
-        self.stopping = threading.Event()
         self.busy_s = 0.0  # the simulator's own work: decoding commands, sending halves and heartbeats
         self.commands = self.halves = 0
-        self.thread = threading.Thread(target=self.loop, name="fleet", daemon=True)
 
     def start(self) -> None:
         from cluster_health.ingest import consumer
 
         consumer.declare_queue()  # as each agent's first result declares it
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=30)
+        super().start()
 
     def loop(self) -> None:
         next_heartbeat = 0.0
@@ -311,7 +327,7 @@ class Fleet:
         self.busy_s += time.perf_counter() - t0
 
 
-class Watcher:
+class Watcher(LoopThread):
     """An operator watching the sweep while it is ingested (``--watch``): every WATCH_EVERY_S, the
     matrix API of the running sweep and the overview in headless Chromium, load to heatmap drawn.
 
@@ -319,21 +335,15 @@ class Watcher:
     thread, where Django refuses to query): the user is made before, the sweep id is handed in.
     """
 
+    stop_timeout_s = 180.0
+
     def __init__(self, base: str, password: str):
+        super().__init__("watch")
         self.base, self.password = base, password
         self.sweep_id: int | None = None
         self.api_ms: list[float] = []
         self.overview_ms: list[float] = []
         self.errors: list[str] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.loop, name="watch", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=180)
 
     def loop(self) -> None:
         from playwright.sync_api import sync_playwright

@@ -35,10 +35,7 @@ def main() -> None:
     parser.add_argument("--database", default=None, help="postgres:// server URL (default: scratch SQLite)")
     parser.add_argument("--batch", type=int, default=500)
     args = parser.parse_args()
-    from benchmarks.scratch import scratch_database
-
-    with scratch_database(args.database):
-        print(json.dumps(measure(args.nodes, args.batch), indent=2))
+    print(json.dumps(run(args.database, args.nodes, args.batch), indent=2))
 
 
 def run(database: str | None = None, nodes: int = 1024, batch: int = 500) -> dict:

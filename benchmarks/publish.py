@@ -48,21 +48,10 @@ def round_commands(n: int) -> list[dict]:
 
 def celery_send(messages) -> None:
     """The reference: Celery's send_task per message, one producer, its batch one pipeline."""
-    from cluster_health.celery import app
     from cluster_health.queues import dispatch
+    from devtools.celery_send import celery_send as send_task_each
 
-    with app.producer_or_acquire() as producer, producer.batch(max_size=dispatch.PUBLISH_BATCH):
-        for task, queue, kwargs, expires_s in messages:
-            app.send_task(
-                task,
-                kwargs=kwargs,
-                queue=queue,
-                expires=expires_s,
-                producer=producer,
-                declare=[],
-                argsrepr="()",
-                kwargsrepr=dispatch._repr(kwargs),
-            )
+    send_task_each(messages, batch=dispatch.PUBLISH_BATCH)
 
 
 def measure(nodes: list[int], runs: int) -> dict:
@@ -97,6 +86,7 @@ def measure(nodes: list[int], runs: int) -> dict:
 
 def run(nodes: tuple = (256, 1024), runs: int = 7) -> dict:
     """Runner entry point: a private redis-server and a scratch SQLite database for the nodes' keys."""
+    from benchmarks.scratch import scratch_database
     from devtools.services import RedisServer
 
     with tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
@@ -104,19 +94,9 @@ def run(nodes: tuple = (256, 1024), runs: int = 7) -> dict:
         redis.workdir.mkdir(parents=True)
         redis.start()
         try:
-            os.environ.update(
-                DJANGO_SETTINGS_MODULE="cluster_health.settings",
-                DATABASE_URL=f"sqlite:///{tmp}/bench.sqlite3",
-                CLUSTER_HEALTH_VAR_DIR=tmp,
-                REDIS_URL=redis.url,
-                CLUSTER_HEALTH_BROKER_URL=redis.url,
-            )
-            import django
-            from django.core.management import call_command
-
-            django.setup()
-            call_command("migrate", verbosity=0)
-            return measure(list(nodes), runs)
+            os.environ.update(REDIS_URL=redis.url, CLUSTER_HEALTH_BROKER_URL=redis.url)
+            with scratch_database(None):
+                return measure(list(nodes), runs)
         finally:
             redis.stop()
 

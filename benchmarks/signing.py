@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -99,19 +98,9 @@ def per_message_us(fn, count: int) -> float:
 
 def key_lookup_us(count: int) -> float | None:
     """The server's lookup of a node's key (one indexed row, Fernet decrypt), against a scratch SQLite database."""
-    import tempfile
+    from benchmarks.scratch import scratch_database
 
-    with tempfile.TemporaryDirectory(prefix="bench-sign-") as tmp:
-        os.environ.update(
-            DJANGO_SETTINGS_MODULE="cluster_health.settings",
-            DATABASE_URL=f"sqlite:///{tmp}/bench.sqlite3",
-            CLUSTER_HEALTH_VAR_DIR=tmp,
-        )
-        import django
-        from django.core.management import call_command
-
-        django.setup()
-        call_command("migrate", verbosity=0)
+    with scratch_database(None):
         from cluster_health.models import AgentKey
 
         row, key = AgentKey.enroll("gpu-017")

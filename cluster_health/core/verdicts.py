@@ -9,11 +9,12 @@ warnings, since they hang jobs silently even when every probe passes.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cluster_health import vocabulary
+from cluster_health.core.culprits import pairs_by_node
 from cluster_health.core.finding_row import finding
 
 BAD = vocabulary.BAD_STATUSES
@@ -108,10 +109,7 @@ def culprit_findings(
     ``absent``: nodes offline when it was planned, each with its silence ('last heartbeat ...').
     """
     offline_nodes, absent = set(offline_nodes), dict(absent or {})
-    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for p in pairs:
-        by_node[p["a"]].append(p)
-        by_node[p["b"]].append(p)
+    by_node = pairs_by_node(pairs)
     bad_pairs = [p for p in pairs if p["status"] in BAD]
     if not bad_pairs and not absent:
         return []

@@ -1,9 +1,8 @@
 """The resident agent imports neither torch nor Django: a node needs only Celery and redis to run it."""
 
-import subprocess
 import sys
 
-from devtools.services import ROOT, python_env
+from devtools.devstack import python_env, run_to_end
 
 BLOCK_AND_IMPORT = """
 import sys
@@ -22,13 +21,8 @@ print("ok", sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "djang
 
 
 def test_the_agent_modules_import_without_torch_or_django():
-    out = subprocess.run(
-        [sys.executable, "-c", BLOCK_AND_IMPORT],
-        cwd=ROOT,
-        env=python_env(DJANGO_SETTINGS_MODULE="cluster_health.settings"),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    out = run_to_end(
+        [sys.executable, "-c", BLOCK_AND_IMPORT], env=python_env(DJANGO_SETTINGS_MODULE="cluster_health.settings")
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "ok []"

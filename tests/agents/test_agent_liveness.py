@@ -10,7 +10,6 @@ when Redis restarted under run 33's bed.
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ import pytest
 from celery import Celery
 
 from agents import contract, liveness
+from devtools.devstack import run_to_end
 from devtools.services import RedisServer, python_env, spawn, stop_process
 from tests.support.agent_fixtures import command, drain_until
 
@@ -240,13 +240,7 @@ def test_restarting_in_place_keeps_the_process_its_command_line_and_environment(
         "if len(open(marks).read().splitlines()) == 1:\n"
         "    liveness.restart_in_place(before=lambda: print('before', flush=True))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, "--an", "argument"],
-        env=python_env(MARK="kept"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_to_end([sys.executable, "-c", code, "--an", "argument"], env=python_env(MARK="kept"))
     assert done.returncode == 0, done.stderr
     first, second = marks.read_text().splitlines()
     assert first == second and first.endswith("['--an', 'argument'] kept")

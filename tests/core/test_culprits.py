@@ -37,9 +37,19 @@ def codes(found):
     return [(f["code"], f["subject"]) for f in found]
 
 
+def on_n2(hosting, dialling=None):
+    """bad(a, b) for matrix(): ``hosting`` for n2's pairs with n3 and n4 (n2 is rank 0 there, hosting the
+    store), ``dialling`` for its pair with n1 (n2 connects out)."""
+    return lambda a, b: hosting if a == "n2" else dialling if b == "n2" else None
+
+
+def inbound_blocked(pairs):
+    return [f for f in culprits.infer(NODES, pairs) if f["code"] == "inbound_blocked"]
+
+
 def test_it_blames_a_node_that_accepts_no_inbound_connection():
     # n2 hosts the store for n3 and n4 (it is rank 0 there), and connects out to n1.
-    pairs = matrix(NODES, lambda a, b: CONNECT_TIMEOUT if a == "n2" else None)
+    pairs = matrix(NODES, on_n2(CONNECT_TIMEOUT))
     found = culprits.infer(NODES, pairs)
     assert codes(found) == [("inbound_blocked", "n2")]
     f = found[0]
@@ -51,19 +61,12 @@ def test_it_blames_a_node_that_accepts_no_inbound_connection():
 
 def test_it_does_not_call_a_node_inbound_blocked_when_its_outbound_connections_fail_too():
     pairs = matrix(NODES, lambda a, b: CONNECT_TIMEOUT if "n2" in (a, b) else None)
-    assert not [f for f in culprits.infer(NODES, pairs) if f["code"] == "inbound_blocked"]
+    assert not inbound_blocked(pairs)
 
 
 def test_a_later_transport_failure_where_the_node_connected_out_still_supports_it():
-    def bad(a, b):
-        if a == "n2":
-            return CONNECT_TIMEOUT
-        if b == "n2":
-            return ("timeout", "init", "transport")  # Gloo dialled into n2
-        return None
-
-    found = culprits.infer(NODES, matrix(NODES, bad))
-    f = next(f for f in found if f["code"] == "inbound_blocked")
+    transport = ("timeout", "init", "transport")  # Gloo dialled into n2
+    f = inbound_blocked(matrix(NODES, on_n2(CONNECT_TIMEOUT, transport)))[0]
     assert sorted(f["pairs"]) == ["n1<->n2", "n2<->n3", "n2<->n4"]
 
 
@@ -72,7 +75,7 @@ STORE_TIMEOUT = ("timeout", "store", "store_timeout")
 
 def test_a_master_that_never_published_its_port_is_not_called_inbound_blocked():
     # n2's peers waited for its store port and never dialled: nothing says a connection into n2 failed.
-    pairs = matrix(NODES, lambda a, b: STORE_TIMEOUT if a == "n2" else None)
+    pairs = matrix(NODES, on_n2(STORE_TIMEOUT))
     # What the halves say: n2 (rank 0) listened and no peer arrived; the peers never reached the store step.
     for p in pairs:
         if p["a"] == "n2":
@@ -81,20 +84,13 @@ def test_a_master_that_never_published_its_port_is_not_called_inbound_blocked():
                 {"node": p["b"], "evidence": {"interface": "eth0"}},
             )
             assert p["evidence"]["connections"] == [], p["evidence"]
-    assert not [f for f in culprits.infer(NODES, pairs) if f["code"] == "inbound_blocked"]
+    assert not inbound_blocked(pairs)
 
 
 def test_a_pair_where_the_node_never_dialled_out_does_not_count_as_connecting_out():
     # n2 accepts nothing from n3 and n4, and its pair with n1 stopped before n2 dialled (n1 never
     # published): its outbound connections are unknown, so the direction finding waits for evidence.
-    def bad(a, b):
-        if a == "n2":
-            return CONNECT_TIMEOUT
-        if b == "n2":
-            return STORE_TIMEOUT
-        return None
-
-    assert not [f for f in culprits.infer(NODES, matrix(NODES, bad)) if f["code"] == "inbound_blocked"]
+    assert not inbound_blocked(matrix(NODES, on_n2(CONNECT_TIMEOUT, STORE_TIMEOUT)))
 
 
 def test_it_names_a_segment_when_every_crossing_pair_fails_and_each_group_works_inside():

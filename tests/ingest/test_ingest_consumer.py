@@ -44,13 +44,19 @@ def consumer_keys(settings, name: str):
         client.close()
 
 
-def held_batch(client, stack, cmds, name: str) -> None:
-    """The batch consumer ``name`` held when it died: the halves as agents sent them, in its taken list."""
-    for cmd in cmds:  # sent to a queue nobody consumes, then moved as the consumer's take moves them
-        send(signed_task(result_for(cmd), stack.keys[cmd["node"]]), queue="test.parked")
-    while client.rpoplpush("test.parked", keys.taken_key(name)):
-        pass
-    assert client.llen(keys.taken_key(name)) == len(cmds)
+@contextmanager
+def held_batch(stack, driver, settings, name: str, tag: str, count: int):
+    """A pairs sweep of ``count`` open pairs (open_pairs) whose halves are the batch consumer ``name`` held
+    when it died: as agents sent them, in its taken list. Yields (sweep id, commands, Redis client), as
+    consumer_keys cleans up."""
+    sweep_id, cmds = open_pairs(stack, driver, tag, count)
+    with consumer_keys(settings, name) as client:
+        for cmd in cmds:  # sent to a queue nobody consumes, then moved as the consumer's take moves them
+            send(signed_task(result_for(cmd), stack.keys[cmd["node"]]), queue="test.parked")
+        while client.rpoplpush("test.parked", keys.taken_key(name)):
+            pass
+        assert client.llen(keys.taken_key(name)) == len(cmds)
+        yield sweep_id, cmds, client
 
 
 def test_forged_and_unreadable_messages_are_kept_as_rejected_and_the_rest_applied(stack, driver, settings):
@@ -113,10 +119,8 @@ def test_a_heartbeat_is_applied_and_a_replayed_or_expired_one_is_not(stack, sett
 
 def test_a_dead_consumers_batch_goes_back_on_the_queue_and_is_applied_once(stack, driver, settings):
     """A consumer that died holding a batch (its lease lapsed): a live consumer puts the batch back."""
-    sweep_id, cmds = open_pairs(stack, driver, "orphan", 20)
     gone = "gone@elsewhere"
-    with consumer_keys(settings, gone) as client:
-        held_batch(client, stack, cmds, gone)
+    with held_batch(stack, driver, settings, gone, "orphan", 20) as (sweep_id, _cmds, client):
         client.sadd(keys.CONSUMERS, gone)  # registered, with no lease: dead
         wait_closed(sweep_id, 20, timeout=RECLAIM_WAIT_S)
         assert not client.exists(keys.taken_key(gone))
@@ -126,10 +130,8 @@ def test_a_dead_consumers_batch_goes_back_on_the_queue_and_is_applied_once(stack
 
 def test_a_consumer_back_from_a_crash_applies_the_batch_it_held_first(stack, driver, settings):
     """The same consumer (same worker name) restarted: its taken list is the first batch it applies."""
-    sweep_id, cmds = open_pairs(stack, driver, "again", 3)
     name = "crashed@test"
-    with consumer_keys(settings, name) as client:
-        held_batch(client, stack, cmds, name)
+    with held_batch(stack, driver, settings, name, "again", 3) as (sweep_id, cmds, client):
         again = consumer.Consumer(name, client)
         # Its own batch is taken whole, before anything queued: the stack's agents' heartbeats share
         # the queue, so one sent meanwhile may join the batch after the held halves, never instead.

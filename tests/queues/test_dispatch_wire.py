@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from agents import contract
-from cluster_health.celery import app
 from cluster_health.queues import dispatch, messages
+from devtools.celery_send import celery_send
 
 # Fields that differ between any two messages: ids Celery draws per message (or per process, the reply
 # queue) and the time a message expires at. Every other field must be the same, value for value.
@@ -30,17 +30,7 @@ def client(settings):
 
 def celery_writes(client, task: str, kwargs: dict, expires_s: float | None) -> dict:
     """What ``send_task`` pushes for a message, sent as the server sent its messages through Celery."""
-    with app.producer_or_acquire() as producer:
-        app.send_task(
-            task,
-            kwargs=kwargs,
-            queue="test.wire.celery",
-            expires=expires_s,
-            producer=producer,
-            declare=[],
-            argsrepr="()",
-            kwargsrepr=dispatch._repr(kwargs),
-        )
+    celery_send([(task, "test.wire.celery", kwargs, expires_s)])
     return json.loads(client.rpop("test.wire.celery"))
 
 

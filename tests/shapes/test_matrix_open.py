@@ -29,11 +29,11 @@ def snapshots(monkeypatch):
     monkeypatch.setattr(matrices, "REFRESH_PAIRS", 1)
 
 
-def fleet(n: int) -> list[str]:
-    names = [f"n{i:02d}" for i in range(n)]
-    for name in names:
-        heartbeat(name)
-    return names
+def started(driver, n: int, kind: str = "connectivity") -> Sweep:
+    """A ``kind`` sweep, started, over a fleet of ``n`` nodes (n00, n01, ...) that sent a heartbeat."""
+    for i in range(n):
+        heartbeat(f"n{i:02d}")
+    return driver.sweep(kind=kind)
 
 
 def answer_failing(bad: str):
@@ -46,6 +46,13 @@ def answer_failing(bad: str):
         return result_for(cmd, busbw=1.0 + cmd["probe_id"] / 7, latency=100.0 + cmd["probe_id"] / 3)
 
     return reply
+
+
+def answer_round(driver, sweep: Sweep, reply) -> None:
+    """Answer every command out (a round's halves), then read the sweep again."""
+    for cmd in driver.take():
+        driver.ingest(reply(cmd))
+    sweep.refresh_from_db()
 
 
 def shown(sweep: Sweep) -> dict:
@@ -79,8 +86,7 @@ def drive_checking(driver, sweep: Sweep, reply, refresh: bool) -> list:
 @pytest.mark.usefixtures("snapshots")
 @pytest.mark.parametrize("refresh", [True, False], ids=["brought-forward", "first-snapshot-only"])
 def test_an_open_sweeps_matrix_is_the_matrix_of_its_rows_at_every_step(driver, refresh):
-    fleet(8)
-    sweep = driver.sweep(kind="connectivity")
+    sweep = started(driver, 8)
     seen = drive_checking(driver, sweep, answer_failing("n03"), refresh)
     sweep.refresh_from_db()
     assert sweep.status == "finished" and sweep.total_rounds == 7
@@ -97,8 +103,7 @@ def test_an_open_sweeps_matrix_is_the_matrix_of_its_rows_at_every_step(driver, r
 
 @pytest.mark.usefixtures("snapshots")
 def test_a_bisect_sweep_that_plans_rounds_as_it_goes_reads_rightly_throughout(driver):
-    fleet(12)
-    sweep = driver.sweep(kind="bisect")
+    sweep = started(driver, 12, "bisect")
     first_total = Sweep.objects.get(pk=sweep.pk).total_rounds
     drive_checking(driver, sweep, answer_failing("n05"), refresh=True)
     sweep.refresh_from_db()
@@ -108,12 +113,8 @@ def test_a_bisect_sweep_that_plans_rounds_as_it_goes_reads_rightly_throughout(dr
 
 @pytest.mark.usefixtures("snapshots")
 def test_a_read_takes_the_rows_of_the_rounds_since_its_snapshot_only(driver):
-    fleet(6)
-    sweep = driver.sweep(kind="connectivity")
-    reply = answer_failing("none")
-    for cmd in driver.take():  # round 1 answered, round 2 dispatched
-        driver.ingest(reply(cmd))
-    sweep.refresh_from_db()
+    sweep = started(driver, 6)
+    answer_round(driver, sweep, answer_failing("none"))  # round 1 answered, round 2 dispatched
     assert sweep.current_round == 2
     driver.run(matrices.refresh_open)
     assert snapshot_round(sweep) == 2
@@ -138,12 +139,8 @@ def test_a_read_takes_the_rows_of_the_rounds_since_its_snapshot_only(driver):
 
 def first_round_read(driver) -> Sweep:
     """A 5-node sweep with its first round answered, read once (its snapshot taken) in its second."""
-    fleet(5)
-    sweep = driver.sweep(kind="connectivity")
-    reply = answer_failing("none")
-    for cmd in driver.take():
-        driver.ingest(reply(cmd))
-    sweep.refresh_from_db()
+    sweep = started(driver, 5)
+    answer_round(driver, sweep, answer_failing("none"))
     shown(sweep)
     return sweep
 
@@ -180,8 +177,7 @@ def test_retention_stores_the_closed_matrix_in_place_of_a_snapshot_before_it_del
 
 
 def test_a_small_open_sweep_is_built_from_its_rows_without_a_snapshot(driver):
-    fleet(4)
-    sweep = driver.sweep(kind="connectivity")
+    sweep = started(driver, 4)
     assert len(sweep.nodes) < matrices.SNAPSHOT_MIN_NODES
     shown(sweep)
     driver.run(matrices.refresh_open)
@@ -198,16 +194,13 @@ def test_a_process_reads_over_its_last_read_not_the_stored_snapshot(driver, monk
     from django.test.utils import CaptureQueriesContext
 
     monkeypatch.setattr(matrices, "_held", type(matrices._held)())
-    fleet(6)
-    sweep = driver.sweep(kind="connectivity")
+    sweep = started(driver, 6)
     reply = answer_failing("n02")
     sweep.refresh_from_db()
     shown(sweep)  # the first read: the snapshot taken, and held
     reads = 0
     while sweep.is_open:
-        for cmd in driver.take():
-            driver.ingest(reply(cmd))
-        sweep.refresh_from_db()
+        answer_round(driver, sweep, reply)
         if not sweep.is_open:
             break
         with CaptureQueriesContext(connection) as queries:

@@ -18,8 +18,14 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_lay
 
 
 def fleet(names):
+    """Every node of ``names`` sends a heartbeat; returns the names."""
     for n in names:
         heartbeat(n)
+    return names
+
+
+def numbered(count: int) -> list[str]:
+    return [f"n{i:02d}" for i in range(count)]
 
 
 def pair_set(sweep):
@@ -45,8 +51,7 @@ def answer(failing):
 
 
 def test_a_sampled_sweep_runs_its_rounds_records_its_seed_and_runs_the_same_pairs_again(driver):
-    names = [f"n{i:02d}" for i in range(12)]
-    fleet(names)
+    names = fleet(numbered(12))
     first = driver.sweep(kind="sampled", rounds=3)
     driver.answer_all(answer(lambda a, b: False))
     first.refresh_from_db()
@@ -65,8 +70,7 @@ def test_a_sampled_sweep_runs_its_rounds_records_its_seed_and_runs_the_same_pair
 
 
 def test_a_sampled_sweep_names_a_dead_node_in_its_first_round(driver):
-    names = [f"n{i:02d}" for i in range(10)]
-    fleet(names)
+    fleet(numbered(10))
     sweep = driver.sweep(kind="sampled", rounds=2, seed=11)
     driver.answer_all(answer(lambda a, b: "n07" in (a, b)))
     sweep.refresh_from_db()
@@ -95,8 +99,7 @@ def test_a_topology_sweep_runs_each_group_fully_and_one_pair_between_groups(driv
 
 
 def test_a_bisect_sweep_pins_a_bad_node_with_rounds_around_it_only(driver):
-    names = [f"n{i:02d}" for i in range(12)]
-    fleet(names)
+    fleet(numbered(12))
     sweep = driver.sweep(kind="bisect")
     sweep.refresh_from_db()
     assert sweep.total_rounds == planner.QUICK_ROUNDS
@@ -115,8 +118,7 @@ def test_a_bisect_sweep_pins_a_bad_node_with_rounds_around_it_only(driver):
 
 
 def test_a_bisect_sweep_pins_a_bad_link_and_clears_both_its_nodes(driver):
-    names = [f"n{i:02d}" for i in range(12)]
-    fleet(names)
+    fleet(numbered(12))
     sweep = driver.sweep(kind="bisect")
     first = PairProbe.objects.filter(sweep=sweep, round=1).select_related("node_a", "node_b").first()
     link = {first.node_a.name, first.node_b.name}
@@ -135,7 +137,7 @@ def test_a_bisect_sweep_pins_a_bad_link_and_clears_both_its_nodes(driver):
 
 
 def test_a_bisect_sweep_with_nothing_wrong_is_its_quick_pass(driver):
-    fleet([f"n{i:02d}" for i in range(6)])
+    fleet(numbered(6))
     sweep = driver.sweep(kind="bisect")
     driver.answer_all(answer(lambda a, b: False))
     sweep.refresh_from_db()

@@ -16,6 +16,18 @@ def nodes(n, facts=None):
     return names
 
 
+def failing(fails, **failure):
+    """Agents' answers: ``result_for(c, **failure)`` for a command whose nodes (its own, then its peers')
+    ``fails(names)`` is true of; an ok result for every other."""
+
+    def answer(c):
+        if fails([c["node"], *(p["name"] for p in c["peers"])]):
+            return result_for(c, **failure)
+        return result_for(c)
+
+    return answer
+
+
 def test_it_runs_a_4_node_connectivity_sweep_in_3_rounds_of_disjoint_pairs(driver):
     nodes(4)
     sweep = driver.sweep(kind="connectivity")
@@ -84,13 +96,11 @@ def test_it_warns_when_versions_differ(driver):
 def test_it_blames_the_node_whose_every_pair_failed(driver):
     nodes(4)
     sweep = driver.sweep(kind="connectivity")
-
-    def answer(c):
-        if "n2" in (c["node"], *(p["name"] for p in c["peers"])):
-            return result_for(c, status="failed", stage="connect", reason="refused", hint="connection refused")
-        return result_for(c)
-
-    driver.answer_all(answer)
+    driver.answer_all(
+        failing(
+            lambda names: "n2" in names, status="failed", stage="connect", reason="refused", hint="connection refused"
+        )
+    )
     sweep.refresh_from_db()
     assert sweep.verdict == "fail"
     findings = list(Finding.objects.filter(sweep=sweep, severity="fail"))
@@ -100,14 +110,9 @@ def test_it_blames_the_node_whose_every_pair_failed(driver):
 def test_it_blames_the_link_when_one_pair_fails(driver):
     nodes(4)
     sweep = driver.sweep(kind="connectivity")
-
-    def answer(c):
-        pair = {c["node"], c["peers"][0]["name"]}
-        if pair == {"n0", "n3"}:
-            return result_for(c, status="timeout", stage="init", reason="transport")
-        return result_for(c)
-
-    driver.answer_all(answer)
+    driver.answer_all(
+        failing(lambda names: set(names) == {"n0", "n3"}, status="timeout", stage="init", reason="transport")
+    )
     sweep.refresh_from_db()
     findings = list(Finding.objects.filter(sweep=sweep, severity="fail"))
     assert [(f.code, f.subject) for f in findings] == [("link_failed", "n0<->n3")]

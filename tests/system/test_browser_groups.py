@@ -7,22 +7,16 @@
 Screenshots are kept under test-artifacts/.
 """
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 from django.conf import settings
-from django.db import connections
 from django.utils import timezone
 
-from cluster_health import ingest, sweeps
+from cluster_health import ingest
 from cluster_health.models import Node, PairProbe, Sweep
-from cluster_health.queues import dispatch
 from devtools.sweep_driver import result_for
 from tests.support import timing
 from tests.support.artifacts import shot
-from tests.support.browser import log_in
-from tests.support.dashboard_rows import PASSWORD, make_user
-from tests.support.live import Heartbeats, probe_commands
+from tests.support.live import running_sweep_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -95,45 +89,24 @@ def test_a_sweep_too_large_for_a_node_matrix_opens_on_its_groups_and_drills_down
 
 def test_an_open_group_matrix_follows_a_running_sweep(stack, chromium):
     names = [f"gl{g}-n{i}" for g in range(3) for i in range(2)]  # three racks of two
-    make_user("viewer", operator=False)
-    server_side = ThreadPoolExecutor(1, thread_name_prefix="server-side")
-
-    def on_server(fn, *args, **kwargs):
-        return server_side.submit(fn, *args, **kwargs).result(timeout=timing.SERVER_CALL_S)
-
-    context = chromium.new_context(viewport={"width": 1400, "height": 1400})
-    page = context.new_page()
-    with Heartbeats(names), dispatch.capture() as sent:
-        try:
-            sweep = on_server(sweeps.request_sweep, source="command", kind="connectivity", nodes=names, deadline_s=300)
-            on_server(sweeps.start_sweep, sweep.pk)
-            rounds = probe_commands(sent)
-            base = stack.start_web()
-            log_in(page, base, "viewer", PASSWORD)
-            page.goto(f"{base}/sweeps/{sweep.pk}/")
-            page.wait_for_function(f"() => document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
-            page.click("[data-groups-details] summary")
-            page.wait_for_function(f"() => document.getElementById('groups').dataset.loaded === '{sweep.pk}'")
-            assert page.evaluate("CH.groups.names") == ["gl0", "gl1", "gl2"]
-            cross = next(c for c in rounds.values() if {c[0]["node"][:3], c[1]["node"][:3]} == {"gl0", "gl2"})
-            a, b = sorted((cross[0]["node"], cross[1]["node"]))
-            click_cell(page, 0, 2, 3)
-            page.wait_for_function("() => document.getElementById('groups').dataset.drilled === 'gl0 gl2'")
-            worst = "CH.groups.codes[CH.groups.worst[CH.groupCellIndex(0, 2, 3)]]"
-            assert page.evaluate(worst) in ("pending", "running")
-            on_server(
-                ingest.ingest_results,
-                [result_for(c, status="failed", stage="connect", reason="refused") for c in cross],
-            )
-            page.wait_for_function(f"() => {worst} === 'failed'", timeout=timing.PAGE_CELL_MS)
-            page.wait_for_function(
-                f"() => CH.groups.drillMatrix.statusOf('{a}', '{b}') === 'failed'", timeout=timing.PAGE_CELL_MS
-            )
-            assert page.evaluate(f"CH.matrix.statusOf('{a}', '{b}')") == "failed"  # the node matrix, as before
-            shot(page, "groups-live")
-        finally:
-            context.close()
-            if "sweep" in locals():
-                on_server(sweeps.cancel, sweep.pk)
-            on_server(connections.close_all)
-            server_side.shutdown()
+    with running_sweep_page(stack, chromium, names, height=1400) as live:
+        page, sweep, rounds, on_server = live.page, live.sweep, live.commands, live.on_server
+        page.click("[data-groups-details] summary")
+        page.wait_for_function(f"() => document.getElementById('groups').dataset.loaded === '{sweep.pk}'")
+        assert page.evaluate("CH.groups.names") == ["gl0", "gl1", "gl2"]
+        cross = next(c for c in rounds.values() if {c[0]["node"][:3], c[1]["node"][:3]} == {"gl0", "gl2"})
+        a, b = sorted((cross[0]["node"], cross[1]["node"]))
+        click_cell(page, 0, 2, 3)
+        page.wait_for_function("() => document.getElementById('groups').dataset.drilled === 'gl0 gl2'")
+        worst = "CH.groups.codes[CH.groups.worst[CH.groupCellIndex(0, 2, 3)]]"
+        assert page.evaluate(worst) in ("pending", "running")
+        on_server(
+            ingest.ingest_results,
+            [result_for(c, status="failed", stage="connect", reason="refused") for c in cross],
+        )
+        page.wait_for_function(f"() => {worst} === 'failed'", timeout=timing.PAGE_CELL_MS)
+        page.wait_for_function(
+            f"() => CH.groups.drillMatrix.statusOf('{a}', '{b}') === 'failed'", timeout=timing.PAGE_CELL_MS
+        )
+        assert page.evaluate(f"CH.matrix.statusOf('{a}', '{b}')") == "failed"  # the node matrix, as before
+        shot(page, "groups-live")

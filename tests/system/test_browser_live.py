@@ -10,22 +10,19 @@ ingest broadcasts over the Redis channel layer as the server worker does.
 Screenshots are kept under test-artifacts/.
 """
 
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
-from cluster_health import ingest, sweeps
+from cluster_health import ingest
 from cluster_health.models import Node, PairProbe
-from cluster_health.queues import dispatch
 from devtools.sweep_driver import heartbeat, result_for
 from tests.support import timing
 from tests.support.artifacts import shot
-from tests.support.browser import log_in, logged_in_page
+from tests.support.browser import logged_in_page
 from tests.support.dashboard_rows import PASSWORD, make_user
-from tests.support.live import Heartbeats, probe_commands
+from tests.support.live import running_sweep_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
@@ -36,84 +33,58 @@ def page_statuses(page, pairs) -> list:
 
 def test_it_shows_what_changed_while_the_web_server_was_down(stack, chromium):
     names = [f"rs{i}" for i in range(6)]
-    make_user("viewer", operator=False)
-    server_side = ThreadPoolExecutor(1, thread_name_prefix="server-side")
+    with running_sweep_page(stack, chromium, names, height=1000) as live:
+        page, sweep, on_server = live.page, live.sweep, live.on_server
+        first, second, third = (commands for _pk, commands in sorted(live.commands.items()))
+        page.evaluate("window.__noReload = true")
 
-    def on_server(fn, *args, **kwargs):
-        return server_side.submit(fn, *args, **kwargs).result(timeout=timing.SERVER_CALL_S)
+        on_server(ingest.ingest_results, [result_for(c) for c in first])
+        pair1 = (first[0]["node"], first[1]["node"])
+        page.wait_for_function(
+            f"() => CH.matrix.statusOf('{pair1[0]}', '{pair1[1]}') === 'ok'", timeout=timing.PAGE_CELL_MS
+        )
+        shot(page, "restart-before")
 
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    with Heartbeats(names), dispatch.capture() as sent:
-        try:
-            sweep = on_server(sweeps.request_sweep, source="command", kind="connectivity", nodes=names, deadline_s=300)
-            on_server(sweeps.start_sweep, sweep.pk)
-            first, second, third = (commands for _pk, commands in sorted(probe_commands(sent).items()))
-            base = stack.start_web()
-            log_in(page, base, "viewer", PASSWORD)
-            page.goto(f"{base}/sweeps/{sweep.pk}/")
-            page.wait_for_function(f"() => document.body.dataset.loaded === '{sweep.pk}' && CH.wsState === 'open'")
-            page.evaluate("window.__noReload = true")
-
-            on_server(ingest.ingest_results, [result_for(c) for c in first])
-            pair1 = (first[0]["node"], first[1]["node"])
-            page.wait_for_function(
-                f"() => CH.matrix.statusOf('{pair1[0]}', '{pair1[1]}') === 'ok'", timeout=timing.PAGE_CELL_MS
+        def while_down():
+            page.wait_for_function("() => CH.wsState === 'reconnecting'", timeout=timing.PAGE_CELL_MS)
+            # Both arrive while no browser can hear of them: one pair ok, one failed,
+            # which completes round 1 and starts round 2.
+            on_server(
+                ingest.ingest_results,
+                [result_for(c) for c in second]
+                + [
+                    result_for(
+                        c, status="failed", stage="connect", reason="refused", hint="connection refused by the peer"
+                    )
+                    for c in third
+                ],
             )
-            shot(page, "restart-before")
+            shot(page, "restart-down")
 
-            def while_down():
-                page.wait_for_function("() => CH.wsState === 'reconnecting'", timeout=timing.PAGE_CELL_MS)
-                # Both arrive while no browser can hear of them: one pair ok, one failed,
-                # which completes round 1 and starts round 2.
-                on_server(
-                    ingest.ingest_results,
-                    [result_for(c) for c in second]
-                    + [
-                        result_for(
-                            c, status="failed", stage="connect", reason="refused", hint="connection refused by the peer"
-                        )
-                        for c in third
-                    ],
-                )
-                shot(page, "restart-down")
+        stack.restart_web(while_down=while_down)
+        page.wait_for_function("() => CH.reconnects >= 1 && CH.wsState === 'open'", timeout=timing.PAGE_RECONNECT_MS)
 
-            stack.restart_web(while_down=while_down)
-            page.wait_for_function(
-                "() => CH.reconnects >= 1 && CH.wsState === 'open'", timeout=timing.PAGE_RECONNECT_MS
-            )
-
-            rows = list(
-                PairProbe.objects.filter(sweep=sweep)
-                .values_list("node_a__name", "node_b__name", "status")
-                .order_by("id")
-            )
-            pairs = [[a, b] for a, b, _s in rows]
-            expected = [s for _a, _b, s in rows]
-            assert expected.count("ok") == 2 and expected.count("failed") == 1 and "running" in expected
-            page.wait_for_function(
-                "([pairs, expected]) => pairs.every(([a, b], k) => CH.matrix.statusOf(a, b) === expected[k])",
-                arg=[pairs, expected],
-                timeout=timing.PAGE_CELL_MS,
-            )
-            assert page_statuses(page, pairs) == expected
-            assert page.evaluate("window.__noReload") is True  # the same page, never reloaded
-            third_pair = (third[0]["node"], third[1]["node"])
-            assert page.evaluate(
-                f"CH.matrix.details[CH.pairIndex(CH.matrix.index.get('{third_pair[0]}'), "
-                f"CH.matrix.index.get('{third_pair[1]}'), {len(names)})]"
-            ) == ["connect", "refused", "connection refused by the peer"]
-            assert "round 2/" in page.text_content("[data-progress]")
-            assert page.text_content("[data-live]") == "live"
-            shot(page, "restart-after")
-        finally:
-            context.close()
-            if "sweep" in locals():
-                on_server(sweeps.cancel, sweep.pk)
-            # The thread's own database connection: left open, it outlives the test (and holds
-            # the PostgreSQL test database at the session's end).
-            on_server(connections.close_all)  # in that thread: its own connections
-            server_side.shutdown()
+        rows = list(
+            PairProbe.objects.filter(sweep=sweep).values_list("node_a__name", "node_b__name", "status").order_by("id")
+        )
+        pairs = [[a, b] for a, b, _s in rows]
+        expected = [s for _a, _b, s in rows]
+        assert expected.count("ok") == 2 and expected.count("failed") == 1 and "running" in expected
+        page.wait_for_function(
+            "([pairs, expected]) => pairs.every(([a, b], k) => CH.matrix.statusOf(a, b) === expected[k])",
+            arg=[pairs, expected],
+            timeout=timing.PAGE_CELL_MS,
+        )
+        assert page_statuses(page, pairs) == expected
+        assert page.evaluate("window.__noReload") is True  # the same page, never reloaded
+        third_pair = (third[0]["node"], third[1]["node"])
+        assert page.evaluate(
+            f"CH.matrix.details[CH.pairIndex(CH.matrix.index.get('{third_pair[0]}'), "
+            f"CH.matrix.index.get('{third_pair[1]}'), {len(names)})]"
+        ) == ["connect", "refused", "connection refused by the peer"]
+        assert "round 2/" in page.text_content("[data-progress]")
+        assert page.text_content("[data-live]") == "live"
+        shot(page, "restart-after")
 
 
 def test_it_keeps_the_node_table_current_without_a_reload(stack, chromium):

@@ -177,12 +177,33 @@ class MatrixPlot {
 }
 CH.MatrixPlot = MatrixPlot;
 
+/* A panel's view tabs: the buttons in root carrying data-<key> (dataset ``key``). A click calls show(view);
+ * pick(view) marks that view's button active and keeps the view in localStorage under ``store``,
+ * where the next page starts from (``initial``, else ``fallback``). */
+class ViewTabs {
+  constructor(root, key, store, fallback, show) {
+    this.root = root;
+    this.key = key;
+    this.selector = `[data-${key.replace(/[A-Z]/g, (c) => "-" + c.toLowerCase())}]`;
+    this.store = store;
+    this.initial = localStorage.getItem(store) || fallback;
+    root.querySelectorAll(this.selector).forEach((b) => b.addEventListener("click", () => show(b.dataset[key])));
+  }
+
+  pick(view) {
+    localStorage.setItem(this.store, view);
+    this.root.querySelectorAll(this.selector).forEach((b) => b.classList.toggle("active", b.dataset[this.key] === view));
+    return view;
+  }
+}
+
 /* A sweep's three heatmaps, fed by state.json and by WebSocket frames. */
 class SweepMatrix {
   constructor(root, opts) {
     this.root = root;
     this.opts = opts; // {pairUrl(a, b), onState(state), onFrame(frame)}
-    this.view = localStorage.getItem("ch.view") || "status";
+    this.tabs = new ViewTabs(root, "view", "ch.view", "status", (view) => this.show(view));
+    this.view = this.tabs.initial;
     this.pattern = localStorage.getItem("ch.group") || "";
     this.plotEl = root.querySelector(".plot");
     this.legendEl = root.querySelector(".legend");
@@ -191,7 +212,6 @@ class SweepMatrix {
       groupInput.value = this.pattern;
       groupInput.addEventListener("change", () => { this.pattern = groupInput.value.trim(); localStorage.setItem("ch.group", this.pattern); this.reorder(); });
     }
-    root.querySelectorAll("[data-view]").forEach((b) => b.addEventListener("click", () => this.show(b.dataset.view)));
     this.frameQueued = false;
   }
 
@@ -238,9 +258,7 @@ class SweepMatrix {
   }
 
   show(view) {
-    this.view = view;
-    localStorage.setItem("ch.view", view);
-    this.root.querySelectorAll("[data-view]").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+    this.view = this.tabs.pick(view);
     if (this.plot) Plotly.purge(this.plotEl);
     this.plot = new MatrixPlot(this.plotEl, this.plotOptions(view));
     this.plot.setData(this.nodes, this.valuesFor(view), this.order, this.bounds);
@@ -334,9 +352,9 @@ class GroupPanel {
     this.legendEl = root.querySelector("[data-groups-legend]");
     this.noteEl = root.querySelector("[data-groups-note]");
     this.drillEl = root.querySelector("[data-drill]");
-    this.view = localStorage.getItem("ch.groupView") || "worst";
+    this.tabs = new ViewTabs(root, "groupView", "ch.groupView", "worst", (view) => this.show(view));
+    this.view = this.tabs.initial;
     this.refreshQueued = false;
-    root.querySelectorAll("[data-group-view]").forEach((b) => b.addEventListener("click", () => this.show(b.dataset.groupView)));
     this.detailsEl.addEventListener("toggle", () => { if (this.detailsEl.open && !this.data && this.sweepId) this.refresh(); });
     root.querySelector("[data-drill-close]").addEventListener("click", () => this.closeDrill());
   }
@@ -384,9 +402,7 @@ class GroupPanel {
   }
 
   show(view) {
-    this.view = view;
-    localStorage.setItem("ch.groupView", view);
-    this.root.querySelectorAll("[data-group-view]").forEach((b) => b.classList.toggle("active", b.dataset.groupView === view));
+    this.view = this.tabs.pick(view);
     if (!this.names) return Promise.resolve();
     const common = { index: CH.groupCellIndex, diagonal: true, hover: (g, h) => this.hoverText(g, h), click: (g, h) => this.drill(g, h) };
     let opts = { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, ...common }, values = this.worst;
