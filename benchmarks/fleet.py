@@ -437,9 +437,10 @@ class ServerStack:
             self.sup.start(f"worker{k}", devstack.server_worker_args(f"server{k}@fleet"))
         self.sup.start("beat", devstack.beat_args(self.workdir))
         devstack.wait_for_port("127.0.0.1", port, 60, web)
+        sup = self.sup  # a local, so that the lambdas below see it is set
         for k in range(self.workers):
             wait_until(
-                lambda k=k: "ready" in self.sup.log(f"worker{k}"), READY_TIMEOUT_S, message=f"server worker {k} ready"
+                lambda k=k: "ready" in sup.log(f"worker{k}"), READY_TIMEOUT_S, message=f"server worker {k} ready"
             )
 
     def stop(self) -> None:

@@ -17,13 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     import argparse
+    from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,10 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def wait_for_port(host: str, port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
+def wait_for_port(
+    host: str, port: int, timeout: float, proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -61,7 +65,12 @@ def refused(program: str, why: object) -> int:
 SLOW_STOP_S = 3.0  # a process that takes longer than this to stop is named when everything stops
 
 
-def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signal.SIGTERM, group: bool = True) -> None:
+def stop_process(
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str],
+    timeout: float = 10.0,
+    sig: int = signal.SIGTERM,
+    group: bool = True,
+) -> None:
     """Signal the process group (or, ``group=False``, its leader alone), then SIGKILL the group if it lingers
     past `timeout`.
 
@@ -80,7 +89,7 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0, sig: int = signa
         proc.wait(timeout=5)
 
 
-def python_env(base: dict | None = None, /, **extra: str) -> dict:
+def python_env(base: Mapping[str, str] | None = None, /, **extra: str) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
@@ -88,7 +97,7 @@ def python_env(base: dict | None = None, /, **extra: str) -> dict:
     return env
 
 
-def stack_env(redis_url: str, var: Path, **extra: str) -> dict:
+def stack_env(redis_url: str, var: Path, **extra: str) -> dict[str, str]:
     """The environment of every process of a one-machine stack: its settings, its broker, its var directory."""
     return python_env(
         DJANGO_SETTINGS_MODULE="cluster_health.settings",
@@ -99,7 +108,9 @@ def stack_env(redis_url: str, var: Path, **extra: str) -> dict:
     )
 
 
-def spawn(args: list[str], log_path: Path, env: dict | None = None, cwd: Path = ROOT) -> subprocess.Popen:
+def spawn(
+    args: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.Popen[bytes]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
@@ -114,7 +125,7 @@ def spawn(args: list[str], log_path: Path, env: dict | None = None, cwd: Path = 
 
 
 def run_to_end(
-    args: list[str], env: dict | None = None, timeout: float = 60, stdin: str | None = None
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 60, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run a command from the repository root until it exits; its output captured as text, its exit status kept.
 
@@ -187,7 +198,7 @@ def beat_args(schedule_dir: Path) -> list[str]:
     return [*celery_args(), "beat", "-l", "INFO", "--pidfile", str(schedule_dir / "beat.pid")]
 
 
-def agent_args(name: str, address: str, broker: str, key_file: str | os.PathLike | None = None) -> list[str]:
+def agent_args(name: str, address: str, broker: str, key_file: str | os.PathLike[str] | None = None) -> list[str]:
     args = [sys.executable, "-m", "agents", "run", "--name", name, "--address", address, "--broker", broker]
     return args + ["--key-file", os.fspath(key_file)] if key_file else args
 
@@ -201,15 +212,17 @@ class Supervisor:
     it: kombu can crash the worker while it closes a connection the broker dropped.
     """
 
-    def __init__(self, logdir: Path, env: dict):
+    def __init__(self, logdir: Path, env: dict[str, str]) -> None:
         self.logdir = Path(logdir)
         self.env = env
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.specs: dict[str, tuple[list[str], dict | None, bool]] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.specs: dict[str, tuple[list[str], dict[str, str] | None, bool]] = {}
         self.restarts: dict[str, int] = {}
         self.lock = threading.Lock()
 
-    def start(self, name: str, args: list[str], env: dict | None = None, restart: bool = False) -> subprocess.Popen:
+    def start(
+        self, name: str, args: list[str], env: dict[str, str] | None = None, restart: bool = False
+    ) -> subprocess.Popen[bytes]:
         with self.lock:
             old = self.procs.get(name)
             if old is not None and old.poll() is None:
@@ -262,11 +275,13 @@ class Supervisor:
 # `scripts/run`: the whole system on this one machine.
 
 
-def _manage(env: dict, *args: str, timeout: float = 120.0, stdin: str | None = None) -> subprocess.CompletedProcess:
+def _manage(
+    env: dict[str, str], *args: str, timeout: float = 120.0, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return run_to_end([sys.executable, str(ROOT / "manage.py"), *args], env=env, timeout=timeout, stdin=stdin)
 
 
-def create_admin_login(env: dict) -> tuple[str, subprocess.CompletedProcess]:
+def create_admin_login(env: dict[str, str]) -> tuple[str, subprocess.CompletedProcess[str]]:
     """Create (or reset) the `admin` login, operator and superuser, with a new random password.
 
     Returns the password and the finished manage.py command. The password goes in on
@@ -279,7 +294,7 @@ def create_admin_login(env: dict) -> tuple[str, subprocess.CompletedProcess]:
     return password, _manage(env, *args, stdin=password + "\n")
 
 
-def _online_nodes(env: dict) -> list[str]:
+def _online_nodes(env: dict[str, str]) -> list[str]:
     import json
 
     out = _manage(env, "nodes", "--json", timeout=60)
@@ -316,7 +331,7 @@ def _parse_run_options(argv: list[str] | None) -> argparse.Namespace:
     return opts
 
 
-def _check_manage(out: subprocess.CompletedProcess, failure: str) -> None:
+def _check_manage(out: subprocess.CompletedProcess[str], failure: str) -> None:
     """Show a failed manage.py command's output and end the start with `failure`."""
     if out.returncode != 0:
         print(out.stdout + out.stderr, file=sys.stderr)
@@ -325,7 +340,7 @@ def _check_manage(out: subprocess.CompletedProcess, failure: str) -> None:
 
 def _start_stack(
     sup: Supervisor,
-    env: dict,
+    env: dict[str, str],
     opts: argparse.Namespace,
     rundir: Path,
     redis_port: int,
@@ -355,7 +370,7 @@ def _start_stack(
     return url, password, names
 
 
-def _wait_for_agents(sup: Supervisor, env: dict, names: list[str], say: Callable[[str], None]) -> None:
+def _wait_for_agents(sup: Supervisor, env: dict[str, str], names: list[str], say: Callable[[str], None]) -> None:
     """Wait up to 90 s for every local agent to be online, failing if a process exits meanwhile."""
     deadline = time.monotonic() + 90
     online: list[str] = []
@@ -369,7 +384,7 @@ def _wait_for_agents(sup: Supervisor, env: dict, names: list[str], say: Callable
     say(f"agents online: {', '.join(online) or 'none'}")
 
 
-def _first_sweep(env: dict, kind: str, say: Callable[[str], None]) -> None:
+def _first_sweep(env: dict[str, str], kind: str, say: Callable[[str], None]) -> None:
     """Request the first sweep of `kind` and report what manage.py said."""
     out = _manage(env, "sweep", "--kind", kind)
     if out.returncode != 0:
@@ -401,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     sup = Supervisor(rundir / "logs", env)
     stopping = False
 
-    def _stop(signum, frame):
+    def _stop(signum: int, frame: FrameType | None) -> NoReturn:
         nonlocal stopping
         stopping = True
         raise KeyboardInterrupt

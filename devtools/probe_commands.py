@@ -6,13 +6,14 @@ For the tests and the benchmarks: ``run_ranks`` runs each half through ``agents.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from agents import contract
 from agents.runner import run_probe
 
 
-def loopback_pair(rank: int, rendezvous: str, names: tuple[str, ...] = ("n0", "n1"), **fields: Any) -> dict:
+def loopback_pair(rank: int, rendezvous: str, names: tuple[str, ...] = ("n0", "n1"), **fields: Any) -> dict[str, Any]:
     """Rank ``rank``'s half of a Gloo pair probe between ``names``, both on 127.0.0.1.
 
     ``fields`` add to the command or replace its defaults (probe and sweep 1); the contract
@@ -35,12 +36,16 @@ def loopback_pair(rank: int, rendezvous: str, names: tuple[str, ...] = ("n0", "n
     }
 
 
-def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict]:
+def run_ranks(
+    commands: list[dict[str, Any]],
+    broker_url: str,
+    on_event: Callable[[int, dict[str, Any]], object] | None = None,
+) -> list[dict[str, Any]]:
     """Run every rank's half at once through the Redis rendezvous; results in rank order."""
-    results: dict[int, dict] = {}
+    results: dict[int, dict[str, Any]] = {}
     errors: list[BaseException] = []
 
-    def one(cmd):
+    def one(cmd: dict[str, Any]) -> None:
         try:
             results[cmd["rank"]] = run_probe(
                 cmd, broker_url, on_event=(lambda e: on_event(cmd["rank"], e)) if on_event else None
@@ -58,7 +63,7 @@ def run_ranks(commands: list[dict], broker_url: str, on_event=None) -> list[dict
     return [results[c["rank"]] for c in commands]
 
 
-def real_halves(broker_url: str, rendezvous: str, **fields: Any) -> list[dict]:
+def real_halves(broker_url: str, rendezvous: str, **fields: Any) -> list[dict[str, Any]]:
     """Both halves of one real Gloo pair probe on loopback, run by the agent's own probe code; an error unless
     both passed. The benchmarks write every simulated half from them, so each holds what a real half holds."""
     halves = run_ranks([loopback_pair(rank, rendezvous, **fields) for rank in (0, 1)], broker_url)

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import quote
 
-from devtools.devstack import (  # noqa: F401  (re-exported for test modules)
+from devtools.devstack import (
     ROOT,
     Supervisor,
     agent_args,
@@ -26,6 +28,29 @@ from devtools.devstack import (  # noqa: F401  (re-exported for test modules)
     wait_for_port,
     web_args,
 )
+
+# Its own helpers, and those of devtools.devstack the test modules and benchmarks import from here.
+__all__ = [
+    "TlsFiles",
+    "make_tls_files",
+    "RedisServer",
+    "wait_until",
+    "resident_kib",
+    "ROOT",
+    "Supervisor",
+    "agent_args",
+    "beat_args",
+    "free_port",
+    "python_env",
+    "redis_args",
+    "server_worker_args",
+    "spawn",
+    "stop_process",
+    "wait_for_port",
+    "web_args",
+]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -69,7 +94,7 @@ class RedisServer:
         password: str | None = None,
         users: tuple[str, ...] = (),
         tls: TlsFiles | None = None,
-    ):
+    ) -> None:
         self.workdir = Path(workdir)
         self.port = port or free_port()
         self.password, self.users, self.tls = password, users, tls
@@ -115,7 +140,7 @@ class RedisServer:
         self.start()
 
 
-def wait_until(predicate, timeout: float, interval: float = 0.1, message: str = "condition"):
+def wait_until(predicate: Callable[..., T], timeout: float, interval: float = 0.1, message: str = "condition") -> T:
     """Poll `predicate` until it returns a truthy value; raise after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:

@@ -41,6 +41,8 @@ from devtools.devstack import (
 from devtools.devstack import _manage as manage
 
 if TYPE_CHECKING:
+    import argparse
+
     from devtools.devstack import Supervisor
 
 PREFIX = "chtb"  # every namespace and /etc/netns entry this module makes starts with it
@@ -111,7 +113,7 @@ class Host:
     name: str
     address: str
     dead_address: str | None = None
-    agent: subprocess.Popen | None = None
+    agent: subprocess.Popen[bytes] | None = None
     extra_hosts: dict[str, str] = field(default_factory=dict)  # name -> address overrides
 
 
@@ -125,7 +127,7 @@ class TestBed:
         tag: str | None = None,
         names: list[str] | None = None,
         second_interface: bool = False,
-    ):
+    ) -> None:
         if not 2 <= hosts <= 60:
             raise ValueError("hosts: between 2 and 60")
         self.tag = tag or uuid.uuid4().hex[:6]
@@ -145,7 +147,7 @@ class TestBed:
         ]
         self.second_interface = second_interface
         self.broker_url: str | None = None  # what restart_detached_agent starts agents with
-        self.agent_env: dict = {}
+        self.agent_env: dict[str, str] = {}
         self._built = False
 
     # building and tearing down
@@ -212,7 +214,7 @@ class TestBed:
     def __enter__(self) -> TestBed:
         return self.build()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # running things inside a host
@@ -245,8 +247,11 @@ class TestBed:
     def run(self, name: str, *args: str, check: bool = True, timeout: float = 30.0) -> str:
         return sh(*self.exec_args(self.host(name), list(args)), check=check, timeout=timeout)
 
-    def start_in(self, name: str, args: list[str], **popen) -> subprocess.Popen:
-        """A process inside the host (its namespace, hosts file and hostname), in its own session; not waited for."""
+    def start_in(self, name: str, args: list[str], **popen: Any) -> subprocess.Popen[Any]:
+        """A process inside the host (its namespace, hosts file and hostname), in its own session; not waited for.
+
+        ``popen``: more Popen arguments; with ``text=True`` its pipes carry str, otherwise bytes.
+        """
         return subprocess.Popen(
             self.exec_args(self.host(name), args), env=python_env(), start_new_session=True, **popen
         )
@@ -259,10 +264,10 @@ class TestBed:
         self,
         name: str,
         broker_url: str,
-        env: dict | None = None,
+        env: dict[str, str] | None = None,
         address: str | None = None,
         key_file: Path | None = None,
-    ) -> subprocess.Popen:
+    ) -> subprocess.Popen[bytes]:
         host = self.host(name)
         if host.agent is not None and host.agent.poll() is None:
             raise RuntimeError(f"the agent on {name} is already running")
@@ -477,8 +482,9 @@ class TestBed:
     def _namespace_commands(self, host: Host) -> list[list[str]]:
         return [_cmdline(int(pid)) for pid in sh("ip", "netns", "pids", host.ns, check=False).split()]
 
-    def interfaces(self, name: str) -> list[dict]:
-        return json.loads(self._in(self.host(name).ns, "ip", "-j", "addr"))
+    def interfaces(self, name: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = json.loads(self._in(self.host(name).ns, "ip", "-j", "addr"))
+        return found
 
     def iperf3_mbit(self, client: str, server: str, seconds: float = 3.0) -> float:
         """Throughput from client to server measured by iperf3 on the same link."""
@@ -492,7 +498,7 @@ class TestBed:
         )
         try:
             deadline = time.monotonic() + 5
-            out = None
+            out: dict[str, Any] | None = None
             while time.monotonic() < deadline:
                 res = subprocess.run(
                     [
@@ -524,7 +530,8 @@ class TestBed:
                 time.sleep(0.2)
             if out is None:
                 raise RuntimeError(f"iperf3 from {client} to {server} failed")
-            return out["end"]["sum_received"]["bits_per_second"] / 1e6
+            bits_per_second: float = out["end"]["sum_received"]["bits_per_second"]
+            return bits_per_second / 1e6
         finally:
             stop_process(srv, timeout=3)
 
@@ -558,7 +565,13 @@ FAULTS: dict[str, tuple[str, Callable[..., Any], Callable[..., Any]]] = {
 }
 
 
-def save_state(bed: TestBed, broker_url: str, agent_env: dict, web_url: str, procs: dict | None = None) -> None:
+def save_state(
+    bed: TestBed,
+    broker_url: str,
+    agent_env: dict[str, str],
+    web_url: str,
+    procs: dict[str, subprocess.Popen[bytes]] | None = None,
+) -> None:
     STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
     STATE_FILE.write_text(
         json.dumps(
@@ -646,7 +659,7 @@ def load_bed(state_file: Path = STATE_FILE) -> TestBed:
     return bed
 
 
-def _prepare_database(env: dict, bed: TestBed) -> str:
+def _prepare_database(env: dict[str, str], bed: TestBed) -> str:
     """Migrate, create the admin login and enrol the bed's hosts; return the login's password."""
     enroll = ["enroll", *(h.name for h in bed.hosts), "--rotate", "--out", str(bed.workdir / "keys")]
     _manage_or_fail(env, ["migrate", "--noinput"])
@@ -657,14 +670,14 @@ def _prepare_database(env: dict, bed: TestBed) -> str:
     return password
 
 
-def _manage_or_fail(env: dict, args: list[str]) -> None:
+def _manage_or_fail(env: dict[str, str], args: list[str]) -> None:
     out = manage(env, *args, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-2000:]}")
 
 
 def _start_server_and_agents(
-    sup: Supervisor, bed: TestBed, var: Path, port: int, socket_url: str, agent_env: dict
+    sup: Supervisor, bed: TestBed, var: Path, port: int, socket_url: str, agent_env: dict[str, str]
 ) -> str:
     """Start web, worker and beat, build the namespaces with an agent in each; return the web URL once it listens."""
     from devtools.devstack import beat_args, server_worker_args, wait_for_port, web_args
@@ -694,7 +707,7 @@ def _print_bed_up(hosts: int, bed: TestBed, url: str, password: str, var: Path, 
     )
 
 
-def _watch_bed(sup: Supervisor, bed: TestBed, socket_url: str, agent_env: dict, url: str) -> NoReturn:
+def _watch_bed(sup: Supervisor, bed: TestBed, socket_url: str, agent_env: dict[str, str], url: str) -> NoReturn:
     """Restart what exits on its own, every second, until a server process dies for good or a signal ends it."""
     while True:  # until Ctrl-C or SIGTERM; a server process dying ends it too
         time.sleep(1)
@@ -706,7 +719,7 @@ def _watch_bed(sup: Supervisor, bed: TestBed, socket_url: str, agent_env: dict, 
             raise RuntimeError(f"{dead[0]} exited:\n{sup.log(dead[0])[-2000:]}")
 
 
-def _up(opts) -> int:
+def _up(opts: argparse.Namespace) -> int:
     from devtools.devstack import Supervisor, redis_args, wait_for_port
 
     reason = available()
