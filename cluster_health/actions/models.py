@@ -1,4 +1,5 @@
-"""Rows for actions: alert channels, alerts (one per open problem), deliveries, Slurm drains."""
+"""Rows for actions: alert channels, alerts (one per open problem), deliveries, Slurm drains, and the
+outbox of a finished sweep's action tasks."""
 
 from __future__ import annotations
 
@@ -84,6 +85,9 @@ class AlertDelivery(models.Model):
     last_error = models.TextField(blank=True, default="")
     created = models.DateTimeField(default=timezone.now, db_index=True)
     sent = models.DateTimeField(null=True, blank=True, db_index=True)
+    # A deliver task holds the row until then (a second task for it does nothing meanwhile); after a
+    # failed attempt, until its retry is due. Past it, a pending row whose task was lost is queued again.
+    claimed_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created"]
@@ -113,3 +117,24 @@ class SlurmDrain(models.Model):
             )
         ]
         ordering = ["-drained"]
+
+
+class ActionOutbox(models.Model):
+    """One action task of a finished sweep (its alerts, its Slurm drains), written with the verdict.
+
+    The task is sent after the commit; a worker killed in between, or a broker error, leaves
+    the row unsent and the reaper sends it again. The task marks it done when it has acted;
+    both tasks are idempotent, so a second copy changes nothing.
+    """
+
+    sweep = models.ForeignKey("cluster_health.Sweep", on_delete=models.CASCADE, related_name="+")
+    task = models.CharField(max_length=64)
+    created = models.DateTimeField(default=timezone.now)
+    sent = models.DateTimeField(null=True, blank=True)
+    done = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["sweep", "task"], name="action_outbox_one_per_task")]
+
+    def __str__(self) -> str:
+        return f"{self.task} for sweep {self.sweep_id}"

@@ -8,27 +8,71 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from cluster_health import vocabulary
 from cluster_health.actions import alerts, bootstrap, notify, slurm
-from cluster_health.actions.models import AlertDelivery
+from cluster_health.actions.models import ActionOutbox, AlertDelivery
 from cluster_health.models import Sweep
 from cluster_health.queues import dispatch
 
 log = logging.getLogger(__name__)
 
 
+# A delivery task holds its row this long (a webhook call is bounded well below it).
+DELIVERY_CLAIM_S = 120.0
+# After a failed attempt the row waits for its retry: the longest backoff, with room.
+DELIVERY_RETRY_WAIT_S = 960.0
+# An action task sent this long ago and not done is sent again: past every retry of the Slurm task.
+ACTION_RESEND_S = 900.0
+# How long after its commit a sweep's action tasks may still be under way to the broker.
+UNSENT_GRACE_S = 10.0
+
+
 def sweep_finished(sweep_id: int) -> None:
-    """Queue the actions for a finished sweep; call after the commit that finished it."""
-    dispatch.send_to_server(vocabulary.TASK_AFTER_SWEEP, sweep_id=sweep_id)
-    if settings.SLURM_ACTIONS != "off":
-        dispatch.send_to_server(vocabulary.TASK_SLURM, sweep_id=sweep_id)
+    """Record the actions of a sweep finished in this transaction, and send them after its commit."""
+    tasks = [vocabulary.TASK_AFTER_SWEEP] + ([vocabulary.TASK_SLURM] if settings.SLURM_ACTIONS != "off" else [])
+    ActionOutbox.objects.bulk_create([ActionOutbox(sweep_id=sweep_id, task=task) for task in tasks])
+    transaction.on_commit(lambda: _send_actions(ActionOutbox.objects.filter(sweep_id=sweep_id, sent__isnull=True)))
+
+
+def _send_actions(rows) -> int:
+    sent = 0
+    for row in rows:
+        dispatch.send_to_server(row.task, sweep_id=row.sweep_id)
+        ActionOutbox.objects.filter(pk=row.pk).update(sent=timezone.now())
+        sent += 1
+    return sent
+
+
+def _acted(sweep_id: int, task: str) -> None:
+    ActionOutbox.objects.filter(sweep_id=sweep_id, task=task, done__isnull=True).update(done=timezone.now())
 
 
 def _send_deliveries(ids: list[int]) -> None:
     for pk in ids:
         dispatch.send_to_server(vocabulary.TASK_DELIVER, delivery_id=pk)
+
+
+def resend_lost(now=None) -> int:
+    """Send again what a finished sweep's actions lost on the way: action tasks never sent (or sent long
+    ago and never done), and pending deliveries no task holds. Called by the reaper; returns how many."""
+    now = now or timezone.now()
+    lost = ActionOutbox.objects.filter(done__isnull=True).filter(
+        Q(sent__isnull=True, created__lt=now - timedelta(seconds=UNSENT_GRACE_S))
+        | Q(sent__lt=now - timedelta(seconds=ACTION_RESEND_S))
+    )
+    resent = _send_actions(lost.order_by("pk")[:100])
+    deliveries = list(
+        AlertDelivery.objects.filter(status="pending", created__lt=now - timedelta(seconds=UNSENT_GRACE_S))
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .values_list("pk", flat=True)[:100]
+    )
+    _send_deliveries(deliveries)
+    if resent or deliveries:
+        log.warning("sent again %d action task(s) and %d alert deliveries lost on their way", resent, len(deliveries))
+    return resent + len(deliveries)
 
 
 @shared_task(name=vocabulary.TASK_AFTER_SWEEP, ignore_result=True)
@@ -39,6 +83,7 @@ def after_sweep(sweep_id):
     bootstrap.ensure_env_channels()
     with transaction.atomic():
         ids = alerts.evaluate_sweep(sweep)
+        _acted(sweep_id, vocabulary.TASK_AFTER_SWEEP)
         transaction.on_commit(lambda: _send_deliveries(ids))
     return len(ids)
 
@@ -69,6 +114,14 @@ def deliver(self, delivery_id):
     )
     if delivery is None or delivery.status != "pending":
         return delivery.status if delivery else None  # sent already: a task delivered twice sends once
+    now = timezone.now()
+    claimed = (
+        AlertDelivery.objects.filter(pk=delivery.pk, status="pending")
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .update(claimed_until=now + timedelta(seconds=DELIVERY_CLAIM_S))
+    )
+    if not claimed and not self.request.retries:
+        return "claimed"  # another task holds it (the reaper sent it again meanwhile)
     channel = delivery.channel
     if not channel.enabled:
         AlertDelivery.objects.filter(pk=delivery.pk, status="pending").update(status="disabled")
@@ -89,7 +142,10 @@ def deliver(self, delivery_id):
     except notify.DeliveryError as exc:
         final = self.request.retries >= self.max_retries
         AlertDelivery.objects.filter(pk=delivery.pk, status="pending").update(
-            attempts=attempts, last_error=str(exc)[:1000], **({"status": "failed"} if final else {})
+            attempts=attempts,
+            last_error=str(exc)[:1000],
+            claimed_until=timezone.now() + timedelta(seconds=DELIVERY_RETRY_WAIT_S),
+            **({"status": "failed"} if final else {}),
         )
         log.warning("alert %s to channel %s: attempt %d failed: %s", delivery.alert.key, channel.pk, attempts, exc)
         if final:
@@ -113,4 +169,6 @@ def slurm_actions(sweep_id):
     sweep = Sweep.objects.filter(pk=sweep_id, status="finished").first()
     if sweep is None:
         return []
-    return slurm.act_on_sweep(sweep)
+    done = slurm.act_on_sweep(sweep)
+    _acted(sweep_id, vocabulary.TASK_SLURM)
+    return done

@@ -270,8 +270,7 @@ def finish(sweep: Sweep) -> bool:
     broadcast.sweep_update(sweep)
     # Alerts and Slurm act in their own tasks after the commit: a slow webhook or
     # scontrol must never hold the sweep open, and they must see the findings.
-    sweep_id = sweep.pk
-    transaction.on_commit(lambda: actions_tasks.sweep_finished(sweep_id))
+    actions_tasks.sweep_finished(sweep.pk)  # recorded with the verdict, sent after the commit
     if statistics.worth_analyzing(len(statuses)):  # the sweep an operator opens next is read with fresh statistics
         transaction.on_commit(lambda: dispatch.send_to_server(vocabulary.TASK_ANALYZE_PAIRS))
     log.info("sweep %s finished: %s (%d findings)", sweep.pk, verdict, len(found))

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import contract
+from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import merge
 from cluster_health.models import GroupProbe, Node, PairProbe
 from cluster_health.queues.backlog import Backlog, server_backlog
@@ -47,6 +48,7 @@ def reap(now=None, judge: bool | None = None) -> dict:
         backlog = read or backlog
     counts = {"timeout": 0, "offline": 0, "groups": 0, "advanced": 0, "started": 0}
     counts["resent"] = outbox.resend_unsent(now)  # before judging: a resent probe has a fresh deadline
+    counts["actions_resent"] = actions_tasks.resend_lost(now)
     touched = judge_silence_and_deadlines(now, counts, backlog) if judge else set()
     # Each sweep on its own (own transaction, own try): one that cannot go on ends failed, the rest advance.
     for sweep_id in set(lifecycle.stalled_sweeps()) | touched:

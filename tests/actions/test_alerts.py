@@ -178,3 +178,40 @@ def test_it_raises_a_delivery_error_for_an_unreachable_webhook(settings):
     settings.ALERT_TIMEOUT_S = 1
     with pytest.raises(notify.DeliveryError, match="unreachable"):
         notify.send("webhook", f"http://127.0.0.1:{free_port()}/x", {"title": "t", "text": "t"})
+
+
+def test_actions_lost_after_the_commit_are_sent_again_and_deliver_once(monkeypatch, django_capture_on_commit_callbacks):
+    """A server worker killed right after the commit that finished a sweep (or a broker error then) lost
+    its alert task for good: the outbox row written with the verdict makes the reaper send it again."""
+    from django.db import transaction
+
+    from cluster_health import vocabulary
+    from cluster_health.actions import tasks
+    from cluster_health.actions.models import ActionOutbox
+    from cluster_health.queues import dispatch
+
+    sent: list[tuple[str, dict]] = []
+    monkeypatch.setattr(dispatch, "send_to_server", lambda task, **kwargs: sent.append((task, kwargs)))
+    later = timezone.now() + timedelta(seconds=tasks.UNSENT_GRACE_S + 1)
+    with WebhookReceiver() as hook:
+        AlertChannel.objects.create(name="json", kind="webhook", target=hook.url)
+        sweep = finished_sweep(NODES, BAD_N2, [N2_OFFLINE])
+        with django_capture_on_commit_callbacks(execute=False), transaction.atomic():
+            tasks.sweep_finished(sweep.pk)  # committed; the process dies before its after-commit sends
+        assert sent == [] and tasks.resend_lost(timezone.now()) == 0  # not before the grace
+        assert tasks.resend_lost(later) == 1
+        assert sent == [(vocabulary.TASK_AFTER_SWEEP, {"sweep_id": sweep.pk})]
+        for _ in range(2):  # the lost task and a late copy of it: one alert, one delivery
+            with django_capture_on_commit_callbacks(execute=True):
+                tasks.after_sweep(sweep.pk)
+        assert ActionOutbox.objects.get(sweep=sweep).done is not None
+        (delivery,) = AlertDelivery.objects.all()
+        # The delivery task was lost too: the reaper sends it again, and two copies send once.
+        sent.clear()
+        assert tasks.resend_lost(later) == 1 and sent == [(vocabulary.TASK_DELIVER, {"delivery_id": delivery.pk})]
+        tasks.deliver.apply(args=(delivery.pk,))
+        tasks.deliver.apply(args=(delivery.pk,))
+        hook.wait_for(lambda b: b["event"] == "open", 5)
+        assert tasks.resend_lost(later + timedelta(hours=1)) == 0
+    assert len(hook.bodies) == 1
+    assert AlertDelivery.objects.get().status == "sent"
