@@ -138,6 +138,24 @@ def agent_queue(node_name: str) -> str:
     return AGENT_QUEUE_PREFIX + check_node_name(node_name)
 
 
+def agent_unacked_keys(node_name: str) -> dict[str, str]:
+    """The Redis keys where a node's agent keeps the commands it took and has not acked (kombu's
+    transport options): its own, so that one node's broker user never writes the server's."""
+    queue = agent_queue(node_name)
+    return {
+        "unacked_key": f"unacked.{queue}",
+        "unacked_index_key": f"unacked_index.{queue}",
+        "unacked_mutex_key": f"unacked_mutex.{queue}",
+    }
+
+
+def agent_transport_options(node_name: str) -> dict[str, Any]:
+    """kombu's Redis transport options for a node's agent: its own unacked keys, and one list for its
+    queue (no priority lists beside it, whose names a Redis ACL pattern could not tell from another
+    node's queue); commands are sent without a priority."""
+    return {**agent_unacked_keys(node_name), "priority_steps": [0]}
+
+
 def check_node_name(name: Any, field: str = "node") -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ContractError(

@@ -110,7 +110,10 @@ class Agent:
             worker_concurrency=1,
             worker_pool="solo",
             task_time_limit=TASK_TIME_LIMIT_S,
-            broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+            broker_transport_options={
+                "visibility_timeout": VISIBILITY_TIMEOUT_S,
+                **contract.agent_transport_options(self.name),  # its broker user may write no one else's
+            },
             broker_use_ssl=broker.celery_ssl(self.broker_url),
             broker_connection_retry=True,
             broker_connection_retry_on_startup=True,

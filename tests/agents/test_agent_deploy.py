@@ -101,8 +101,15 @@ def test_the_kubernetes_manifests_run_the_agent_on_the_host_network_and_the_serv
     assert container["command"] == ["cluster-health-agent", "run"]
     env = {e["name"]: e for e in container["env"]}
     assert env["CLUSTER_HEALTH_NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"cluster-health-node-keys"}
-    assert ("Secret", "cluster-health-node-keys") in docs
+    # Every pod would mount a Secret whole: a node's credentials are its own files, never the fleet's.
+    assert not [v for v in pod["volumes"] if "secret" in v or "projected" in v], pod["volumes"]
+    assert "envFrom" not in container
+    (own,) = [v for v in pod["volumes"] if "hostPath" in v]
+    assert own["hostPath"]["path"] == "/etc/cluster-health"
+    assert env["CLUSTER_HEALTH_AGENT_KEY_FILE"]["value"] == "/etc/cluster-health/agent.key"
+    assert env["CLUSTER_HEALTH_BROKER_URL_FILE"]["value"] == "/etc/cluster-health/agent.broker"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert not [name for kind, name in docs if kind == "Secret" and "agent" in name or "node-keys" in name]
     for component, command in (("web", "daphne"), ("worker", "celery"), ("beat", "celery")):
         deploy = docs[("Deployment", f"cluster-health-{component}")]
         spec = deploy["spec"]

@@ -13,7 +13,8 @@ import redis
 
 from agents import broker, contract
 from agents.rendezvous import RedisRendezvous
-from devtools.services import ROOT, RedisServer, make_tls_files, python_env, spawn, stop_process
+from cluster_health.queues import acl
+from devtools.services import ROOT, RedisServer, make_tls_files, python_env, spawn, stop_process, wait_until
 from tests.support.agent_fixtures import drain_until
 
 PASSWORD = "s3cret-Broker-pw-7f2c"
@@ -21,18 +22,26 @@ SECURITY_DOC = Path(ROOT) / "docs" / "SECURITY.md"
 pytestmark = pytest.mark.timeout(150)
 
 
-def documented_agent_acl() -> str:
-    """The ACL rule docs/SECURITY.md gives for agents, so the rule the docs show is the one tested."""
-    match = re.search(r"^user agent on >AGENT-PASSWORD (.+)$", SECURITY_DOC.read_text(), re.M)
+def documented_agent_acl(node: str) -> str:
+    """The ACL rule docs/SECURITY.md gives for a node's agent, for ``node``: the rule the docs show is the
+    one ``manage.py enroll --broker`` writes and the one tested."""
+    match = re.search(r"^user (agent-NAME on >NODE-PASSWORD .+)$", SECURITY_DOC.read_text(), re.M)
     assert match, "docs/SECURITY.md shows no ACL rule for agents"
-    return f"agent on >{PASSWORD} {match.group(1)}"
+    assert match.group(1) == acl.agent_rule("NAME", "NODE-PASSWORD")
+    return acl.agent_rule(node, PASSWORD)
 
 
 @pytest.fixture
 def acl_redis(tmp_path):
-    """Only named users: the server (everything) and agents (the documented rule); the default user is off."""
+    """Only named users: the server (everything) and two nodes' agents (the documented rule); the default user is off."""
     server = RedisServer(
-        tmp_path / "acl", users=("default off", f"server on >{PASSWORD}-srv ~* &* +@all", documented_agent_acl())
+        tmp_path / "acl",
+        users=(
+            "default off",
+            f"server on >{PASSWORD}-srv ~* &* +@all",
+            documented_agent_acl("sec0"),
+            documented_agent_acl("sec1"),
+        ),
     )
     server.start()
     yield server
@@ -100,40 +109,83 @@ def serve_until_heartbeat(tmp_path: Path, agent_url: str, reader_url: str, env: 
 
 
 def test_an_agent_with_an_acl_password_sends_heartbeats_and_never_shows_the_password(tmp_path, acl_redis):
-    agent_url, server_url = acl_redis.url_for("agent", PASSWORD), acl_redis.url_for("server", PASSWORD + "-srv")
+    agent_url, server_url = acl_redis.url_for("agent-sec0", PASSWORD), acl_redis.url_for("server", PASSWORD + "-srv")
     heartbeat, argv, log = serve_until_heartbeat(tmp_path, agent_url, server_url, agent_env(agent_url))
     assert heartbeat["node"] == "sec0"
     assert argv and not any(PASSWORD in line for line in argv), argv
-    assert "redis://agent:***@127.0.0.1" in log and PASSWORD not in log
+    assert "redis://agent-sec0:***@127.0.0.1" in log and PASSWORD not in log
 
 
 def test_the_agent_acl_refuses_what_agents_never_need(acl_redis):
-    client = redis.Redis.from_url(acl_redis.url_for("agent", PASSWORD))
-    with pytest.raises(redis.exceptions.NoPermissionError):
-        client.flushall()
-    with pytest.raises(redis.exceptions.NoPermissionError):
-        client.get("cluster_health:ingest:0:lock")  # the server's keys are out of reach
+    """One node's broker user reaches its own queue and the write side of the ingest queue: no other node's
+    commands, no server queue, none of the server's unacked entries, buffer or nonces."""
+    client = redis.Redis.from_url(acl_redis.url_for("agent-sec0", PASSWORD))
+    refused = [
+        lambda: client.flushall(),
+        lambda: client.get("cluster_health:ingest:0:lock"),  # the server's keys are out of reach
+        lambda: client.rpush("cluster_health:ingest:0:pending", b"planted"),  # the ingest buffer
+        lambda: client.hset("unacked", "tag", b'[{}, "", "cluster_health:ingest:0:pending"]'),  # kombu restores it
+        lambda: client.zadd("unacked_index", {"tag": 1.0}),
+        lambda: client.lpush("server", b"{}"),  # the server's own tasks (a replayed drain, a start)
+        lambda: client.lrange("agent.sec1", 0, -1),  # another node's commands
+        lambda: client.lpush("agent.sec1", b"{}"),
+        lambda: client.hgetall("unacked.agent.sec1"),
+        lambda: client.sadd("_kombu.binding.agent.sec1", "agent.sec1\x06\x16\x06\x16agent.sec0"),  # reroute
+        lambda: client.lrange("server.ingest", 0, -1),  # other nodes' halves: write only
+        lambda: client.get("cluster-health:nonce:sec1:abc"),
+    ]
+    for attempt in refused:
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            attempt()
+    assert client.lpush("server.ingest", b"{}") == 1  # what it may do: send, and use its own keys
+    assert client.lpush("agent.sec0", b"{}") == 1 and client.hset("unacked.agent.sec0", "t", b"x") == 1
+    assert client.set("cluster-health:rdv:abcdefgh", b"1")
     client.close()
+
+
+def test_an_agent_takes_and_acks_commands_as_its_own_broker_user(tmp_path, acl_redis):
+    """The agent's worker keeps its taken commands in keys of its own (unacked.agent.NAME), the only ones
+    its user may write: a command is taken, answered and acked, and heartbeats go on."""
+    agent_url, server_url = acl_redis.url_for("agent-sec0", PASSWORD), acl_redis.url_for("server", PASSWORD + "-srv")
+    env = agent_env(agent_url)
+    log = tmp_path / "agent.log"
+    proc = spawn(AGENT_ARGS, log, env=env)
+    server = redis.Redis.from_url(server_url)
+    try:
+        drain_until(server_url, lambda task, body: task == contract.TASK_HEARTBEAT, 60, environ=env)
+        from cluster_health.queues import dispatch
+
+        server.lpush(
+            "agent.sec0", dispatch.task_message(contract.TASK_PROBE, "agent.sec0", {"command": {"node": "sec0"}}, 60)
+        )
+        wait_until(lambda: "refused a probe command" in log.read_text(), 30, message="the command taken")
+        wait_until(lambda: not server.llen("agent.sec0") and not server.hlen("unacked.agent.sec0"), 30, message="acked")
+        drain_until(server_url, lambda task, body: task == contract.TASK_HEARTBEAT, 30, environ=env)
+        assert not server.hlen("unacked"), "the server's unacked hash was written"
+        assert "NOPERM" not in log.read_text() and "No permissions" not in log.read_text(), log.read_text()[-3000:]
+    finally:
+        server.close()
+        stop_process(proc)
 
 
 def test_probes_meet_at_their_rendezvous_as_the_agent_user_and_over_tls(acl_redis, tls_redis, tls_files, monkeypatch):
     monkeypatch.setenv("CLUSTER_HEALTH_REDIS_CA_FILE", str(tls_files.ca))  # a probe inherits the agent's environment
-    for url in (acl_redis.url_for("agent", PASSWORD), tls_redis.url):
+    for url in (acl_redis.url_for("agent-sec0", PASSWORD), tls_redis.url):
         RedisRendezvous(url, "rdv-credentials-1", 30).publish("127.0.0.1", 29500)
         assert RedisRendezvous(url, "rdv-credentials-1", 30).lookup(timeout=5) == 29500
 
 
 def test_a_wrong_password_stops_the_agent_with_a_clear_message(acl_redis):
     wrong = "not-the-" + PASSWORD
-    out = run_agent_briefly(agent_env(acl_redis.url_for("agent", wrong)))
+    out = run_agent_briefly(agent_env(acl_redis.url_for("agent-sec0", wrong)))
     assert out.returncode == 2, out.stderr[-2000:]
-    assert "refused the credentials of user 'agent'" in out.stderr
+    assert "refused the credentials of user 'agent-sec0'" in out.stderr
     assert wrong not in out.stdout + out.stderr
 
 
 def test_a_password_on_the_command_line_is_refused(acl_redis):
     out = run_agent_briefly(
-        python_env(CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS="1"), "--broker", acl_redis.url_for("agent", PASSWORD)
+        python_env(CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS="1"), "--broker", acl_redis.url_for("agent-sec0", PASSWORD)
     )
     assert out.returncode == 2 and "CLUSTER_HEALTH_BROKER_URL" in out.stderr and "--broker-file" in out.stderr
     assert PASSWORD not in out.stderr
@@ -141,13 +193,15 @@ def test_a_password_on_the_command_line_is_refused(acl_redis):
 
 def test_the_broker_url_may_come_from_a_file(tmp_path, acl_redis):
     secret = tmp_path / "broker.url"
-    secret.write_text(acl_redis.url_for("agent", "wrong-" + PASSWORD) + "\n")
+    secret.write_text(acl_redis.url_for("agent-sec0", "wrong-" + PASSWORD) + "\n")
     secret.chmod(0o644)
     out = run_agent_briefly(python_env(CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS="1"), "--broker-file", str(secret))
     assert out.returncode == 2 and "readable by others" in out.stderr and "chmod 600" in out.stderr
     secret.chmod(0o600)
     out = run_agent_briefly(python_env(CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS="1"), "--broker-file", str(secret))
-    assert out.returncode == 2 and "refused the credentials of user 'agent'" in out.stderr  # the file's URL was used
+    assert (
+        out.returncode == 2 and "refused the credentials of user 'agent-sec0'" in out.stderr
+    )  # the file's URL was used
 
 
 def test_an_agent_reaches_a_tls_only_broker_with_the_ca_file(tmp_path, tls_redis, tls_files):
@@ -232,3 +286,33 @@ def test_tls_settings_that_cannot_work_are_refused_at_start(tls_files):
         broker.tls_options(url, {"CLUSTER_HEALTH_REDIS_CERT_FILE": str(tls_files.cert)})
     with pytest.raises(broker.BrokerConfigError, match="cannot read"):
         broker.tls_options(url, {"CLUSTER_HEALTH_REDIS_CA_FILE": "/nonexistent/ca.crt"})
+
+
+@pytest.mark.django_db
+def test_enroll_gives_each_node_a_broker_user_that_a_real_redis_takes(tmp_path):
+    """``manage.py enroll NAME --broker URL``: the node's ACL line and broker URL, 0600, one password in both."""
+    import stat
+    import urllib.parse
+
+    from django.core.management import CommandError, call_command
+
+    out = tmp_path / "enrolled"
+    call_command("enroll", "gpu-7", "--out", str(out), "--broker", "redis://broker.example:6379/0")
+    line, url = (out / "gpu-7.acl").read_text().strip(), (out / "gpu-7.broker").read_text().strip()
+    for name in ("gpu-7.acl", "gpu-7.broker", "gpu-7.key"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+    parts = urllib.parse.urlsplit(url)
+    assert (parts.username, parts.hostname, parts.port, parts.path) == ("agent-gpu-7", "broker.example", 6379, "/0")
+    assert line == "user " + acl.agent_rule("gpu-7", parts.password) and len(parts.password) >= 40
+    server = RedisServer(tmp_path / "redis", users=("default off", line.removeprefix("user ")))
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url_for("agent-gpu-7", parts.password))
+        assert client.lpush("server.ingest", b"{}") == 1
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.lpush("server", b"{}")
+        client.close()
+    finally:
+        server.stop()
+    with pytest.raises(CommandError, match="without credentials"):
+        call_command("enroll", "gpu-8", "--out", str(out), "--broker", "redis://u:p@broker.example:6379/0")

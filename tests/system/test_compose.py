@@ -78,3 +78,19 @@ def test_it_builds_the_image_from_files_that_exist():
     for src in re.findall(r"^COPY (\S+)", dockerfile, re.M):
         assert (ROOT / src).exists(), src
     assert "--no-deps" in dockerfile and "torch==2.13.0" in dockerfile
+
+
+def test_each_agent_mounts_its_own_key_and_redis_keeps_the_buffer_across_restarts():
+    services = COMPOSE["services"]
+    mounts = {name: {v.split(":")[0] for v in services[name]["volumes"]} for name in ("agent-1", "agent-2")}
+    assert mounts["agent-1"].isdisjoint(mounts["agent-2"]), mounts
+    for name, volumes in mounts.items():
+        writers = [
+            s
+            for s, svc in services.items()
+            if s != name and volumes & {v.split(":")[0] for v in svc.get("volumes", [])}
+        ]
+        assert all(w.startswith("enroll") for w in writers), (name, writers)
+        assert services[name]["environment"]["CLUSTER_HEALTH_AGENT_KEY_FILE"] == f"/keys/{name}.key"
+    redis = services["redis"]["command"]
+    assert redis[redis.index("--appendonly") + 1] == "yes" and services["redis"]["volumes"]

@@ -3,11 +3,18 @@
 Copy each key file to its node (for example /etc/cluster-health/agent.key) and start
 the agent with `--key-file`. `--rotate` replaces a node's key, revoking the old one
 at once; `--revoke` revokes without a replacement (the node is shut out).
+
+With `--broker URL` (the broker's URL without credentials), each node also gets a broker
+user of its own: DIR/NAME.acl is its Redis ACL line (cluster_health.queues.acl) with a
+fresh password, for the broker's aclfile, and DIR/NAME.broker its broker URL with that
+user and password, for the agent's `--broker-file`. Both 0600.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import urllib.parse
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -15,6 +22,7 @@ from django.db import transaction
 
 from agents import contract, signing
 from cluster_health.models import AgentKey
+from cluster_health.queues import acl
 
 
 class Command(BaseCommand):
@@ -26,12 +34,17 @@ class Command(BaseCommand):
         parser.add_argument("--rotate", action="store_true", help="replace existing keys (the old ones stop at once)")
         parser.add_argument("--revoke", action="store_true", help="revoke the nodes' keys; write nothing")
         parser.add_argument(
+            "--broker",
+            metavar="URL",
+            help="also write DIR/NAME.acl and DIR/NAME.broker: a broker user per node (URL without credentials)",
+        )
+        parser.add_argument(
             "--if-missing",
             action="store_true",
             help="skip nodes that have a key and its file in DIR; rotate the others (compose)",
         )
 
-    def handle(self, *args, names, out, rotate, revoke, if_missing, **options):
+    def handle(self, *args, names, out, rotate, revoke, if_missing, broker, **options):
         try:
             names = [contract.check_node_name(n, "NAME") for n in names]
         except contract.ContractError as exc:
@@ -45,6 +58,7 @@ class Command(BaseCommand):
             return
         if not out:
             raise CommandError("--out DIR: where to write the key files")
+        base = _broker_base(broker) if broker else None
         directory = Path(out)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         for name in names:
@@ -59,6 +73,32 @@ class Command(BaseCommand):
                     raise CommandError(f"{exc} (--rotate)") from None
                 signing.write_key_file(path, key)
             self.stdout.write(f"{name}: key {row.key_id} written to {os.fspath(path)}")
+            if base is not None:
+                _write_broker_user(directory, name, base)
+                self.stdout.write(f"{name}: broker user {acl.user_name(name)} written to {name}.acl and {name}.broker")
+
+
+def _broker_base(url: str) -> urllib.parse.SplitResult:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise CommandError("--broker: expected redis://HOST:PORT/DB or rediss://...")
+    if parts.username or parts.password:
+        raise CommandError("--broker: give the URL without credentials (each node gets its own)")
+    return parts
+
+
+def _write_broker_user(directory: Path, name: str, base: urllib.parse.SplitResult) -> None:
+    password = secrets.token_urlsafe(32)
+    netloc = f"{acl.user_name(name)}:{password}@{base.netloc}"
+    _write_private(directory / f"{name}.acl", f"user {acl.agent_rule(name, password)}\n")
+    _write_private(directory / f"{name}.broker", urllib.parse.urlunsplit(base._replace(netloc=netloc)) + "\n")
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
 
 
 def _has_key(name: str, path: Path) -> bool:
