@@ -119,6 +119,8 @@ DEFAULT_LATENCY_ITERATIONS = 20
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _RDV_RE = re.compile(r"^[A-Za-z0-9_-]{8,64}$")
+# The secret a probe's ranks sign their rendezvous values with (the server's, in the signed command).
+_RDV_KEY_RE = re.compile(r"^[0-9a-f]{32,64}$")
 
 
 class ContractError(ValueError):
@@ -485,6 +487,10 @@ def validate_command(msg: Any) -> dict[str, Any]:
     if not isinstance(rdv, str) or not _RDV_RE.match(rdv):
         raise ContractError(f"rendezvous: {shown(rdv)} is not a rendezvous id (8-64 of [A-Za-z0-9_-])")
     out["rendezvous"] = rdv
+    key = msg.get("rendezvous_key")
+    if key is not None and (not isinstance(key, str) or not _RDV_KEY_RE.match(key)):
+        raise ContractError("rendezvous_key: expected 32 to 64 lowercase hex digits")
+    out["rendezvous_key"] = key
     out["world_size"] = _num(msg, "world_size", 2, MAX_WORLD_SIZE, integer=True, default=2)
     out["rank"] = _num(msg, "rank", 0, out["world_size"] - 1, integer=True)
     out["backend"] = _choice(msg, "backend", BACKENDS, default="gloo")

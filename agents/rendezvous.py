@@ -4,10 +4,18 @@ Rank 0 binds port 0 (or the job's MASTER_PORT in a rehearsal) and then
 publishes what it got, so two probes never race for a "free" port. Two
 implementations: Redis (the agent, through the broker it already has) and
 by hand (`python -m agents pair`, where an engineer copies ADDR:PORT).
+
+Every node's broker user may write the rendezvous keys (a probe's ranks meet
+there), so a value is signed with the probe's own key, which the server puts in
+both ranks' signed commands: a value someone else wrote (a port pointing at their
+listener, a failure with text of their choosing) is ignored, and a rank that
+found only such values says so when it gives up.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import time
 from collections.abc import Callable
@@ -63,16 +71,42 @@ class Rendezvous:
 class RedisRendezvous(Rendezvous):
     """The port lives under RENDEZVOUS_KEY_PREFIX + id, with a TTL so nothing outlives the probe."""
 
-    def __init__(self, url: str, rendezvous_id: str, ttl_s: float, poll_s: float = 0.05):
+    def __init__(
+        self, url: str, rendezvous_id: str, ttl_s: float, poll_s: float = 0.05, secret: str | None = None
+    ) -> None:
         # The broker URL may be Celery's redis+socket:// form (agents inside network namespaces),
         # hold a password, or be rediss:// with the TLS files named in the environment.
         self.client = redis_client(url, socket_timeout=5, socket_connect_timeout=5)
         self.key = RENDEZVOUS_KEY_PREFIX + rendezvous_id
         self.ttl_ms = max(1000, int(ttl_s * 1000))
         self.poll_s = poll_s
+        self.secret = secret.encode() if secret else None  # None: an older server's command, values unsigned
+        self.forged = 0  # values read that did not carry this probe's signature
+
+    def _mac(self, text: str) -> str:
+        assert self.secret is not None
+        return hmac.new(self.secret, f"{self.key}\n{text}".encode(), hashlib.sha256).hexdigest()
+
+    def _encode(self, value: dict[str, Any]) -> str:
+        text = json.dumps(value, sort_keys=True)
+        return json.dumps({"value": text, "mac": self._mac(text)}) if self.secret else text
+
+    def _decode(self, raw: bytes) -> dict[str, Any] | None:
+        """The value rank 0 wrote, or None for one it did not (no or a wrong signature, or junk)."""
+        try:
+            stored = json.loads(raw)
+            if self.secret is None:
+                return stored if isinstance(stored, dict) else None
+            text = stored["value"]
+            if not isinstance(text, str) or not hmac.compare_digest(str(stored["mac"]), self._mac(text)):
+                return None
+            value = json.loads(text)
+        except (ValueError, TypeError, KeyError):
+            return None
+        return value if isinstance(value, dict) else None
 
     def _put(self, value: dict[str, Any]) -> None:
-        self.client.set(self.key, json.dumps(value), px=self.ttl_ms)
+        self.client.set(self.key, self._encode(value), px=self.ttl_ms)
 
     def publish(self, address: str, port: int) -> None:
         self._put({"address": address, "port": port})
@@ -82,7 +116,7 @@ class RedisRendezvous(Rendezvous):
 
     def publish_importing(self) -> None:
         # NX: never over a port or a failure (rank 0 writes them later, but a stale probe's key may linger).
-        self.client.set(self.key, json.dumps({"importing": True}), px=self.ttl_ms, nx=True)
+        self.client.set(self.key, self._encode({"importing": True}), px=self.ttl_ms, nx=True)
 
     def lookup(self, timeout: float, pause_max_s: float = MASTER_IMPORT_PAUSE_MAX_S) -> int:
         last = time.monotonic()
@@ -90,8 +124,10 @@ class RedisRendezvous(Rendezvous):
         while True:
             raw = self.client.get(self.key)
             now = time.monotonic()
-            if raw is not None:
-                value = json.loads(raw)
+            value = self._decode(raw) if raw is not None else None
+            if raw is not None and value is None:
+                self.forged += 1
+            if value is not None:
                 if "error" in value:
                     raise PeerFailed(value["error"], value.get("hint") or "")
                 if "port" in value:
@@ -102,8 +138,15 @@ class RedisRendezvous(Rendezvous):
                     paused += step
                     end += step
             if now >= end:
+                forged = (
+                    f"; {self.key} held a value without this probe's signature: something other than its"
+                    " rank 0 wrote the rendezvous key"
+                    if self.forged
+                    else ""
+                )
                 raise RendezvousTimeout(
-                    f"no port under {self.key} after {timeout:.1f}s (+{paused:.1f}s while the master imported torch)",
+                    f"no port under {self.key} after {timeout:.1f}s (+{paused:.1f}s while the master imported torch)"
+                    + forged,
                     master_started=started,
                 )
             last = now
@@ -132,5 +175,5 @@ class ManualRendezvous(Rendezvous):
 def from_spec(spec: dict[str, Any], announce: Callable[[str, int], object] | None = None) -> Rendezvous:
     """Build the rendezvous the runner described: {"kind": "redis", url, id, ttl_s} or {"kind": "manual", port}."""
     if spec.get("kind") == "redis":
-        return RedisRendezvous(spec["url"], spec["id"], spec["ttl_s"])
+        return RedisRendezvous(spec["url"], spec["id"], spec["ttl_s"], secret=spec.get("key"))
     return ManualRendezvous(announce, spec.get("port"))

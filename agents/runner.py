@@ -70,7 +70,13 @@ def rendezvous_spec(command: dict[str, Any], broker_url: str | None, port: int |
     if port is not None:
         return {"kind": "manual", "port": port}
     if broker_url:
-        return {"kind": "redis", "url": broker_url, "id": command["rendezvous"], "ttl_s": command["deadline_s"] + 60}
+        return {
+            "kind": "redis",
+            "url": broker_url,
+            "id": command["rendezvous"],
+            "ttl_s": command["deadline_s"] + 60,
+            "key": command.get("rendezvous_key"),
+        }
     return {"kind": "manual", "port": None}
 
 

@@ -9,6 +9,8 @@ swap the sender with ``capture()`` instead of patching Celery.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -216,6 +218,16 @@ def new_rendezvous() -> str:
     return uuid.uuid4().hex
 
 
+def rendezvous_key(rendezvous: str) -> str:
+    """The secret a probe's ranks sign their rendezvous values with: derived from SECRET_KEY and the
+    probe's rendezvous id (the same when the outbox builds the commands again), sent in both ranks'
+    commands, which only those two nodes' broker users can read."""
+    from django.conf import settings
+
+    base = hmac.new(settings.SECRET_KEY.encode(), b"cluster-health rendezvous v1", hashlib.sha256).digest()
+    return hmac.new(base, rendezvous.encode(), hashlib.sha256).hexdigest()[:32]
+
+
 def probe_settings(params: dict, last_stage: str, kind: str = "pair") -> dict:
     """The command fields that come from the sweep's parameters (already bounded at request time)."""
     timeouts = contract.validate_timeouts(params.get("timeouts"))
@@ -267,6 +279,7 @@ def build_commands(
             "probe_id": probe.pk,
             "sweep_id": sweep.pk,
             "rendezvous": probe.rendezvous,
+            "rendezvous_key": rendezvous_key(probe.rendezvous),
             "node": name,
             "rank": rank,
             "world_size": len(members),
