@@ -148,7 +148,7 @@ def fast_sweep(stack, nodes, injected_at=None, *, kind: str = "connectivity", ti
     )
 
 
-def testbed_or_skip():
+def namespace_bed_or_skip():
     from devtools import testbed
 
     reason = testbed.available()
@@ -181,7 +181,7 @@ def bed_builder(workdir_for):
 
 def beds(workdir_for):
     """A bed builder (hosts, **TestBed options) and the list of beds it made, for close_beds."""
-    testbed = testbed_or_skip()
+    testbed = namespace_bed_or_skip()
     testbed.cleanup_stale()
     made = []
 

@@ -19,7 +19,7 @@ import pytest
 from devtools import testbed as tb_module
 from devtools.devstack import ROOT, free_port, python_env
 from tests.support import timing
-from tests.support.fault_bed import testbed_or_skip
+from tests.support.fault_bed import namespace_bed_or_skip
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e]
 
@@ -28,7 +28,7 @@ TB = [sys.executable, "-m", "devtools.testbed"]
 
 @pytest.fixture
 def tb_env(tmp_path):
-    testbed_or_skip()
+    namespace_bed_or_skip()
     env = python_env(CLUSTER_HEALTH_TESTBED_DIR=str(tmp_path / "tb"))
     env.pop("DATABASE_URL", None)  # the bed's own SQLite, never the test session's database
     return env
