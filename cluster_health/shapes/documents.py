@@ -72,6 +72,8 @@ def sweep_json(
         "rounds": sweep.total_rounds,
         "baseline": sweep.baseline_id,
         "error": sweep.error or None,
+        # Pending behind these running sweeps over some of its nodes (one sweep per node at a time).
+        "queued_behind": list(sweep.params.get("queued_behind") or []) if sweep.status == "pending" else [],
         # Retention deleted its passing pair rows: those pairs come from the stored matrix, without probe ids.
         "collapsed": bool(sweep.collapsed_ok),
         # Nodes of the fleet that were offline when the sweep was planned: in it, but not probed.

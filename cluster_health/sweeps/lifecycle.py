@@ -12,8 +12,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import redis
-from django.db import InterfaceError, OperationalError, transaction
-from django.db.models import Q
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import contract
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
 INSERT_BATCH = 5000  # probe rows per INSERT when a sweep is planned
 FORGOTTEN_PENDING_S = 30.0  # a pending sweep this old was never started: its start task was lost
+START_LOCK = 0x63685F7374617274  # the advisory lock that serializes sweep starts (PostgreSQL)
 
 
 class PlanningError(ValueError):
@@ -42,19 +43,32 @@ def _fail(sweep: Sweep, error: str) -> None:
     )
     sweep.refresh_from_db()
     broadcast.sweep_update(sweep)
+    transaction.on_commit(start_queued)  # its nodes are free for the sweeps queued behind it
     log.warning("sweep %s failed: %s", sweep.pk, error)
 
 
 def start_sweep(sweep_id: int) -> bool:
-    """Plan a pending sweep, create its probe rows and dispatch round 1. False if already started."""
+    """Plan a pending sweep, create its probe rows and dispatch round 1. False if already started, or
+    if it waits its turn behind a running sweep over some of the same nodes."""
     now = timezone.now()
     with transaction.atomic():
-        if not Sweep.objects.filter(pk=sweep_id, status="pending").update(status="running", started=now):
+        _one_start_at_a_time(sweep_id)
+        sweep = Sweep.objects.filter(pk=sweep_id, status="pending").first()
+        if sweep is None:
             return False
-        sweep = Sweep.objects.get(pk=sweep_id)
         params = sweep.params
         try:
             names = _sweep_nodes(sweep, now)
+        except (PlanningError, planner.PlanError) as exc:
+            _fail(sweep, str(exc))
+            return True
+        if busy := _running_over(names, sweep_id):
+            _wait_for(sweep, busy)
+            return False
+        if not Sweep.objects.filter(pk=sweep_id, status="pending").update(status="running", started=now):
+            return False
+        sweep.status, sweep.started = "running", now
+        try:
             groups = groups_of(names) if sweep.kind == "topology" else None
             plan = planner.plan(
                 sweep.kind,
@@ -70,6 +84,7 @@ def start_sweep(sweep_id: int) -> bool:
         _create_probes(sweep, names, plan)
         sweep.nodes = names
         sweep.total_rounds = len(plan.rounds) + (1 if plan.group else 0)
+        params = {k: v for k, v in params.items() if k != "queued_behind"}
         sweep.params = {
             **params,
             "pair_rounds": len(plan.rounds),
@@ -89,6 +104,42 @@ def start_sweep(sweep_id: int) -> bool:
         broadcast.sweep_update(sweep)
     advance_or_fail(sweep_id)
     return True
+
+
+def _one_start_at_a_time(sweep_id: int) -> None:
+    """Serialize sweep starts for this transaction, so two sweeps over the same nodes never both see
+    the other as not running yet: PostgreSQL's advisory lock; on SQLite, a write first (SQLite lets
+    one writing transaction in at a time, from its first write on)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [START_LOCK])
+    else:
+        Sweep.objects.filter(pk=sweep_id).update(status=F("status"))
+
+
+def _running_over(names: list[str], sweep_id: int) -> list[int]:
+    """Running sweeps that cover any of ``names``: probes of two sweeps on one node would compete for
+    its single command slot and bandwidth, and the second sweep's commands would expire as false timeouts."""
+    wanted = set(names)
+    running = Sweep.objects.filter(status="running").exclude(pk=sweep_id).values_list("pk", "nodes")
+    return sorted(pk for pk, nodes in running if wanted.intersection(nodes or ()))
+
+
+def _wait_for(sweep: Sweep, busy: list[int]) -> None:
+    """Leave a sweep pending, queued behind the running sweeps it shares nodes with (shown as such)."""
+    if sweep.params.get("queued_behind") != busy:
+        sweep.params = {**sweep.params, "queued_behind": busy}
+        sweep.save(update_fields=["params"])
+        broadcast.sweep_update(sweep)
+    log.info("sweep %s waits for sweep(s) %s over some of its nodes", sweep.pk, busy)
+
+
+def start_queued() -> None:
+    """Send the start of every sweep queued behind another: called after a sweep ends (after its commit).
+    A sweep that still overlaps a running one stays queued; the reaper tries the rest again anyway."""
+    for pk, params in Sweep.objects.filter(status="pending").values_list("pk", "params"):
+        if (params or {}).get("queued_behind"):
+            dispatch.send_to_server(vocabulary.TASK_START_SWEEP, sweep_id=pk)
 
 
 def _sweep_nodes(sweep: Sweep, now: datetime) -> list[str]:
@@ -271,6 +322,7 @@ def finish(sweep: Sweep) -> bool:
     # Alerts and Slurm act in their own tasks after the commit: a slow webhook or
     # scontrol must never hold the sweep open, and they must see the findings.
     actions_tasks.sweep_finished(sweep.pk)  # recorded with the verdict, sent after the commit
+    transaction.on_commit(start_queued)
     if statistics.worth_analyzing(len(statuses)):  # the sweep an operator opens next is read with fresh statistics
         transaction.on_commit(lambda: dispatch.send_to_server(vocabulary.TASK_ANALYZE_PAIRS))
     log.info("sweep %s finished: %s (%d findings)", sweep.pk, verdict, len(found))
@@ -290,6 +342,7 @@ def cancel(sweep_id: int) -> bool:
                 status="skipped", reason="cancelled", finished=now
             )
         broadcast.sweep_update(Sweep.objects.get(pk=sweep_id))
+        transaction.on_commit(start_queued)
     return True
 
 

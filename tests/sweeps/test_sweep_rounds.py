@@ -230,3 +230,47 @@ def test_a_round_leaves_a_silent_looking_node_in_while_its_heartbeat_waits_on_th
     )
     online = driver.sweep(kind="connectivity", nodes=["n0", "n2"])
     assert PairProbe.objects.get(sweep=online).status == "running"
+
+
+def test_a_sweep_over_nodes_being_swept_waits_its_turn_and_then_runs(driver):
+    """Two sweeps on one node compete for its single command slot: the second's commands would expire
+    as false timeouts. It stays pending, shown queued behind the first, and starts when that one ends."""
+    from cluster_health import vocabulary
+    from cluster_health.shapes import documents
+
+    for n in ("n0", "n1", "n2", "n3", "m0", "m1"):
+        heartbeat(n)
+    first = driver.sweep(kind="connectivity", nodes=["n0", "n1", "n2", "n3"])
+    first_commands = driver.take()
+    second = driver.sweep(kind="connectivity", nodes=["n2", "n3"])
+    apart = driver.sweep(kind="connectivity", nodes=["m0", "m1"])  # other nodes: runs at once
+    second.refresh_from_db(), apart.refresh_from_db()
+    assert (second.status, second.params["queued_behind"]) == ("pending", [first.pk])
+    assert documents.sweep_json(second, with_pairs=False)["queued_behind"] == [first.pk]
+    assert apart.status == "running"
+    assert {c["node"] for c in driver.take()} == {"m0", "m1"}  # nothing for the queued sweep's nodes
+    assert not PairProbe.objects.filter(sweep=second).exists()
+    for cmd in first_commands:
+        driver.ingest(result_for(cmd))
+    driver.answer_all()
+    first.refresh_from_db()
+    assert first.status == "finished"
+    starts = [kw["sweep_id"] for task, kw in driver.server_tasks if task == vocabulary.TASK_START_SWEEP]
+    assert second.pk in starts  # sent when the first ended
+    driver.run(sweeps.start_sweep, second.pk)
+    second.refresh_from_db()
+    assert second.status == "running" and "queued_behind" not in second.params
+    driver.answer_all()
+    second.refresh_from_db()
+    assert (second.status, second.verdict) == ("finished", "pass")
+
+
+def test_the_sweep_page_says_what_a_queued_sweep_waits_for(driver, viewer_client):
+    from django.urls import reverse
+
+    for n in ("n0", "n1"):
+        heartbeat(n)
+    first = driver.sweep(kind="connectivity", nodes=["n0", "n1"])
+    second = driver.sweep(kind="connectivity", nodes=["n0", "n1"])
+    page = viewer_client.get(reverse("sweep", args=[second.pk])).content.decode()
+    assert "Queued: it starts when" in page and f"/sweeps/{first.pk}/" in page
