@@ -518,6 +518,7 @@ def validate_command(msg: Any) -> dict[str, Any]:
     out["multi_group"] = bool(msg.get("multi_group", False))
     out["env"] = validate_env(msg.get("env", {}))
     out["expires_at"] = _num(msg, "expires_at", 0, 1e11, optional=True)
+    out["lifetime_s"] = _num(msg, "lifetime_s", 1, MAX_DEADLINE_S, optional=True)
     return out
 
 

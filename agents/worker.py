@@ -23,6 +23,7 @@ from kombu import Queue
 
 import agents
 from agents import broker, contract, facts, gpu_contract, liveness, netinfo, signing
+from agents.freshness import Freshness
 from agents.gpu_check import run_gpu_check
 from agents.runner import failed_result, prewarm, remove_orphaned_dirs, run_probe, shutdown_warm_host
 
@@ -84,6 +85,7 @@ class Agent:
         self.address = address
         self.broker_url = broker_url
         self.heartbeat_s = heartbeat_s
+        self.freshness = Freshness(signing.DEFAULT_WINDOW_S)  # command age, whatever the clocks say
         self.busy = False
         self.in_task = False  # a command's task is running (checks, probe, result send): the queue waits for it
         self.deaf_after_s = deaf_after_s
@@ -219,8 +221,9 @@ class Agent:
             if refused is not None:
                 refused(command, e)
             return None
-        if cmd["expires_at"] is not None and time.time() > cmd["expires_at"]:
-            log.warning("dropped %s %s: it expired %.0fs ago", what, cmd["probe_id"], time.time() - cmd["expires_at"])
+        late = self.freshness.stale_by(cmd["expires_at"], cmd.get("lifetime_s")) if cmd["expires_at"] else 0.0
+        if late > 0:
+            log.warning("dropped %s %s: it expired %.0fs ago", what, cmd["probe_id"], late)
             return None
         return cmd
 

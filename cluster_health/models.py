@@ -48,6 +48,9 @@ class Node(models.Model):
     agent_version = models.CharField(max_length=64, blank=True, default="")
     last_heartbeat = models.DateTimeField(null=True, blank=True, db_index=True)
     busy = models.BooleanField(default=False)
+    # The node's clock minus the server's, from its last heartbeat's sent_at (queueing makes it read a
+    # little behind); None until a heartbeat carried the time.
+    clock_offset_s = models.FloatField(null=True, blank=True)
     created = models.DateTimeField(default=timezone.now)
     active = models.BooleanField(default=True, db_index=True)
     retired_at = models.DateTimeField(null=True, blank=True)

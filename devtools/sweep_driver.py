@@ -69,7 +69,8 @@ class Driver:
         for task, queue, kw, expires in sent:
             if task == contract.TASK_PROBE:
                 assert queue == contract.agent_queue(kw["command"]["node"])
-                assert expires is not None
+                # No broker expiry: the agent judges the command's age itself (agents.freshness).
+                assert expires is None and kw["command"]["expires_at"] and kw["command"]["lifetime_s"]
                 self.commands.append(kw["command"])
             else:
                 self.server_tasks.append((task, kw))

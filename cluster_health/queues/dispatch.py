@@ -169,7 +169,8 @@ def send_command(command: dict) -> None:
 def send_commands(commands: list[dict]) -> None:
     """Sign each command with its node's current key (one query for all) and send them in one go.
 
-    Each expires if not started in time. A node without a key gets the command
+    Each expires if not started within its lifetime (the agent judges it, agents.freshness). A node
+    without a key gets the command
     unsigned: an agent that runs with a key refuses it, and only a development agent
     (no key, unsigned allowed) runs it.
     """
@@ -190,14 +191,9 @@ def send_commands(commands: list[dict]) -> None:
         kwargs: dict = {"command": command}
         if key is not None:
             kwargs["auth"] = signing.sign(command, key, "command", now=now)
-        messages.append(
-            (
-                contract.TASK_PROBE,
-                contract.agent_queue(command["node"]),
-                kwargs,
-                min(command["deadline_s"], START_GRACE_S),
-            )
-        )
+        # No Celery expiry: the agent's worker would judge it by the node's clock alone; the agent
+        # judges expires_at and lifetime_s itself, whatever the clocks' offset (agents.freshness).
+        messages.append((contract.TASK_PROBE, contract.agent_queue(command["node"]), kwargs, None))
     _sender(messages)
 
 
@@ -288,6 +284,7 @@ def build_commands(
             "master_address": members[0][1],
             "peers": [p for p in peers if p["name"] != name],
             "expires_at": expires_at,
+            "lifetime_s": START_GRACE_S,
             "multi_group": bool(sweep.params.get("multi_group")),
             **settings,
         }

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from agents import contract
 from cluster_health import vocabulary
-from cluster_health.core import consistency, culprits, discovery, fleet, history, rehearsal, verdicts
+from cluster_health.core import clocks, consistency, culprits, discovery, fleet, history, rehearsal, verdicts
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
 from cluster_health.nodes import declared_groups
 from cluster_health.queues import backlog
@@ -64,6 +64,9 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
         found += consistency.findings(facts, addresses)
     if sweep.kind == "preflight":
         found += rehearsal.setting_findings(sweep.params, facts)
+    found += clocks.clock_findings(
+        {n.name: n.clock_offset_s for n in nodes}, settings.CLOCK_SKEW_TOLERANCE_S, settings.SIGNATURE_WINDOW_S
+    )
     return found, [p["status"] for p in pairs] + [g.status for g in groups]
 
 

@@ -99,3 +99,25 @@ def test_a_batch_the_database_refuses_is_applied_one_heartbeat_at_a_time(keys, s
     monkeypatch.setattr(bulk, "conditional_update", refused)
     consumer.apply_heartbeats(beats)
     assert set(Node.objects.filter(address="10.0.4.4").values_list("name", flat=True)) == set(names)
+
+
+def test_each_heartbeat_sets_its_nodes_clock_offset_and_a_queues_wait_barely_moves_it(driver):
+    """A node 42 s ahead is seen 42 s ahead; a heartbeat that waited 8 s in a queue does not make it look
+    34 s ahead; a node with no time in its heartbeats has none; the sweep names the odd clock."""
+    from cluster_health.ingest import heartbeats
+
+    now = time.time()
+    heartbeats.record_heartbeats(
+        [{**beat("skew0"), "sent_at": now + 42.0}, {**beat("skew1"), "sent_at": now}, beat("skew2")]
+    )
+    assert 41.5 < Node.objects.get(name="skew0").clock_offset_s <= 42.0
+    heartbeats.record_heartbeats([{**beat("skew0"), "sent_at": time.time() + 42.0 - 8.0}])  # waited 8 s
+    assert Node.objects.get(name="skew0").clock_offset_s > 41.0
+    heartbeats.record_heartbeat({**beat("skew1"), "sent_at": time.time() - 0.2})
+    assert -1.0 < Node.objects.get(name="skew1").clock_offset_s <= 0.0
+    heartbeats.record_heartbeat({**beat("skew2"), "sent_at": None})
+    assert Node.objects.get(name="skew2").clock_offset_s is not None  # the one reading it had is kept
+    sweep = driver.sweep(kind="connectivity", nodes=["skew0", "skew1", "skew2"])
+    driver.answer_all()
+    found = {f.code: f for f in sweep.findings.all()}
+    assert found["clock_skew"].subject == "skew0" and "42 s ahead of the server's" in found["clock_skew"].text
