@@ -139,6 +139,10 @@ class Agent:
             finally:
                 agent.in_task = False
 
+        # Celery registers its own tasks (celery.map, celery.chunks, celery.chord_unlock...) in every
+        # app: a message naming one would run it. The agent runs probes and nothing else.
+        for name in [n for n in app.tasks if n != contract.TASK_PROBE]:
+            app.tasks.unregister(name)
         return app
 
     # -- probes -------------------------------------------------------------------

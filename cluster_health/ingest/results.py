@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import traceback
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from agents import contract
@@ -31,6 +31,8 @@ from cluster_health.sweeps.closing import OPEN_WHERE, ProbeRow
 log = logging.getLogger(__name__)
 
 BATCH = 1000  # halves per transaction
+# The database out of reach (a failover, a restart, SQLite busy): raised, never read as the half's fault.
+TRANSIENT = (OperationalError, InterfaceError)
 _HALF = {0: "half_a", 1: "half_b"}
 
 
@@ -67,6 +69,8 @@ def ingest_results(payloads: list) -> list[str]:
         chunk = pairs[start : start + BATCH]
         try:
             got = _ingest_pairs([(result, payloads[i]) for i, result in chunk])
+        except TRANSIENT:
+            raise  # the database out of reach is no half's fault: the batch is applied again later
         except Exception:
             if len(chunk) == 1:
                 i, result = chunk[0]
@@ -87,6 +91,8 @@ def _ingest_error(result: dict, payload) -> str:
 def _guarded(fn, result: dict, payload) -> str:
     try:
         return fn(result, payload)
+    except TRANSIENT:
+        raise  # not this half's fault: never kept as rejected (the whole batch is applied again)
     except Exception:  # keep the message and the reason, never lose it to a worker traceback
         return _ingest_error(result, payload)
 

@@ -300,3 +300,18 @@ def test_remote_control_cannot_stop_an_agent(agents_running, sender, server_queu
     assert all(proc.poll() is None for proc in agents_running.values())
     send(sender, quick(120))
     assert server_queue.results(120, count=1)[0]["node"] == "a0"
+
+
+def test_the_agent_runs_its_probe_task_and_none_of_celerys_own(agents_running, sender, server_queue):
+    """celery.map, celery.chunks and the rest are registered in every Celery app: a message naming one
+    would run it with arguments of the sender's choosing. The agent's app has one task."""
+    from agents.worker import Agent
+
+    assert set(Agent("x0", "127.0.0.1", "redis://127.0.0.1:1/0").app.tasks) == {contract.TASK_PROBE}
+    signature = {"task": contract.TASK_PROBE, "args": [], "kwargs": {}, "options": {}, "subtask_type": None}
+    sender.send_task("celery.map", args=[signature, [[quick(131)]]], queue=contract.agent_queue("a0"))
+    sender.send_task("celery.chunks", args=[signature, [[quick(132)]], 1], queue=contract.agent_queue("a0"))
+    send(sender, quick(133))
+    assert server_queue.results(133, count=1)[0]["node"] == "a0"
+    assert not [b for t, b in server_queue.seen if t == contract.TASK_RESULT and b["result"]["probe_id"] in (131, 132)]
+    assert all(proc.poll() is None for proc in agents_running.values())

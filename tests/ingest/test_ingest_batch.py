@@ -4,7 +4,7 @@ import pytest
 
 from cluster_health import ingest
 from cluster_health.models import PairProbe, RejectedMessage, Sweep
-from devtools.sweep_driver import result_for
+from devtools.sweep_driver import heartbeat, result_for
 from tests.support.sweep_setup import connectivity_sweep
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
@@ -83,3 +83,27 @@ def test_it_finishes_a_sweep_fed_only_in_batches_with_the_same_verdict(driver, f
     assert sweep.status == "finished" and sweep.verdict == "fail"
     assert PairProbe.objects.filter(sweep=sweep, status="failed").count() == 3
     assert PairProbe.objects.filter(sweep=sweep, status="ok").count() == 3
+
+
+def test_a_database_that_drops_out_mid_batch_rejects_no_valid_half(driver, monkeypatch):
+    """A failover during the batch (and during its one-at-a-time retry) is the database's trouble: the
+    halves are not kept as rejected, the caller applies the batch again, and then they count."""
+    from django.db import OperationalError
+
+    from cluster_health.ingest import results
+
+    for n in ("n0", "n1", "n2", "n3"):
+        heartbeat(n)
+    driver.sweep(kind="connectivity")
+    halves = [result_for(c) for c in driver.take()]
+    real = results._ingest_pairs
+
+    def gone(batch):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(results, "_ingest_pairs", gone)
+    with pytest.raises(OperationalError):
+        driver.run(results.ingest_results, halves)
+    assert not RejectedMessage.objects.exists()
+    monkeypatch.setattr(results, "_ingest_pairs", real)
+    assert driver.run(results.ingest_results, halves).count("final") == 2
