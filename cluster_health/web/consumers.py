@@ -17,6 +17,23 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 FLUSH_S = 0.25
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_LOGGED_OUT = 4403
+
+
+def session_group(session_key: str) -> str:
+    """The group of one login session's sockets: told when the session logs out."""
+    return f"session.{session_key}"
+
+
+def close_sessions_sockets(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    """On logout (Django's user_logged_out, before the session is flushed): close that session's sockets."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    layer = get_channel_layer()
+    if key and layer is not None:
+        async_to_sync(layer.group_send)(session_group(key), {"type": "session.ended"})
 
 
 class SweepUpdatesConsumer(AsyncJsonWebsocketConsumer):
@@ -34,12 +51,18 @@ class SweepUpdatesConsumer(AsyncJsonWebsocketConsumer):
         self.pending_meta: dict[int, dict[str, Any]] = {}
         self.flusher: asyncio.Task[None] | None = None
         await self.channel_layer.group_add(self.group, self.channel_name)
+        session = self.scope.get("session")
+        self.session_group = session_group(session.session_key) if session and session.session_key else None
+        if self.session_group:
+            await self.channel_layer.group_add(self.session_group, self.channel_name)
         await self.accept()
         await self.send_json({"type": "hello", "group": self.group})
 
     async def disconnect(self, code):
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if getattr(self, "session_group", None):
+            await self.channel_layer.group_discard(self.session_group, self.channel_name)
         flusher = getattr(self, "flusher", None)  # none before connect() accepted
         if flusher:
             flusher.cancel()
@@ -61,6 +84,10 @@ class SweepUpdatesConsumer(AsyncJsonWebsocketConsumer):
             return
         if content.get("type") == "ping":
             await self.send_json({"type": "pong"})
+
+    async def session_ended(self, event):
+        """Its session logged out: a page left open must stop receiving what the user may no longer see."""
+        await self.close(code=CLOSE_LOGGED_OUT)
 
     async def sweep_update(self, event):
         sweep = event.get("sweep")

@@ -111,3 +111,36 @@ def test_it_sends_what_arrived_while_a_frame_was_being_sent(viewer):
     first, second = frames_after(viewer, 9, one_update, count=2, consumer=_ArrivesWhileSending)
     assert first["pairs"] == [{"a": "n0", "b": "n1", "status": "ok"}]
     assert second["pairs"] == [{"a": "n0", "b": "n2", "status": "ok"}]  # not left behind
+
+
+def test_logging_out_closes_the_sessions_open_pages_sockets(client, viewer, settings):
+    """A page left open after logout would go on receiving every sweep's results: its socket is closed."""
+    from asgiref.sync import sync_to_async
+
+    from tests.support.dashboard_rows import PASSWORD
+
+    settings.ALLOWED_HOSTS = ["testserver", "localhost"]
+    assert client.login(username="viewer", password=PASSWORD)
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+    other = make_user("other", operator=False)
+
+    async def session_ends():
+        headers = [(b"cookie", cookie), (b"origin", b"http://localhost"), (b"host", b"localhost")]
+        page = WebsocketCommunicator(application, "/ws/sweeps/9/", headers=headers)
+        connected, _ = await page.connect()
+        assert connected and (await page.receive_json_from())["type"] == "hello"
+        bystander = WebsocketCommunicator(consumers.SweepUpdatesConsumer.as_asgi(), "/ws/sweeps/9/")
+        bystander.scope["user"] = other
+        bystander.scope["url_route"] = {"args": (), "kwargs": {"sweep_id": 9}}
+        assert (await bystander.connect())[0] and (await bystander.receive_json_from())["type"] == "hello"
+        await sync_to_async(client.post)("/accounts/logout/")
+        closed = await page.receive_output(timeout=timing.FRAME_S)
+        await get_channel_layer().group_send("sweep.9", update(9, [{"a": "n0", "b": "n1", "status": "ok"}]))
+        still = await bystander.receive_json_from(timeout=timing.FRAME_S)  # another session's page goes on
+        await bystander.disconnect()
+        await page.wait()
+        return closed, still
+
+    closed, still = async_to_sync(session_ends)()
+    assert closed == {"type": "websocket.close", "code": consumers.CLOSE_LOGGED_OUT}
+    assert still["type"] != "hello"
