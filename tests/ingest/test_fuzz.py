@@ -62,6 +62,10 @@ EXTREMES = {
     "1e308": 1e308,
     "True": True,
     "empty": "",
+    # No UTF-8 for these: PostgreSQL's text and jsonb refuse them, and a driver cannot even send them.
+    "lone surrogate": "peer said \udcfe\udcff",
+    "surrogate key": {"\ud800": "x", "ok": "\udfff"},
+    "surrogate pair": "\ud83d\ude00",
 }
 extremes = st.sampled_from(sorted(EXTREMES)).map(EXTREMES.__getitem__)
 
@@ -70,7 +74,7 @@ scalars = (
     | st.booleans()
     | st.integers()
     | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(alphabet=st.characters(codec="utf-8") | st.just("\x00"), max_size=40)
+    | st.text(alphabet=st.characters(codec="utf-8") | st.just("\x00") | st.characters(categories=["Cs"]), max_size=40)
 )
 json_values = st.recursive(
     scalars,
@@ -98,9 +102,11 @@ def mutations(base: dict, extra_fields: tuple[str, ...] = ()):
 
 
 def is_plain_json(value) -> bool:
+    """JSON any database takes: no NaN or infinity, no NUL, no lone surrogate (UTF-8 has none)."""
     try:
         text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
         return False
     return "\\u0000" not in text
 
@@ -117,7 +123,7 @@ VALIDATORS = {
     "evidence": (contract.validate_evidence, {"stack": "stderr_tail", "sockets": [{"state": "syn_sent"}]}),
     "heartbeat": (contract.validate_heartbeat, HEARTBEAT),
     "result": (contract.validate_result, RESULT),
-    "command": (contract.validate_command, command(0)),
+    "command": (contract.validate_command, {**command(0), "lifetime_s": 10.0, "rendezvous_key": "0" * 32}),
 }
 
 
