@@ -214,6 +214,10 @@ RETENTION_DAYS = envint("CLUSTER_HEALTH_RETENTION_DAYS", 14, 1)
 PAIR_ROWS_DAYS = envint("CLUSTER_HEALTH_PAIR_ROWS_DAYS", 90, 0)
 REJECTED_RETENTION_DAYS = envint("CLUSTER_HEALTH_REJECTED_RETENTION_DAYS", 7, 1)
 MAX_REJECTED_MESSAGES = envint("CLUSTER_HEALTH_MAX_REJECTED_MESSAGES", 100_000, 100)
+# Whole-sweep and whole-fleet pages and exports (CSV, report, compare, consistency) a user may ask for a minute.
+HEAVY_REQUESTS_PER_MINUTE = envint("CLUSTER_HEALTH_HEAVY_REQUESTS_PER_MINUTE", 30, 1)
+# How long the fleet's consistency table (every node's facts compared) is reused by every viewer.
+CONSISTENCY_CACHE_S = envfloat("CLUSTER_HEALTH_CONSISTENCY_CACHE_S", 30.0, 0.0)
 # A node whose clock differs from the server's (or the fleet's) by more than this is named in findings.
 CLOCK_SKEW_TOLERANCE_S = envfloat("CLUSTER_HEALTH_CLOCK_SKEW_TOLERANCE_S", 5.0, 0.5)
 # Rejected messages kept a minute, across the server; the rest are counted only (/metrics).

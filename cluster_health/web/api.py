@@ -24,6 +24,7 @@ from cluster_health import sweeps
 from cluster_health.models import ApiToken, Node, PairProbe, Sweep
 from cluster_health.nodes import node_dict, set_active
 from cluster_health.shapes import documents, matrices, pairs
+from cluster_health.web.heavy import heavy
 
 START_PERMISSION = "cluster_health.start_sweep"
 MAX_LIST = 200
@@ -335,6 +336,7 @@ class _Echo:
 
 
 @api_view()
+@heavy
 @with_sweep
 def sweep_csv(request, sweep):
     writer = csv.writer(_Echo())

@@ -12,6 +12,7 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core.cache import cache
 from django.core.exceptions import BadRequest
 from django.core.paginator import Paginator
 from django.db.models import Q
@@ -27,6 +28,9 @@ from cluster_health.core import consistency, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
 from cluster_health.shapes import documents, matrices
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
+from cluster_health.web.heavy import heavy
+
+CONSISTENCY_CACHE_KEY = "cluster-health:consistency-table"
 
 
 def sweep_matrix(sweep: Sweep) -> dict:
@@ -223,6 +227,7 @@ def compare(request):
 
 @login_required
 @never_cache
+@heavy
 def compare_state(request):
     before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
     if not (before and after):
@@ -231,13 +236,16 @@ def compare_state(request):
 
 
 @login_required
+@heavy
 def report(request, sweep_id: int):
     """Pre-maintenance report: this sweep (after) against an earlier one (before), printable."""
     after = get_object_or_404(Sweep, pk=sweep_id)
     before = _get_sweep_param(request, "before") or (
         Sweep.objects.filter(status="finished", created__lt=after.created).order_by("-created").first()
     )
-    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before else None
+    after_matrix = sweep_matrix(after)  # each sweep's matrix decoded once for the diff and the counts
+    before_matrix = sweep_matrix(before) if before else None
+    diff = matrix.build_diff(before_matrix, after_matrix) if before_matrix else None
     return render(
         request,
         "cluster_health/report.html",
@@ -245,8 +253,8 @@ def report(request, sweep_id: int):
             "after": after,
             "before": before,
             "diff": diff,
-            "after_counts": matrix.status_counts(sweep_matrix(after)),
-            "before_counts": matrix.status_counts(sweep_matrix(before)) if before else None,
+            "after_counts": matrix.status_counts(after_matrix),
+            "before_counts": matrix.status_counts(before_matrix) if before_matrix else None,
             "findings": after.findings.all(),
             "baseline": after.baseline,
             "now": timezone.now(),
@@ -254,12 +262,25 @@ def report(request, sweep_id: int):
     )
 
 
+def fleet_consistency() -> dict:
+    """The node consistency table over every node's facts: built at most once per CONSISTENCY_CACHE_S
+    for all viewers (a 4,096-node fleet's facts are megabytes), however many pages ask for it."""
+    keep_s = settings.CONSISTENCY_CACHE_S
+    table = cache.get(CONSISTENCY_CACHE_KEY) if keep_s else None
+    if table is None:
+        facts = dict(Node.objects.values_list("name", "facts"))
+        table = consistency.table({name: f or {} for name, f in facts.items()})
+        if keep_s:
+            cache.set(CONSISTENCY_CACHE_KEY, table, keep_s)
+    return table
+
+
 @login_required
+@heavy
 def consistency_view(request):
-    nodes = sorted(Node.objects.all(), key=lambda n: matrix.natural_key(n.name))
     now = timezone.now()
-    table = consistency.table({n.name: n.facts or {} for n in nodes})
-    online = {n.name: n.is_online(now) for n in nodes}
+    table = fleet_consistency()
+    online = {n.name: n.is_online(now) for n in Node.objects.only("name", "last_heartbeat")}
     return render(request, "cluster_health/consistency.html", {"table": table, "online": online})
 
 
@@ -278,7 +299,7 @@ def _flatten(facts, prefix=""):
 @login_required
 def node_detail(request, name: str):
     node = get_object_or_404(Node, name=name)
-    table = consistency.table({n.name: n.facts or {} for n in Node.objects.all()})
+    table = fleet_consistency()
     row = next((r for r in table["rows"] if r["node"] == name), None)
     failures = (
         PairProbe.objects.filter(Q(node_a=node) | Q(node_b=node), status__in=matrix.BAD_STATUSES)

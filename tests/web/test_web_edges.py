@@ -66,3 +66,41 @@ def test_the_pairs_csv_escapes_agent_hints(viewer_client, driver):
     driver.answer_all(lambda c: result_for(c, status="failed", reason="refused", hint="=cmd|' /C calc'!A0"))
     body = b"".join(viewer_client.get(f"/api/sweeps/{sweep.pk}/pairs.csv").streaming_content).decode()
     assert ",'=cmd|" in body and ",=cmd" not in body
+
+
+def test_a_viewers_expensive_requests_are_bounded_per_minute(viewer_client, settings):
+    """The CSV of a whole sweep, a report, a diff, the consistency table: a budget per user a minute,
+    then 429 saying when to come back, so one viewer's script cannot load the server for everyone."""
+    from django.core.cache import cache
+
+    from cluster_health.models import Sweep
+
+    settings.HEAVY_REQUESTS_PER_MINUTE = 3
+    cache.clear()  # this process's cache (tests.settings): earlier tests' requests counted too
+    sweep = Sweep.objects.create(kind="connectivity", nodes=[], status="finished", verdict="pass")
+    urls = [f"/api/sweeps/{sweep.pk}/pairs.csv", f"/sweeps/{sweep.pk}/report/", "/nodes/"] * 3
+    answers = [viewer_client.get(url) for url in urls]
+    codes = [a.status_code for a in answers]
+    assert codes[:3] == [200, 200, 200] and 429 in codes, codes
+    # Three a minute (six if the minute turned between two requests), then refused until it renews.
+    assert 3 <= codes.index(429) <= 6, codes
+    refused = answers[codes.index(429)]
+    assert 0 < int(refused["Retry-After"]) <= 60 and b"at most 3 a minute" in refused.content
+    assert viewer_client.get(f"/sweeps/{sweep.pk}/").status_code == 200  # ordinary pages are not counted
+
+
+def test_the_consistency_table_is_built_once_for_every_viewer_within_its_time(
+    viewer_client, settings, django_assert_max_num_queries
+):
+    from django.core.cache import cache
+
+    from cluster_health.models import Node
+
+    settings.CONSISTENCY_CACHE_S = 30.0
+    cache.delete("cluster-health:consistency-table")
+    Node.objects.create(name="c0", address="10.0.0.1", facts={"versions": {"torch": "2.5.1"}})
+    assert b"2.5.1" in viewer_client.get("/nodes/").content
+    Node.objects.filter(name="c0").update(facts={"versions": {"torch": "9.9.9"}})
+    assert b"9.9.9" not in viewer_client.get("/nodes/").content  # the table of 30 s ago
+    cache.delete("cluster-health:consistency-table")
+    assert b"9.9.9" in viewer_client.get("/nodes/").content
