@@ -43,6 +43,7 @@ def sweep_groups(sweep: Sweep, names: list[str]) -> dict[str, str]:
 
 
 def node_dict(node: Node, now=None) -> dict:
+    """A node as ``manage.py nodes --json`` and the API show it."""
     return {
         "name": node.name,
         "address": node.address,
@@ -53,6 +54,7 @@ def node_dict(node: Node, now=None) -> dict:
         "agent_version": node.agent_version or None,
         "busy": node.busy,
         "topology_group": node.topology_group or None,
+        "clock_offset_s": node.clock_offset_s,  # its clock minus the server's, from its heartbeats
         "facts": node.facts,
     }
 

@@ -314,6 +314,7 @@ def node_detail(request, name: str):
         {
             "node": node,
             "online": node.is_online(),
+            "clock_off": node.clock_offset_s is not None and abs(node.clock_offset_s) > settings.CLOCK_SKEW_TOLERANCE_S,
             "row": row,
             "table": table,
             "failures": failures,

@@ -131,3 +131,13 @@ def test_it_shows_why_a_finding_was_raised(client):
     assert "n1 accepts no inbound connection" in page and "n2 -&gt; n1 (store on n1): timeout" in page
     assert "open it" in page and f"?probe={probe.pk}" in page
     assert f"/sweeps/{sweep.pk}/findings/{f.pk}/" in client.get(f"/sweeps/{sweep.pk}/").content.decode()
+
+
+def test_a_nodes_page_and_json_show_its_clock_offset(viewer_client):
+    from cluster_health.models import Node
+
+    Node.objects.create(name="skewed", address="10.0.0.9", clock_offset_s=42.37)
+    page = viewer_client.get(reverse("node", args=["skewed"])).content.decode()
+    assert 'data-clock-offset class="warn">clock +42.4 s' in page
+    listed = {n["name"]: n for n in viewer_client.get("/api/nodes").json()["nodes"]}
+    assert listed["skewed"]["clock_offset_s"] == 42.37
