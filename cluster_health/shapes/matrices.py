@@ -128,10 +128,10 @@ def matrix_text(sweep: Sweep) -> str:
     """The sweep's matrix payload (cluster_health.core.matrix) as JSON text.
 
     A closed sweep's is stored on first use (``finish`` stores it as the sweep ends) and
-    read back as text from then on; an open sweep's comes from ``open_arrays``.
+    read back as text from then on; an open sweep's comes from ``_open_arrays``.
     """
     if sweep.is_open:
-        return open_arrays(sweep).text()
+        return _open_arrays(sweep).text()
     _let_go(sweep.pk)
     stored = closed_text(sweep.pk)
     if stored is not None:
@@ -183,7 +183,7 @@ def sweep_matrix_arrays(sweep: Sweep, only: list[str] | None = None) -> matrix.M
 
 def sweep_arrays(sweep: Sweep) -> matrix.MatrixArrays:
     """The sweep's matrix as arrays, not to be changed: an open sweep's as it stands, a closed one's as stored."""
-    return open_arrays(sweep) if sweep.is_open else matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep)))
+    return _open_arrays(sweep) if sweep.is_open else matrix.MatrixArrays.of_payload(json.loads(matrix_text(sweep)))
 
 
 def _snapshotted(sweep: Sweep) -> bool:
@@ -229,7 +229,7 @@ def _let_go(sweep_id: int) -> None:
         _held.pop(sweep_id, None)
 
 
-def open_arrays(sweep: Sweep) -> matrix.MatrixArrays:
+def _open_arrays(sweep: Sweep) -> matrix.MatrixArrays:
     """An open sweep's matrix as it stands: a snapshot and the rows since, or (small sweeps) its rows.
 
     The snapshot is this process's last read of the sweep when it holds one, else the
@@ -309,7 +309,7 @@ def refresh_open() -> int:
         rounds_apart = max(1, REFRESH_PAIRS // max(1, len(sweep.nodes) // 2))
         if sweep.current_round - since >= rounds_apart or total != sweep.total_rounds:
             now_round, now_total = sweep.current_round, sweep.total_rounds
-            arrays = open_arrays(sweep)  # read after the round it is kept for
+            arrays = _open_arrays(sweep)  # read after the round it is kept for
             written += _keep(sweep.pk, arrays, now_round, now_total)
     if written:
         log.info("open sweep matrices brought forward: %d", written)
@@ -330,10 +330,10 @@ def group_matrix_text(sweep: Sweep) -> str:
     """The sweep's group matrix (cluster_health.core.groupmatrix) as JSON text.
 
     A closed sweep's is stored beside its matrix, grouped as the nodes were when it
-    was first read; an open sweep's is built from its matrix (``open_arrays``) on every call.
+    was first read; an open sweep's is built from its matrix (``_open_arrays``) on every call.
     """
     if sweep.is_open:
-        return build_group_text(sweep, open_arrays(sweep))
+        return build_group_text(sweep, _open_arrays(sweep))
     stored = (
         SweepMatrix.objects.filter(sweep_id=sweep.pk, open_round__isnull=True).values_list("groups", flat=True).first()
     )
