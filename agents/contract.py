@@ -158,6 +158,10 @@ def agent_transport_options(node_name: str) -> dict[str, Any]:
     return {**agent_unacked_keys(node_name), "priority_steps": [0]}
 
 
+def is_node_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(_NAME_RE.match(name))
+
+
 def check_node_name(name: Any, field: str = "node") -> str:
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise ContractError(

@@ -109,6 +109,15 @@ def check_envelope(auth: Any) -> dict[str, Any]:
     return auth
 
 
+def well_formed(auth: Any) -> bool:
+    """Whether an envelope's fields are each of the right type (check_envelope without the reason)."""
+    try:
+        check_envelope(auth)
+    except SignatureError:
+        return False
+    return True
+
+
 def verify(
     body: Any,
     auth: Any,

@@ -206,7 +206,7 @@ def checked(batch: list) -> tuple[list, list]:
                 readable.append(found)
     # Only well-formed envelopes ask for a key: a node name that is not one (a lone surrogate, say)
     # must not reach the key query, where it would fail the whole batch's.
-    wanted = {(auth["node"], auth["kid"]) for _, _, auth in readable if _well_formed(auth)}
+    wanted = {(auth["node"], auth["kid"]) for _, _, auth in readable if signing.well_formed(auth)}
     keys = AgentKey.secrets_for(wanted) if wanted else {}
 
     def secret_for(node: str, kid: str) -> bytes | None:
@@ -219,14 +219,6 @@ def checked(batch: list) -> tuple[list, list]:
             if authenticate(task, CARRIED[task], body, auth, secret_for=secret_for) is None:
                 (halves if task == contract.TASK_RESULT else beats).append((body, auth))
     return [body for body, _ in halves], first_uses(contract.TASK_HEARTBEAT, beats) if beats else []
-
-
-def _well_formed(auth) -> bool:
-    try:
-        signing.check_envelope(auth)
-    except signing.SignatureError:
-        return False
-    return True
 
 
 def _readable(raw) -> tuple[str, Any, Any] | None:

@@ -81,7 +81,7 @@ class Backlog:
         self.messages += 1
         node, _, rest = entry.partition("\t")
         kind, _, probe_id = rest.partition("\t")
-        if not probe_id.isdigit() or not _is_node_name(node):
+        if not probe_id.isdigit() or not contract.is_node_name(node):
             return
         self.nodes.add(node)
         self.probes.add(("pair" if kind in ("pair", "discover", "nil") else "group", int(probe_id)))
@@ -90,7 +90,7 @@ class Backlog:
         """Let the waiting heartbeats and halves whose signatures check out speak for their nodes and probes."""
         from cluster_health.models import AgentKey
 
-        envelopes = [auth for _, _, auth in self.unverified if _well_formed(auth)]
+        envelopes = [auth for _, _, auth in self.unverified if signing.well_formed(auth)]
         keys = AgentKey.secrets_for({(a["node"], a["kid"]) for a in envelopes}) if envelopes else {}
         now = time.time()
         for purpose, body, auth in self.unverified:
@@ -103,25 +103,9 @@ class Backlog:
         self.unverified = []
 
 
-def _is_node_name(name: object) -> bool:
-    try:
-        contract.check_node_name(name)
-    except contract.ContractError:
-        return False
-    return True
-
-
-def _well_formed(auth: object) -> bool:
-    try:
-        signing.check_envelope(auth)
-    except signing.SignatureError:
-        return False
-    return True
-
-
 def _genuine(purpose: str, body: Any, auth: Any, keys: dict, now: float) -> bool:
     """Whether a waiting message would pass the consumer's signature check (its nonce aside)."""
-    if not isinstance(body, dict) or not _is_node_name(body.get("node")):
+    if not isinstance(body, dict) or not contract.is_node_name(body.get("node")):
         return False
     if auth is None and settings.ALLOW_UNSIGNED_AGENTS:
         return True  # development only, as the consumer accepts it
