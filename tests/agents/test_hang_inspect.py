@@ -1,0 +1,135 @@
+"""What a hung job's ranks show, read from outside (agents/hangs), and the diagnosis joined from it
+(cluster_health.core.hangs): real torchrun jobs on loopback, hung for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from agents.hangs import procs
+from agents.hangs.inspect import inspect
+from cluster_health.core.hangs import EXIT_CODES, diagnose
+from devtools.services import free_port
+
+pytestmark = pytest.mark.timeout(150)
+JOB = Path(__file__).resolve().parents[1] / "support" / "hung_job.py"
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+@contextmanager
+def job(mode: str, tmp_path: Path, launcher: str = "torchrun"):
+    """A two-rank Gloo job on loopback, launched by torchrun or, as srun launches, one process per rank
+    with its launch variables; every process in its own process group, killed afterwards."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "A_SECRET_OF_THE_JOB": "do-not-leak"}
+    if launcher == "torchrun":
+        argv = [str(TORCHRUN), "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
+        commands = [(argv + ["--master-port", str(port), str(JOB), mode], env)]
+    else:
+        launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "SLURM_JOB_ID": f"j{port}"}
+        commands = [
+            ([sys.executable, str(JOB), mode], {**env, **launch, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in (0, 1)
+        ]
+    log_path = tmp_path / f"{mode}-{launcher}.log"
+    log = log_path.open("wb")
+    started = [
+        subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=e, start_new_session=True)
+        for argv, e in commands
+    ]
+    try:
+        deadline = time.monotonic() + 90
+        while log_path.read_text(errors="replace").count("ready") < 2:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in started):
+                raise AssertionError(log_path.read_text(errors="replace")[-3000:])
+            time.sleep(0.5)
+        time.sleep(1.0)  # into the second collective (or the loader)
+        yield procs.JobSelector(master_addr="localhost", master_port=port)
+    finally:
+        for p in started:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+            p.wait(10)
+        log.close()
+
+
+def node_view(selector: procs.JobSelector) -> list[dict]:
+    """The inspect helper's report, as the agent runs it (its own process), with this node's name."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agents.hangs.inspect",
+            "--master",
+            f"{selector.master_addr}:{selector.master_port}",
+            "--interval",
+            "1.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [{**r, "node": "local"} for r in json.loads(out.stdout)["ranks"]]
+
+
+def test_a_rank_stuck_in_its_data_loader_is_named_with_its_place(tmp_path):
+    with job("loader", tmp_path) as selector:
+        ranks = node_view(selector)
+    assert sorted(r["rank"] for r in ranks) == [0, 1] and all(r["world_size"] == 2 for r in ranks)
+    assert all(
+        "A_SECRET_OF_THE_JOB" not in r["launch"] and set(r["launch"]) <= set(procs.LAUNCH_VARIABLES) for r in ranks
+    )
+    by_rank = {r["rank"]: r for r in ranks}
+    assert by_rank[0]["where"]["collective"] == "all_reduce"
+    assert by_rank[1]["where"]["frame"]["function"] == "load_batch"
+    out = diagnose(ranks, world_size=2)
+    (culprit,) = out["culprits"]
+    assert (out["verdict"], culprit["kind"], culprit["ranks"]) == ("application", "rank", [1])
+    assert "inside `load_batch` (hung_job.py:" in culprit["text"] and "not in `all_reduce`" in culprit["text"]
+    assert EXIT_CODES[out["verdict"]] == 2
+
+
+def test_a_stopped_rank_is_the_culprit_and_a_killed_one_is_missing(tmp_path):
+    """Launched as srun launches (torchrun would tear the whole job down when one rank dies)."""
+    with job("collective", tmp_path, launcher="direct") as selector:
+        ranks = procs.find_ranks(selector)
+        one = next(r for r in ranks if r.rank == 1)
+        os.kill(one.pid, signal.SIGSTOP)
+        stopped = diagnose(node_view(selector), world_size=2)
+        assert stopped["verdict"] == "node"
+        assert (
+            stopped["culprits"][0]["text"]
+            == "rank 1 on local is stopped (SIGSTOP or a debugger): the other ranks wait for it"
+        )
+        os.kill(one.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while procs.process_state(one.pid) not in ("gone", "zombie") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = node_view(selector)
+        assert [r["rank"] for r in left if r["state"] not in ("gone", "zombie")] == [0]
+        by_job = procs.find_ranks(procs.JobSelector(slurm_job=f"j{selector.master_port}"))
+        killed = diagnose([r for r in left if r["state"] not in ("gone", "zombie")], world_size=2)
+    assert killed["verdict"] == "node" and killed["culprits"][0]["ranks"] == [1]
+    assert [r.rank for r in by_job if r.state not in ("gone", "zombie")] == [0]  # found by its Slurm job id too
+
+
+def test_a_training_job_is_progressing_and_an_absent_job_unknown(tmp_path):
+    with job("train", tmp_path) as selector:
+        out = diagnose(node_view(selector), world_size=2)
+    assert (out["hung"], out["verdict"], EXIT_CODES[out["verdict"]]) == (False, "progressing", 0)
+    nothing = inspect(procs.JobSelector(master_addr="127.0.0.1", master_port=free_port()), interval_s=0)
+    absent = diagnose(nothing["ranks"], world_size=None)
+    assert (absent["verdict"], EXIT_CODES["unknown"]) == ("unknown", 3) and "no rank of the job was found" in absent[
+        "why"
+    ]
