@@ -26,7 +26,7 @@ from typing import Any
 
 from agents.contract import ContractError, check_node_name, shown
 
-PURPOSES = ("heartbeat", "result", "command")
+PURPOSES = ("heartbeat", "result", "command", "inspection")
 DEFAULT_WINDOW_S = 300.0  # clock skew and queueing a signed message may have; nonces are kept this long
 MAX_SIGNED_BYTES = 1024 * 1024  # no agent message is larger: bigger ones are refused before any work
 KEY_FILE_VERSION = 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ import agents
 from agents import broker, contract, facts, gpu_contract, liveness, netinfo, signing
 from agents.freshness import Freshness
 from agents.gpu_check import run_gpu_check
+from agents.hangs import contract as hangs_contract
+from agents.hangs.inspect import inspect_job
 from agents.runner import failed_result, prewarm, remove_orphaned_dirs, run_probe, shutdown_warm_host
 
 log = logging.getLogger("agents.worker")
@@ -167,6 +170,8 @@ class Agent:
             return None
         if isinstance(command, dict) and command.get("kind") == gpu_contract.KIND:
             return self.handle_gpu_check(command)
+        if isinstance(command, dict) and command.get("kind") == hangs_contract.KIND:
+            return self.handle_inspect(command)
         cmd = self.accepted("probe", contract.validate_command, command, self.report_refusal)
         if cmd is None:
             return None
@@ -193,6 +198,26 @@ class Agent:
                 failed_result(cmd, "probe_crashed", f"agent {self.name} could not start the probe: {e}", detail=str(e))
             ),
         )
+
+    def handle_inspect(self, command: dict[str, Any]) -> dict[str, Any] | None:
+        """What this node shows of a running job, read by the inspect helper (its own process), reported."""
+        cmd = self.accepted("inspect", hangs_contract.validate_command, command)
+        if cmd is None:
+            return None
+        report: dict[str, Any] = {"v": 1, "kind": hangs_contract.KIND, "probe_id": cmd["probe_id"], "node": self.name}
+        try:
+            report["ranks"] = inspect_job(cmd)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            report["error"] = str(e)[:2000]
+        log.info("inspect %s: %d rank(s) of the job here", cmd["probe_id"], len(report.get("ranks") or []))
+        self.app.send_task(
+            hangs_contract.TASK_INSPECTION,
+            kwargs=self.signed(report, "inspection", "inspection"),
+            queue=contract.INGEST_QUEUE,
+            retry=True,
+            retry_policy=RESULT_RETRY,
+        )
+        return report
 
     def handle_gpu_check(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """The local gpu check: one per node, no peer; its result has its own contract (agents.gpu_contract)."""

@@ -494,3 +494,45 @@ class SweepMatrix(models.Model):
     # was current (every earlier round final in it), when the sweep had ``open_total`` rounds.
     open_round = models.IntegerField(null=True, blank=True, default=None)
     open_total = models.IntegerField(null=True, blank=True, default=None)
+
+
+class HangDiagnosis(models.Model):
+    """One diagnosis of a running job (docs/HANGS.md): which job, where its agents looked, and the answer.
+
+    Kept as a row, so yesterday's hang can be read tomorrow; ``result`` is the JSON that
+    ``manage.py hang --json`` prints.
+    """
+
+    STATUS_CHOICES = [("collecting", "collecting"), ("probing", "probing"), ("finished", "finished")]
+    master = models.CharField(max_length=270, blank=True, default="")  # MASTER_ADDR:MASTER_PORT
+    slurm_job = models.CharField(max_length=64, blank=True, default="")
+    nodes = models.JSONField(default=list, blank=True)  # where the agents were asked to look
+    interval_s = models.FloatField(default=2.0)
+    status = models.CharField(max_length=12, choices=STATUS_CHOICES, default="collecting")
+    verdict = models.CharField(max_length=16, blank=True, default="")
+    hung = models.BooleanField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    sweep = models.ForeignKey("Sweep", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.CharField(max_length=16, default="command")
+    requested_by = models.CharField(max_length=150, blank=True, default="")
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"hang #{self.pk} ({self.master or 'slurm job ' + self.slurm_job})"
+
+
+class HangReport(models.Model):
+    """What one node's agent saw of the job: its ranks there, or why it could not look."""
+
+    diagnosis = models.ForeignKey(HangDiagnosis, on_delete=models.CASCADE, related_name="reports")
+    node = models.CharField(max_length=63)
+    ranks = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, default="")
+    received = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["diagnosis", "node"], name="hang_report_one_per_node")]

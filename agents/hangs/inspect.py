@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from typing import Any
@@ -59,6 +60,27 @@ def inspect(selector: procs.JobSelector, interval_s: float = 2.0) -> dict[str, A
         a, b = first[r.pid], second[r.pid]
         out.append({**r.as_dict(), **b, "state": b["state"], "moved": _moved(a, b) if b["state"] != "gone" else False})
     return {"ranks": out, "interval_s": interval_s}
+
+
+HELPER_TIMEOUT_S = 60.0
+
+
+def inspect_job(cmd: dict[str, Any]) -> list[dict[str, Any]]:
+    """Run this module as its own process for one inspect command (agents.hangs.contract) and return
+    the ranks it found: the agent never reads other users' processes itself."""
+    target = ["--master", f"{cmd['master_addr']}:{cmd['master_port']}"] if cmd["master_addr"] else []
+    target = target or ["--slurm-job", str(cmd["slurm_job"])]
+    run = subprocess.run(
+        [sys.executable, "-m", "agents.hangs.inspect", *target, "--interval", str(cmd["interval_s"])],
+        capture_output=True,
+        text=True,
+        timeout=HELPER_TIMEOUT_S,
+        check=False,
+    )
+    if run.returncode != 0:
+        raise ValueError((run.stderr.strip().splitlines() or ["the inspect helper failed"])[-1][:500])
+    ranks: list[dict[str, Any]] = json.loads(run.stdout)["ranks"]
+    return ranks
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,8 +54,10 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from agents import contract, signing
+from agents.hangs import contract as hangs_contract
 from cluster_health.ingest import buffer
 from cluster_health.ingest.auth import authenticate, first_uses, remember_nonces
+from cluster_health.ingest.inspections import record_report
 from cluster_health.ingest.rejects import reject
 from cluster_health.queues.keys import CONSUMERS, lease_key, registered, shard_of, taken_key
 from cluster_health.queues.messages import decode
@@ -72,7 +74,11 @@ RETRY_S = 1.0  # after Redis or the database failed, the batch waits this long b
 # one message raises is that message's (``_one_message``).
 TRANSIENT = (OperationalError, InterfaceError, redis.ConnectionError, redis.TimeoutError)
 # What the queue carries: task name -> the argument that holds the message's body.
-CARRIED = {contract.TASK_RESULT: "result", contract.TASK_HEARTBEAT: "heartbeat"}
+CARRIED = {
+    contract.TASK_RESULT: "result",
+    contract.TASK_HEARTBEAT: "heartbeat",
+    hangs_contract.TASK_INSPECTION: "inspection",  # a node's view of a hung job (agents.hangs)
+}
 # A batch: what this consumer's last life left in ``taken`` first, then the oldest messages of the
 # queue (Celery's Redis transport pushes on the left and pops on the right), up to ARGV[1] in all.
 # KEYS: queue, taken.
@@ -152,7 +158,10 @@ class Consumer:
             batch = self.client.eval(TAKE_SCRIPT, 2, contract.INGEST_QUEUE, self.taken, TAKE_MAX)
         if not batch:
             return 0
-        halves, beats = checked(batch)
+        inspections: list = []
+        halves, beats = checked(batch, inspections)
+        for report in inspections:  # rare and small: one per node and diagnosis
+            record_report(report)
         if beats:
             apply_heartbeats(beats)  # before the batch is let go: a failure leaves it to be taken again
         if not (halves and buffer.apply_held(self.client, halves, done=self.taken)):
@@ -186,7 +195,7 @@ class Consumer:
         log.info("ingest consumer %s stopped", self.name)
 
 
-def checked(batch: list) -> tuple[list, list]:
+def checked(batch: list, inspections: list | None = None) -> tuple[list, list]:
     """(halves, heartbeats) of a batch: the messages that are readable, a half or a heartbeat, and
     signed by their node's current key. A heartbeat comes with its signature (for its nonce).
 
@@ -195,6 +204,7 @@ def checked(batch: list) -> tuple[list, list]:
     One message that breaks a check in a way nobody foresaw is that message's loss, never the
     batch's: a batch that raised would be taken again, and again, and hold up all ingest.
     Only a database or Redis connection failing leaves the batch to be retried (TRANSIENT).
+    Nodes' reports of a hung job that check out are added to ``inspections``.
     """
     from cluster_health.models import AgentKey
 
@@ -216,7 +226,12 @@ def checked(batch: list) -> tuple[list, list]:
     beats: list[tuple[object, object]] = []
     for task, body, auth in readable:
         with _one_message(body):
-            if authenticate(task, CARRIED[task], body, auth, secret_for=secret_for) is None:
+            if authenticate(task, CARRIED[task], body, auth, secret_for=secret_for) is not None:
+                continue
+            if task == hangs_contract.TASK_INSPECTION:
+                if inspections is not None:
+                    inspections.append(body)
+            else:
                 (halves if task == contract.TASK_RESULT else beats).append((body, auth))
     return [body for body, _ in halves], first_uses(contract.TASK_HEARTBEAT, beats) if beats else []
 
@@ -232,7 +247,7 @@ def _readable(raw) -> tuple[str, Any, Any] | None:
         reject(
             contract.TASK_RESULT,
             kwargs,
-            f"{contract.INGEST_QUEUE}: carries {' and '.join(CARRIED)} messages only, not {contract.shown(task)}",
+            f"{contract.INGEST_QUEUE}: carries {', '.join(CARRIED)} messages only, not {contract.shown(task)}",
         )
         return None
     if expired:

@@ -9,8 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -18,49 +16,9 @@ from agents.hangs import procs
 from agents.hangs.inspect import inspect
 from cluster_health.core.hangs import EXIT_CODES, diagnose
 from devtools.services import free_port
+from tests.support.hung_jobs import job
 
 pytestmark = pytest.mark.timeout(150)
-JOB = Path(__file__).resolve().parents[1] / "support" / "hung_job.py"
-TORCHRUN = Path(sys.executable).with_name("torchrun")
-
-
-@contextmanager
-def job(mode: str, tmp_path: Path, launcher: str = "torchrun"):
-    """A two-rank Gloo job on loopback, launched by torchrun or, as srun launches, one process per rank
-    with its launch variables; every process in its own process group, killed afterwards."""
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "A_SECRET_OF_THE_JOB": "do-not-leak"}
-    if launcher == "torchrun":
-        argv = [str(TORCHRUN), "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
-        commands = [(argv + ["--master-port", str(port), str(JOB), mode], env)]
-    else:
-        launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "SLURM_JOB_ID": f"j{port}"}
-        commands = [
-            ([sys.executable, str(JOB), mode], {**env, **launch, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in (0, 1)
-        ]
-    log_path = tmp_path / f"{mode}-{launcher}.log"
-    log = log_path.open("wb")
-    started = [
-        subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=e, start_new_session=True)
-        for argv, e in commands
-    ]
-    try:
-        deadline = time.monotonic() + 90
-        while log_path.read_text(errors="replace").count("ready") < 2:
-            if time.monotonic() > deadline or any(p.poll() is not None for p in started):
-                raise AssertionError(log_path.read_text(errors="replace")[-3000:])
-            time.sleep(0.5)
-        time.sleep(1.0)  # into the second collective (or the loader)
-        yield procs.JobSelector(master_addr="localhost", master_port=port)
-    finally:
-        for p in started:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    pass
-            p.wait(10)
-        log.close()
 
 
 def node_view(selector: procs.JobSelector) -> list[dict]:

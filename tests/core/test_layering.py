@@ -18,7 +18,7 @@ FLOORS = [
     {"actions"},
     {"sweeps"},
     {"ingest"},
-    {"retention", "tasks", "web", "management", "admin", "apps", "urls", "asgi", "__init__", "migrations"},
+    {"retention", "hangs", "tasks", "web", "management", "admin", "apps", "urls", "asgi", "__init__", "migrations"},
 ]
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 

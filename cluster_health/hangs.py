@@ -1,0 +1,165 @@
+"""Diagnosing one running job (docs/HANGS.md): ask the agents of its nodes what they see of it,
+probe the network between the nodes that hold its ranks, and join the two.
+
+``request`` stores a diagnosis and sends a signed ``inspect`` command to each node's agent;
+their reports arrive through the ingest consumer (``ingest.inspections``). ``start_live_probe``
+runs a connectivity sweep over the nodes that reported ranks; ``conclude`` joins the reports and
+the probe's pairs with ``core.hangs.diagnose`` and keeps the answer on the row. ``manage.py hang``
+drives the three with a deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.utils import timezone
+
+from agents.hangs import contract as hangs_contract
+from cluster_health import sweeps
+from cluster_health.core import hangs
+from cluster_health.models import HangDiagnosis, HangReport, Node, Sweep
+from cluster_health.queues import dispatch
+from cluster_health.shapes import documents
+
+MAX_FRAMES_SHOWN = 12  # per rank in the answer: where it is, innermost first
+
+
+class HangRequestError(ValueError):
+    """The diagnosis cannot be asked for as given (no such node, no job named)."""
+
+
+def request(
+    master: str | None = None,
+    slurm_job: str | None = None,
+    nodes: list[str] | None = None,
+    interval_s: float = 2.0,
+    source: str = "command",
+    requested_by: str = "",
+) -> HangDiagnosis:
+    """Store a diagnosis and send each node's agent an inspect command (every active node by default)."""
+    if (master is None) == (slurm_job is None):
+        raise HangRequestError("name the job by its master (ADDR:PORT) or its Slurm job id")
+    addr, port = None, None
+    if master is not None:
+        addr, sep, port_text = master.rpartition(":")
+        if not sep or not addr or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise HangRequestError(f"--master {master!r}: expected MASTER_ADDR:MASTER_PORT")
+        addr, port = addr.strip("[]"), int(port_text)
+    if nodes:
+        known = set(Node.objects.filter(name__in=nodes).values_list("name", flat=True))
+        if unknown := [n for n in nodes if n not in known]:
+            raise HangRequestError(f"unknown node(s): {', '.join(unknown[:20])}")
+    else:
+        nodes = list(Node.objects.filter(active=True).order_by("name").values_list("name", flat=True))
+    diagnosis = HangDiagnosis.objects.create(
+        master=master or "",
+        slurm_job=slurm_job or "",
+        nodes=nodes,
+        interval_s=interval_s,
+        source=source,
+        requested_by=requested_by,
+    )
+    expires_at = time.time() + dispatch.START_GRACE_S
+    commands = [
+        hangs_contract.validate_command(
+            {
+                "v": 1,
+                "kind": hangs_contract.KIND,
+                "probe_id": diagnosis.pk,
+                "node": node,
+                "master_addr": addr,
+                "master_port": port,
+                "slurm_job": slurm_job,
+                "interval_s": interval_s,
+                "expires_at": expires_at,
+                "lifetime_s": dispatch.START_GRACE_S,
+            }
+        )
+        for node in nodes
+    ]
+    if commands:
+        dispatch.send_commands(commands)
+    return diagnosis
+
+
+def reported(diagnosis: HangDiagnosis) -> set[str]:
+    return set(HangReport.objects.filter(diagnosis=diagnosis).values_list("node", flat=True))
+
+
+def _ranks(diagnosis: HangDiagnosis) -> list[dict[str, Any]]:
+    """Every rank the nodes reported, each once (agents that share a process table see the same ranks)."""
+    seen: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for report in HangReport.objects.filter(diagnosis=diagnosis).order_by("node"):
+        for rank in report.ranks:
+            if isinstance(rank, dict):
+                seen.setdefault((rank.get("rank"), rank.get("pid")), {**rank, "node": report.node})
+    return sorted(seen.values(), key=lambda r: (r.get("rank") is None, r.get("rank") or 0))
+
+
+def rank_nodes(diagnosis: HangDiagnosis) -> list[str]:
+    return sorted({r["node"] for r in _ranks(diagnosis)})
+
+
+def start_live_probe(diagnosis: HangDiagnosis) -> Sweep | None:
+    """A connectivity sweep between the nodes that hold the job's ranks (none for fewer than two)."""
+    nodes = rank_nodes(diagnosis)
+    if len(nodes) < 2:
+        return None
+    sweep = sweeps.request_sweep(kind="connectivity", nodes=nodes, source="hang")
+    HangDiagnosis.objects.filter(pk=diagnosis.pk).update(sweep=sweep, status="probing")
+    diagnosis.sweep, diagnosis.status = sweep, "probing"
+    return sweep
+
+
+def _shown_rank(rank: dict[str, Any]) -> dict[str, Any]:
+    main = next((t for t in rank.get("threads") or [] if t.get("thread") == "MainThread"), None)
+    return {
+        "rank": rank.get("rank"),
+        "node": rank.get("node"),
+        "pid": rank.get("pid"),
+        "state": rank.get("state"),
+        "in": rank.get("where"),
+        "moved": rank.get("moved"),
+        "frames": (main or {}).get("frames", [])[:MAX_FRAMES_SHOWN],
+        "connections": rank.get("connections") or [],
+        "stack_error": rank.get("stack_error"),
+    }
+
+
+def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
+    """Join the reports and the live probe into the answer, keep it on the row, and return it."""
+    ranks = _ranks(diagnosis)
+    silent = sorted(set(diagnosis.nodes) - reported(diagnosis))
+    errors = dict(HangReport.objects.filter(diagnosis=diagnosis).exclude(error="").values_list("node", "error"))
+    pairs: list[dict[str, Any]] = []
+    if diagnosis.sweep_id:
+        sweep = Sweep.objects.get(pk=diagnosis.sweep_id)
+        pairs = documents.pair_dicts(sweep) if not sweep.is_open else []
+    world = max((r.get("world_size") or 0 for r in ranks), default=0) or None
+    # Silent nodes blame missing ranks only when some ranks are missing: a node the job never ran on is silent too.
+    answer = hangs.diagnose(ranks, world, pairs, silent_nodes=silent if ranks else [])
+    if not ranks and silent:
+        answer["why"] = f"{answer['why']} (no answer from: {', '.join(silent[:20])})"
+    result = {
+        "diagnosis": diagnosis.pk,
+        "job": {
+            "master": diagnosis.master or None,
+            "slurm_job": diagnosis.slurm_job or None,
+            "nodes": rank_nodes(diagnosis),
+            "world_size": world,
+            "ranks_found": len(ranks),
+        },
+        "hung": answer["hung"],
+        "verdict": answer["verdict"],
+        "culprits": answer["culprits"],
+        "why": answer.get("why"),
+        "ranks": [_shown_rank(r) for r in ranks],
+        "pairs": pairs,
+        "looked": {"asked": diagnosis.nodes, "silent": silent, "errors": errors},
+        "live_probe": diagnosis.sweep_id,
+    }
+    HangDiagnosis.objects.filter(pk=diagnosis.pk).update(
+        status="finished", verdict=answer["verdict"], hung=answer["hung"], result=result, finished=timezone.now()
+    )
+    return result
