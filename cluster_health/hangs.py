@@ -44,7 +44,7 @@ def request(
     if master is not None:
         addr, sep, port_text = master.rpartition(":")
         if not sep or not addr or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise HangRequestError(f"--master {master!r}: expected MASTER_ADDR:MASTER_PORT")
+            raise HangRequestError(f"master {master!r}: expected MASTER_ADDR:MASTER_PORT")
         addr, port = addr.strip("[]"), int(port_text)
     if nodes:
         known = set(Node.objects.filter(name__in=nodes).values_list("name", flat=True))
@@ -163,3 +163,25 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
         status="finished", verdict=answer["verdict"], hung=answer["hung"], result=result, finished=timezone.now()
     )
     return result
+
+
+POLL_S = 0.5
+
+
+def run(diagnosis: HangDiagnosis, timeout_s: float) -> dict[str, Any]:
+    """Drive a requested diagnosis to its answer within ``timeout_s``: wait for the nodes' reports
+    (all of them, or half the time), run the live probe, conclude. The command and the API's task use it."""
+    from cluster_health.sweeps import waiting
+
+    started = time.monotonic()
+    deadline = started + timeout_s
+    collect_until = started + max(diagnosis.interval_s + 8.0, timeout_s / 2)
+    while time.monotonic() < min(collect_until, deadline) and reported(diagnosis) != set(diagnosis.nodes):
+        time.sleep(POLL_S)
+    sweep = start_live_probe(diagnosis)
+    if sweep is not None:
+        waiting.wait_or_cancel(sweep, max(1.0, deadline - time.monotonic()))
+    answer = conclude(HangDiagnosis.objects.get(pk=diagnosis.pk))
+    answer["seconds"] = round(time.monotonic() - started, 1)
+    HangDiagnosis.objects.filter(pk=diagnosis.pk).update(result=answer)
+    return answer

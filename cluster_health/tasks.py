@@ -12,8 +12,9 @@ from celery import shared_task
 from django.conf import settings
 
 from agents import contract
-from cluster_health import ingest, retention, sweeps, vocabulary
+from cluster_health import hangs, ingest, retention, sweeps, vocabulary
 from cluster_health.ingest.auth import authenticate, remember_nonce
+from cluster_health.models import HangDiagnosis
 from cluster_health.shapes import matrices
 from cluster_health.sweeps import lifecycle, reaper, statistics
 
@@ -72,3 +73,13 @@ def analyze_pairs():
 def prune():
     """Retention (beat, daily): raw probe detail past RETENTION_DAYS, rejected messages past their own bound."""
     return retention.prune(settings.RETENTION_DAYS)
+
+
+@shared_task(name=vocabulary.TASK_HANG, ignore_result=True)
+def hang(diagnosis_id=None, timeout_s=30.0, **unexpected):
+    """A diagnosis the API asked for: the same steps as ``manage.py hang`` (it takes one worker slot
+    for at most its timeout, bounded by the API)."""
+    diagnosis = HangDiagnosis.objects.filter(pk=diagnosis_id, status="collecting").first()
+    if diagnosis is None or not isinstance(timeout_s, (int, float)) or not 5 <= timeout_s <= 600:
+        return None
+    return hangs.run(diagnosis, float(timeout_s))["verdict"]

@@ -17,6 +17,7 @@ TASK_REAP = "cluster_health.reap"  # close overdue and offline probes, advance s
 TASK_SCHEDULED_SWEEP = "cluster_health.scheduled_sweep"  # a sweep requested by a beat schedule
 TASK_ANALYZE_PAIRS = "cluster_health.analyze_pairs"  # fresh pair-table statistics after a large sweep
 TASK_PRUNE = "cluster_health.prune"  # retention: raw detail and rejected messages (daily)
+TASK_HANG = "cluster_health.hang"  # drive one hang diagnosis to its answer (the API's)
 TASK_AFTER_SWEEP = "cluster_health.actions.after_sweep"  # alerts and Slurm actions of a finished sweep
 TASK_DELIVER = "cluster_health.actions.deliver"  # one alert delivery, retried
 TASK_SLURM = "cluster_health.actions.slurm"  # drain or resume nodes after a sweep

@@ -20,9 +20,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from cluster_health import sweeps
-from cluster_health.models import ApiToken, Node, PairProbe, Sweep
+from cluster_health import hangs, sweeps, vocabulary
+from cluster_health.models import ApiToken, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.nodes import node_dict, set_active
+from cluster_health.queues import dispatch
 from cluster_health.shapes import documents, matrices, pairs
 from cluster_health.web.heavy import heavy
 
@@ -365,3 +366,65 @@ def pair_history(request, a, b):
         for row in rows
     ]
     return JsonResponse({"a": a, "b": b, "history": history})
+
+
+# Hang diagnoses: asked for by operators, read by anyone logged in (docs/HANGS.md).
+MAX_HANG_TIMEOUT_S = 600.0
+
+
+def _hang_json(diagnosis: HangDiagnosis) -> dict:
+    head = {
+        "diagnosis": diagnosis.pk,
+        "status": diagnosis.status,
+        "master": diagnosis.master or None,
+        "slurm_job": diagnosis.slurm_job or None,
+        "nodes": diagnosis.nodes,
+        "created": diagnosis.created.isoformat(),
+        "finished": diagnosis.finished and diagnosis.finished.isoformat(),
+        "verdict": diagnosis.verdict or None,
+        "hung": diagnosis.hung,
+        "url": reverse("hang", args=[diagnosis.pk]),
+    }
+    return {**head, "result": diagnosis.result or None}
+
+
+@api_view(methods=("GET", "POST"))
+def hang_list(request):
+    """GET: recent diagnoses. POST {"master": "ADDR:PORT"} or {"slurm_job": ID}, optional "nodes",
+    "timeout_s": an operator asks for one; 202 with its id and URL, the answer follows on GET."""
+    if request.method == "GET":
+        recent = HangDiagnosis.objects.order_by("-created")[: _bounded_int(request, "limit", 50, 1, MAX_LIST)]
+        return JsonResponse({"diagnoses": [{**_hang_json(d), "result": None} for d in recent]})
+    if not request.user.has_perm(START_PERMISSION):
+        return error(403, "diagnosing a job needs the operator permission")
+    if len(request.body) > MAX_BODY:
+        return error(400, "body: larger than 1 MiB")
+    try:
+        body = json.loads(request.body or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError("expected a JSON object")
+        timeout_s = float(body.get("timeout_s", 30.0))
+        if not 5.0 <= timeout_s <= MAX_HANG_TIMEOUT_S:
+            raise ValueError(f"timeout_s: between 5 and {MAX_HANG_TIMEOUT_S:.0f}")
+        nodes = body.get("nodes")
+        if nodes is not None and (not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes)):
+            raise ValueError("nodes: a list of node names")
+        diagnosis = hangs.request(
+            master=body.get("master"),
+            slurm_job=body.get("slurm_job"),
+            nodes=nodes,
+            source="api",
+            requested_by=request.user.get_username(),
+        )
+    except (ValueError, TypeError, hangs.HangRequestError) as exc:
+        return error(400, str(exc))
+    dispatch.send_to_server(vocabulary.TASK_HANG, diagnosis_id=diagnosis.pk, timeout_s=timeout_s)
+    return JsonResponse(_hang_json(diagnosis), status=202)
+
+
+@api_view()
+def hang_detail(request, pk):
+    diagnosis = HangDiagnosis.objects.filter(pk=pk).first()
+    if diagnosis is None:
+        return error(404, f"no hang diagnosis {pk}")
+    return JsonResponse(_hang_json(diagnosis))

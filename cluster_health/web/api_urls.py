@@ -17,4 +17,6 @@ urlpatterns = [
     path("sweeps/<int:pk>/groups", api.sweep_groups, name="api-sweep-groups"),
     path("sweeps/<int:pk>/pairs.csv", api.sweep_csv, name="api-sweep-csv"),
     path("pairs/<str:a>/<str:b>/history", api.pair_history, name="api-pair-history"),
+    path("hangs", api.hang_list, name="api-hangs"),
+    path("hangs/<int:pk>", api.hang_detail, name="api-hang"),
 ]

@@ -20,4 +20,6 @@ urlpatterns = [
     path("sweeps/<int:sweep_id>/cancel/", views.cancel_sweep, name="sweep-cancel"),
     path("sweeps/<int:sweep_id>/report/", views.report, name="sweep-report"),
     path("sweeps/<int:sweep_id>/findings/<int:finding_id>/", views.finding_detail, name="finding"),
+    path("hangs/", views.hang_list, name="hangs"),
+    path("hangs/<int:pk>/", views.hang_detail, name="hang"),
 ]

@@ -23,9 +23,10 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from cluster_health import sweeps
+from cluster_health import hangs, sweeps, vocabulary
 from cluster_health.core import consistency, fleet, matrix, merge
-from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
+from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
+from cluster_health.queues import dispatch
 from cluster_health.shapes import documents, matrices
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
 from cluster_health.web.heavy import heavy
@@ -439,3 +440,36 @@ def cancel_sweep(request, sweep_id: int):
     else:
         messages.error(request, f"Sweep {sweep.pk} had already ended.")
     return redirect("sweep", sweep.pk)
+
+
+@login_required
+def hang_list(request):
+    """The Hangs page: diagnose a running job (operators), and every diagnosis so far."""
+    if request.method == "POST":
+        if not request.user.has_perm("cluster_health.start_sweep"):
+            return HttpResponse("Diagnosing a job needs the operator permission.", status=403)
+        target = (request.POST.get("job") or "").strip()
+        master, slurm_job = (None, target.removeprefix("slurm:")) if target.startswith("slurm:") else (target, None)
+        nodes = [n.strip() for n in (request.POST.get("nodes") or "").split(",") if n.strip()] or None
+        try:
+            diagnosis = hangs.request(
+                master=master or None,
+                slurm_job=slurm_job,
+                nodes=nodes,
+                source="web",
+                requested_by=request.user.get_username(),
+            )
+        except hangs.HangRequestError as exc:
+            messages.error(request, str(exc))
+            return redirect("hangs")
+        dispatch.send_to_server(vocabulary.TASK_HANG, diagnosis_id=diagnosis.pk, timeout_s=30.0)
+        return redirect("hang", diagnosis.pk)
+    recent = HangDiagnosis.objects.order_by("-created")[:100]
+    return render(request, "cluster_health/hangs.html", {"diagnoses": recent})
+
+
+@login_required
+def hang_detail(request, pk: int):
+    """One diagnosis: verdict and culprits on top, then every rank (its place, and its frames on click)."""
+    diagnosis = get_object_or_404(HangDiagnosis, pk=pk)
+    return render(request, "cluster_health/hang.html", {"d": diagnosis, "r": diagnosis.result or {}})

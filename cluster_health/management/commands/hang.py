@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 from django.core.management.base import BaseCommand, CommandError
 
 from cluster_health import hangs
 from cluster_health.core.hangs import EXIT_CODES
-from cluster_health.models import HangDiagnosis
-from cluster_health.sweeps import waiting
-
-POLL_S = 0.5
 
 
 class Command(BaseCommand):
@@ -40,8 +35,6 @@ class Command(BaseCommand):
             raise CommandError("--timeout: between 5 and 600 seconds")
         if not 0.0 <= opts["interval"] <= 10.0:
             raise CommandError("--interval: between 0 and 10 seconds")
-        started = time.monotonic()
-        deadline = started + opts["timeout"]
         nodes = [n.strip() for n in opts["nodes"].split(",") if n.strip()] if opts["nodes"] else None
         try:
             diagnosis = hangs.request(
@@ -49,16 +42,7 @@ class Command(BaseCommand):
             )
         except hangs.HangRequestError as exc:
             raise CommandError(str(exc)) from None
-        # The reports: every node answers after its two samples; wait for all, or half the time.
-        collect_until = started + max(opts["interval"] + 8.0, opts["timeout"] / 2)
-        while time.monotonic() < min(collect_until, deadline) and hangs.reported(diagnosis) != set(diagnosis.nodes):
-            time.sleep(POLL_S)
-        sweep = hangs.start_live_probe(diagnosis)
-        if sweep is not None:
-            waiting.wait_or_cancel(sweep, max(1.0, deadline - time.monotonic()))
-        diagnosis = HangDiagnosis.objects.get(pk=diagnosis.pk)
-        answer = hangs.conclude(diagnosis)
-        answer["seconds"] = round(time.monotonic() - started, 1)
+        answer = hangs.run(diagnosis, opts["timeout"])
         if opts["json"]:
             self.stdout.write(json.dumps(answer, indent=1))
         else:
