@@ -88,13 +88,28 @@ def reported(diagnosis: HangDiagnosis) -> set[str]:
 
 
 def _ranks(diagnosis: HangDiagnosis) -> list[dict[str, Any]]:
-    """Every rank the nodes reported, each once (agents that share a process table see the same ranks)."""
-    seen: dict[tuple[Any, Any], dict[str, Any]] = {}
+    """Every rank the nodes reported, each once (agents that share a process table see the same ranks),
+    each on the node its own connections say it runs on: the node whose address its sockets use locally,
+    when exactly one asked node has it; else the node whose agent saw it."""
+    addresses: dict[str, set[str]] = {}
+    for name, address in Node.objects.filter(name__in=diagnosis.nodes).values_list("name", "address"):
+        addresses.setdefault(address, set()).add(name)
+    seen: dict[tuple[Any, Any, str], dict[str, Any]] = {}
     for report in HangReport.objects.filter(diagnosis=diagnosis).order_by("node"):
         for rank in report.ranks:
             if isinstance(rank, dict):
-                seen.setdefault((rank.get("rank"), rank.get("pid")), {**rank, "node": report.node})
+                node = _own_node(rank, addresses) or report.node
+                seen.setdefault(
+                    (rank.get("rank"), rank.get("pid"), node), {**rank, "node": node, "seen_by": report.node}
+                )
     return sorted(seen.values(), key=lambda r: (r.get("rank") is None, r.get("rank") or 0))
+
+
+def _own_node(rank: dict[str, Any], addresses: dict[str, set[str]]) -> str | None:
+    """The one node whose registered address the rank's connections use on their local side, if any."""
+    locals_ = {str(c.get("local", "")).rsplit(":", 1)[0] for c in rank.get("connections") or [] if isinstance(c, dict)}
+    nodes = {n for address in locals_ for n in addresses.get(address, ())}
+    return next(iter(nodes)) if len(nodes) == 1 else None
 
 
 def rank_nodes(diagnosis: HangDiagnosis) -> list[str]:

@@ -118,3 +118,18 @@ def test_only_operators_ask_and_bad_requests_are_refused_with_the_reason():
         hangs_contract.validate_command(
             {"v": 1, "kind": "inspect", "probe_id": 1, "node": "g0", "master_addr": "a b", "master_port": 1}
         )
+
+
+def test_a_rank_is_placed_on_the_node_its_own_connections_use_whichever_agent_saw_it():
+    """Agents sharing a process table (containers, the test bed's hosts) each see every rank: a rank
+    belongs to the node whose address its sockets use, once."""
+    make_nodes(["h1", "h2"])  # 10.0.0.1 and 10.0.0.2
+    with dispatch.capture():
+        diagnosis = hangs.request(master="10.0.0.1:29500", nodes=["h1", "h2"])
+    on_h2 = {**rank(1, IN_LOADER), "connections": [{"local": "10.0.0.2:40100", "peer": "10.0.0.1:29500"}]}
+    on_h1 = {**rank(0, IN_ALL_REDUCE), "connections": [{"local": "10.0.0.1:40200", "peer": "10.0.0.2:40100"}]}
+    for node in ("h1", "h2"):  # both agents report both ranks
+        report(diagnosis, node, [on_h1, on_h2])
+    result = hangs.conclude(diagnosis)
+    assert [(r["rank"], r["node"]) for r in result["ranks"]] == [(0, "h1"), (1, "h2")]
+    assert result["culprits"][0]["nodes"] == ["h2"] and result["job"]["ranks_found"] == 2
