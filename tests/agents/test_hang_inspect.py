@@ -91,3 +91,11 @@ def test_a_training_job_is_progressing_and_an_absent_job_unknown(tmp_path):
     assert (absent["verdict"], EXIT_CODES["unknown"]) == ("unknown", 3) and "no rank of the job was found" in absent[
         "why"
     ]
+
+
+def test_ranks_waiting_in_different_collectives_are_a_mismatch(tmp_path):
+    with job("mismatch", tmp_path, launcher="direct") as selector:
+        out = diagnose(node_view(selector), world_size=2)
+    (culprit,) = out["culprits"]
+    assert (out["verdict"], culprit["kind"]) == ("application", "mismatch")
+    assert "rank(s) 0 in `all_reduce`" in culprit["text"] and "rank(s) 1 in `broadcast`" in culprit["text"]

@@ -3,7 +3,8 @@
 - ``loader``: rank 1 never reaches the second all_reduce (its data loader loops);
 - ``collective``: every rank waits in a second all_reduce that rank 1 never joins... by sleeping
   inside it after its peers entered (a stopped rank is made by the test, with SIGSTOP);
-- ``train``: all ranks keep calling all_reduce (progressing).
+- ``train``: all ranks keep calling all_reduce (progressing);
+- ``mismatch``: rank 1 calls broadcast where rank 0 calls all_reduce.
 """
 
 import sys
@@ -26,6 +27,8 @@ def main(mode: str) -> None:
     print(f"rank {rank} ready", flush=True)
     if mode == "loader" and rank == 1:
         load_batch()
+    if mode == "mismatch" and rank == 1:
+        dist.broadcast(t, src=0)
     if mode == "train":
         while True:
             dist.all_reduce(t)
