@@ -171,7 +171,8 @@ def diagnose(
                 [r.get("node", "?")],
                 [r.get("rank")],
                 f"{_who(r)} is inside {_place((r.get('where') or {}).get('frame'))}, not in `{waited}` where "
-                f"the other {len(stuck)} rank{'s' if len(stuck) != 1 else ''} wait: the job's code, not the network",
+                + ("the other rank waits" if len(stuck) == 1 else f"the other {len(stuck)} ranks wait")
+                + ": the job's code, not the network",
                 "that rank's code never reaches the collective: a data loader, a lock, a loop, a branch "
                 "only some ranks take",
                 {"where": r.get("where"), "moved": r.get("moved"), "state": r.get("state")},

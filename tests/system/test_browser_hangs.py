@@ -1,0 +1,101 @@
+"""The hang pages in a real browser: a kept diagnosis reads verdict and culprit first, each rank's
+frames open on click, and the Hangs list links to it."""
+
+import pytest
+from django.utils import timezone
+
+from cluster_health.models import HangDiagnosis
+from tests.support.artifacts import shot
+from tests.support.dashboard_rows import make_nodes
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+LOADER = {"function": "load_batch", "file": "/job/train.py", "line": 88}
+STEP = {"function": "step", "file": "/job/train.py", "line": 40}
+
+
+def kept_diagnosis() -> HangDiagnosis:
+    make_nodes(["hx0", "hx1"])
+    culprit = {
+        "kind": "rank",
+        "subject": "rank 1",
+        "nodes": ["hx1"],
+        "ranks": [1],
+        "text": "rank 1 on hx1 is inside `load_batch` (train.py:88), not in `all_reduce` where the other rank waits: "
+        "the job's code, not the network",
+        "hint": "that rank's code never reaches the collective",
+        "evidence": {},
+    }
+    ranks = [
+        {
+            "rank": 0,
+            "node": "hx0",
+            "pid": 11,
+            "state": "sleeping",
+            "in": {"collective": "all_reduce", "frame": STEP},
+            "moved": False,
+            "frames": [{"function": "all_reduce", "file": "/torch/distributed_c10d.py", "line": 1}, STEP],
+            "connections": [
+                {
+                    "local": "10.0.0.1:4000",
+                    "peer": "10.0.0.2:5000",
+                    "unacked_bytes": 0,
+                    "retransmits": 0,
+                    "since_send_ms": 900,
+                }
+            ],
+        },
+        {
+            "rank": 1,
+            "node": "hx1",
+            "pid": 12,
+            "state": "sleeping",
+            "in": {"collective": None, "frame": LOADER},
+            "moved": True,
+            "frames": [LOADER],
+            "connections": [],
+        },
+    ]
+    result = {
+        "diagnosis": None,
+        "job": {
+            "master": "10.0.0.1:29500",
+            "slurm_job": None,
+            "nodes": ["hx0", "hx1"],
+            "world_size": 2,
+            "ranks_found": 2,
+        },
+        "hung": True,
+        "verdict": "application",
+        "culprits": [culprit],
+        "why": None,
+        "ranks": ranks,
+        "pairs": [],
+        "seconds": 6.2,
+        "live_probe": None,
+    }
+    return HangDiagnosis.objects.create(
+        master="10.0.0.1:29500",
+        nodes=["hx0", "hx1"],
+        status="finished",
+        verdict="application",
+        hung=True,
+        result=result,
+        finished=timezone.now(),
+    )
+
+
+def test_a_kept_diagnosis_reads_culprit_first_and_opens_a_ranks_frames(viewer_page):
+    page = viewer_page
+    diagnosis = kept_diagnosis()
+    page.goto(f"{page.base}/hangs/")
+    page.click(f'tr[data-hang="{diagnosis.pk}"] a')
+    page.wait_for_url(f"{page.base}/hangs/{diagnosis.pk}/")
+    assert page.text_content("[data-hang-verdict]").strip() == "application"
+    assert "inside `load_batch` (train.py:88)" in page.text_content("[data-hang-culprits]")
+    frames = page.locator("tr.frames").nth(1).locator("details")
+    assert not frames.locator("ol").is_visible()
+    frames.locator("summary").click()
+    assert frames.locator("ol").is_visible() and "load_batch" in frames.locator("ol").text_content()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, "hang-diagnosis")
