@@ -88,21 +88,27 @@ def reported(diagnosis: HangDiagnosis) -> set[str]:
 
 
 def _ranks(diagnosis: HangDiagnosis) -> list[dict[str, Any]]:
-    """Every rank the nodes reported, each once (agents that share a process table see the same ranks),
-    each on the node its own connections say it runs on: the node whose address its sockets use locally,
-    when exactly one asked node has it; else the node whose agent saw it."""
+    """Every rank the nodes reported, each once, on the node its own connections say it runs on.
+
+    Agents that share a process table (containers, a namespace test bed) each report every
+    rank, but each sees only its own network namespace's sockets: a rank is placed on the one
+    asked node whose registered address its sockets use locally, with the report that saw
+    those sockets; failing that, on the one node that reported it, or the first.
+    """
     addresses: dict[str, set[str]] = {}
     for name, address in Node.objects.filter(name__in=diagnosis.nodes).values_list("name", "address"):
         addresses.setdefault(address, set()).add(name)
-    seen: dict[tuple[Any, Any, str], dict[str, Any]] = {}
+    seen: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for report in HangReport.objects.filter(diagnosis=diagnosis).order_by("node"):
         for rank in report.ranks:
             if isinstance(rank, dict):
-                node = _own_node(rank, addresses) or report.node
-                seen.setdefault(
-                    (rank.get("rank"), rank.get("pid"), node), {**rank, "node": node, "seen_by": report.node}
-                )
-    return sorted(seen.values(), key=lambda r: (r.get("rank") is None, r.get("rank") or 0))
+                seen.setdefault((rank.get("rank"), rank.get("pid")), []).append({**rank, "seen_by": report.node})
+    placed = []
+    for views in seen.values():
+        own = next(((v, n) for v in views if (n := _own_node(v, addresses))), None)
+        view, node = own if own else (views[0], views[0]["seen_by"])
+        placed.append({**view, "node": node})
+    return sorted(placed, key=lambda r: (r.get("rank") is None, r.get("rank") or 0))
 
 
 def _own_node(rank: dict[str, Any], addresses: dict[str, set[str]]) -> str | None:
