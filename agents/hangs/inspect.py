@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -63,11 +65,32 @@ def inspect(selector: procs.JobSelector, interval_s: float = 2.0) -> dict[str, A
 
 
 HELPER_TIMEOUT_S = 60.0
+MAX_REQUEST_BYTES = 1024
+# Where the privileged helper listens on a deployed node (deploy/systemd/cluster-health-inspect.socket).
+SOCKET_ENV = "CLUSTER_HEALTH_INSPECT_SOCKET"
+
+
+def _selector(request: dict[str, Any]) -> procs.JobSelector:
+    """A job selector from a request's fields, refusing anything else (the helper's whole interface)."""
+    if set(request) - {"master_addr", "master_port", "slurm_job", "interval_s"}:
+        raise ValueError("unexpected fields in the request")
+    if request.get("slurm_job") is not None:
+        return procs.JobSelector(slurm_job=str(request["slurm_job"])[:64])
+    return procs.JobSelector(master_addr=str(request.get("master_addr"))[:253], master_port=int(request["master_port"]))
+
+
+def _request(cmd: dict[str, Any]) -> dict[str, Any]:
+    keys = ("master_addr", "master_port", "slurm_job", "interval_s")
+    return {k: cmd[k] for k in keys if cmd.get(k) is not None}
 
 
 def inspect_job(cmd: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run this module as its own process for one inspect command (agents.hangs.contract) and return
-    the ranks it found: the agent never reads other users' processes itself."""
+    """The ranks of the job an inspect command (agents.hangs.contract) names, read by the helper: the
+    privileged one behind CLUSTER_HEALTH_INSPECT_SOCKET on a deployed node, else this module run as its
+    own process. The agent never reads other users' processes itself."""
+    path = os.environ.get(SOCKET_ENV)
+    if path:
+        return _ask_socket(path, _request(cmd))
     target = ["--master", f"{cmd['master_addr']}:{cmd['master_port']}"] if cmd["master_addr"] else []
     target = target or ["--slurm-job", str(cmd["slurm_job"])]
     run = subprocess.run(
@@ -83,13 +106,64 @@ def inspect_job(cmd: dict[str, Any]) -> list[dict[str, Any]]:
     return ranks
 
 
+def _ask_socket(path: str, request: dict[str, Any]) -> list[dict[str, Any]]:
+    """One request line to the helper's socket, its JSON answer back (bounded, with a deadline)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(HELPER_TIMEOUT_S)
+        conn.connect(path)
+        conn.sendall(json.dumps(request).encode() + b"\n")
+        conn.shutdown(socket.SHUT_WR)
+        chunks, size = [], 0
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_OUTPUT_BYTES + 1024:
+                raise ValueError("the inspect helper answered more than its bound")
+    answer = json.loads(b"".join(chunks) or b"{}")
+    if "error" in answer:
+        raise ValueError(str(answer["error"])[:500])
+    ranks: list[dict[str, Any]] = answer["ranks"]
+    return ranks
+
+
+def serve_stdio() -> int:
+    """One request on standard input, its answer on standard output: how systemd's socket activation
+    (Accept=yes) runs the helper for each connection, with the privileges its unit grants."""
+    line = sys.stdin.buffer.readline(MAX_REQUEST_BYTES)
+    try:
+        request = json.loads(line)
+        if not isinstance(request, dict):
+            raise ValueError("expected a JSON object")
+        selector = _selector(request)
+        interval = float(request.get("interval_s", 2.0))
+        if not 0.0 <= interval <= 10.0:
+            raise ValueError("interval_s: between 0 and 10")
+        text = _bounded_text(inspect(selector, interval))
+    except (ValueError, TypeError, KeyError) as exc:
+        text = json.dumps({"error": f"bad request: {exc}"})
+    sys.stdout.write(text + "\n")
+    return 0
+
+
+def _bounded_text(report: dict[str, Any]) -> str:
+    text = json.dumps(report, separators=(",", ":"))
+    if len(text) > MAX_OUTPUT_BYTES:  # stacks of many threads: keep identities, states and places
+        for rank in report["ranks"]:
+            rank["threads"] = [t for t in rank["threads"] if t["thread"] == "MainThread"]
+        text = json.dumps(report, separators=(",", ":"))[:MAX_OUTPUT_BYTES]
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.hangs.inspect", description=__doc__.splitlines()[0])
     chosen = parser.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--stdio", action="store_true", help="one JSON request on stdin (systemd socket activation)")
     chosen.add_argument("--master", metavar="ADDR:PORT", help="the job's MASTER_ADDR:MASTER_PORT")
     chosen.add_argument("--slurm-job", metavar="ID", help="the job's SLURM_JOB_ID")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between the two samples")
     args = parser.parse_args(argv)
+    if args.stdio:
+        return serve_stdio()
     try:
         selector = (
             procs.JobSelector.parse_master(args.master) if args.master else procs.JobSelector(slurm_job=args.slurm_job)
@@ -98,12 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if not 0.0 <= args.interval <= 30.0:
         parser.error("--interval: between 0 and 30 seconds")
-    text = json.dumps(inspect(selector, args.interval), separators=(",", ":"))
-    if len(text) > MAX_OUTPUT_BYTES:  # stacks of many threads: keep identities, states and places
-        report = json.loads(text)
-        for rank in report["ranks"]:
-            rank["threads"] = [t for t in rank["threads"] if t["thread"] == "MainThread"]
-        text = json.dumps(report, separators=(",", ":"))[:MAX_OUTPUT_BYTES]
+    text = _bounded_text(inspect(selector, args.interval))
     sys.stdout.write(text + "\n")
     return 0
 

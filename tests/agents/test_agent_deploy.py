@@ -118,3 +118,38 @@ def test_the_kubernetes_manifests_run_the_agent_on_the_host_network_and_the_serv
         assert spec["template"]["spec"]["containers"][0]["command"][0] == command
     assert docs[("Deployment", "cluster-health-beat")]["spec"]["replicas"] == 1
     assert docs[("ConfigMap", "cluster-health-server")]["data"]["CLUSTER_HEALTH_K8S_ACTIONS"] == "off"
+
+
+def test_the_inspect_helper_units_grant_ptrace_to_the_helper_alone_and_verify(tmp_path):
+    """The agent keeps no capability; the socket-activated helper holds CAP_SYS_PTRACE for one request."""
+    analyze = require_tool("systemd-analyze")
+    agent = UNIT.read_text()
+    assert (
+        "CapabilityBoundingSet=\n" in agent
+        and "CLUSTER_HEALTH_INSPECT_SOCKET=/run/cluster-health-inspect.sock" in agent
+    )
+    socket_unit = (ROOT / "deploy/systemd/cluster-health-inspect.socket").read_text()
+    service = (ROOT / "deploy/systemd/cluster-health-inspect@.service").read_text()
+    assert "ListenStream=/run/cluster-health-inspect.sock" in socket_unit and "Accept=yes" in socket_unit
+    assert (
+        "AmbientCapabilities=CAP_SYS_PTRACE" in service and "--stdio" in service and "StandardInput=socket" in service
+    )
+    stand_in = tmp_path / "python"
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    (tmp_path / "cluster-health-inspect.socket").write_text(socket_unit)
+    (tmp_path / "cluster-health-inspect@.service").write_text(
+        service.replace("/opt/cluster-health-agent/bin/python", str(stand_in))
+    )
+    run = subprocess.run(
+        [
+            analyze,
+            "verify",
+            str(tmp_path / "cluster-health-inspect.socket"),
+            str(tmp_path / "cluster-health-inspect@.service"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and not run.stderr.strip(), run.stdout + run.stderr

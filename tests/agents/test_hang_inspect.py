@@ -99,3 +99,38 @@ def test_ranks_waiting_in_different_collectives_are_a_mismatch(tmp_path):
     (culprit,) = out["culprits"]
     assert (out["verdict"], culprit["kind"]) == ("application", "mismatch")
     assert "rank(s) 0 in `all_reduce`" in culprit["text"] and "rank(s) 1 in `broadcast`" in culprit["text"]
+
+
+def test_the_agent_asks_the_helper_on_its_socket_as_systemd_runs_it(tmp_path, monkeypatch):
+    """Socket activation (Accept=yes) hands the helper one connection as stdin and stdout: the agent's
+    request is a job selector, the answer bounded JSON; anything else is refused with the reason."""
+    import socket
+    import threading
+
+    from agents.hangs import inspect as helper
+
+    path = str(tmp_path / "inspect.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(2)
+
+    def serve(count: int) -> None:  # what systemd does for each connection
+        for _ in range(count):
+            conn, _ = server.accept()
+            with conn:
+                subprocess.run(
+                    [sys.executable, "-m", "agents.hangs.inspect", "--stdio"], stdin=conn, stdout=conn, timeout=60
+                )
+
+    thread = threading.Thread(target=serve, args=(2,), daemon=True)
+    thread.start()
+    monkeypatch.setenv(helper.SOCKET_ENV, path)
+    with job("loader", tmp_path, launcher="direct") as selector:
+        ranks = helper.inspect_job(
+            {"master_addr": "127.0.0.1", "master_port": selector.master_port, "slurm_job": None, "interval_s": 0.5}
+        )
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    with pytest.raises(ValueError, match="bad request"):
+        helper._ask_socket(path, {"master_addr": "127.0.0.1", "master_port": 1, "command": "rm -rf /"})
+    thread.join(30)
+    server.close()
