@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from agents.hangs import contract as hangs_contract
 from cluster_health import sweeps
+from cluster_health.actions import slurm
 from cluster_health.core import hangs
 from cluster_health.models import HangDiagnosis, HangReport, Node, Sweep
 from cluster_health.queues import dispatch
@@ -50,6 +51,8 @@ def request(
         known = set(Node.objects.filter(name__in=nodes).values_list("name", flat=True))
         if unknown := [n for n in nodes if n not in known]:
             raise HangRequestError(f"unknown node(s): {', '.join(unknown[:20])}")
+    elif slurm_job is not None:
+        nodes = slurm_job_nodes(slurm_job)
     else:
         nodes = list(Node.objects.filter(active=True).order_by("name").values_list("name", flat=True))
     diagnosis = HangDiagnosis.objects.create(
@@ -81,6 +84,26 @@ def request(
     if commands:
         dispatch.send_commands(commands)
     return diagnosis
+
+
+def slurm_job_nodes(job_id: str) -> list[str]:
+    """The cluster-health nodes a running Slurm job holds (slurmctld's NodeList, through the node map)."""
+    try:
+        held = set(slurm.job_nodes(job_id))
+    except (slurm.SlurmError, slurm.NodeMapError) as exc:
+        raise HangRequestError(str(exc)) from None
+    active = Node.objects.filter(active=True).order_by("name").values_list("name", flat=True)
+    nodes = [n for n in active if _slurm_name(n) in held]
+    if not nodes:
+        raise HangRequestError(f"job {job_id} runs on {', '.join(sorted(held)[:20])}: none is a registered node")
+    return nodes
+
+
+def _slurm_name(node: str) -> str | None:
+    try:
+        return slurm.slurm_name(node)
+    except slurm.NodeMapError:
+        return None
 
 
 def reported(diagnosis: HangDiagnosis) -> set[str]:

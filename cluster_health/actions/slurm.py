@@ -114,6 +114,28 @@ def _resume(slurm_node: str) -> None:
             raise
 
 
+_JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
+
+
+def job_nodes(job_id: str) -> list[str]:
+    """The Slurm nodes a running job holds, as slurmctld says; SlurmError naming the job's state otherwise."""
+    if not _JOB_ID.match(job_id):
+        raise SlurmError(f"{job_id!r} is not a Slurm job id")
+    try:
+        out = _scontrol("show", "job", "--oneliner", job_id)
+    except SlurmError as exc:
+        raise SlurmError(f"slurmctld knows no job {job_id} ({exc})") from None
+    state = re.search(r"\bJobState=(\S+)", out)
+    nodes = re.search(r"\bNodeList=(\S+)", out)
+    if not state or state.group(1) != "RUNNING" or not nodes or nodes.group(1) == "(null)":
+        why = re.search(r"\bReason=(\S+)", out)
+        raise SlurmError(
+            f"job {job_id} is {state.group(1) if state else 'unknown'}"
+            f"{f' ({why.group(1)})' if why and why.group(1) != 'None' else ''}: it runs on no node now"
+        )
+    return [n for n in _scontrol("show", "hostnames", nodes.group(1)).split() if _SLURM_NAME.match(n)]
+
+
 def drain_reason(sweep: Sweep, text: str) -> str:
     """Reason= for a drain: our prefix, the sweep, then the finding (quotes and newlines dropped)."""
     clean = re.sub(r"[\"'\n\r\t]+", " ", text).strip()

@@ -108,3 +108,50 @@ def test_a_replayed_or_late_task_for_an_old_sweep_never_drains_a_node_a_newer_sw
     assert not SlurmDrain.objects.exists()
     newest = finished_sweep(NODES, BAD_C, [C_OFFLINE])  # the node failing again now is acted on
     assert tasks.slurm_actions(newest.pk) == ["drained node-c"]
+
+
+@pytest.mark.django_db
+def test_a_hang_diagnosis_by_slurm_job_asks_slurmctld_for_the_jobs_nodes(slurmctld):
+    """``manage.py hang --slurm-job ID``: the nodes come from slurmctld's NodeList, through the node map; a job
+    that runs nowhere (pending: no slurmd runs here) or does not exist is refused with what slurmctld says."""
+    import subprocess
+
+    from cluster_health import hangs
+    from cluster_health.models import Node
+
+    for name in NODES:
+        Node.objects.create(name=name, address="127.0.0.1")
+    assert slurm._scontrol("show", "hostnames", "node-a,node-[1-2]").split() == ["node-a", "node-1", "node-2"]
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "-w", "node-a,node-b", "--wrap", "sleep 60"],
+        env=slurmctld.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout.strip()
+    with pytest.raises(hangs.HangRequestError, match=f"job {submitted} is PENDING.*runs on no node now"):
+        hangs.request(slurm_job=submitted)
+    with pytest.raises(hangs.HangRequestError, match="slurmctld knows no job 999999"):
+        hangs.request(slurm_job="999999")
+    with pytest.raises(hangs.HangRequestError, match="is not a Slurm job id"):
+        hangs.request(slurm_job="12; rm -rf /")
+    subprocess.run(["scancel", submitted], env=slurmctld.env, capture_output=True, timeout=30)
+
+
+@pytest.mark.django_db
+def test_a_running_jobs_nodelist_maps_back_to_registered_nodes(slurmctld, monkeypatch):
+    """A running job needs a slurmd, which this machine has not: slurmctld's answer for one is recorded
+    (the boundary), and the hostlist is expanded by the real scontrol."""
+    from cluster_health import hangs
+    from cluster_health.models import Node
+
+    for name in ("gpu-1", "gpu-2", "gpu-3"):
+        Node.objects.create(name=name, address="127.0.0.1")
+    recorded = (
+        "JobId=81234 JobName=train UserId=ml(1000) JobState=RUNNING Reason=None Dependency=(null) "
+        "NodeList=node-[1-2] BatchHost=node-1 NumNodes=2 NumCPUs=2"
+    )
+    real = slurm._scontrol
+    monkeypatch.setattr(slurm, "_scontrol", lambda *args: recorded if args[:2] == ("show", "job") else real(*args))
+    assert hangs.slurm_job_nodes("81234") == ["gpu-1", "gpu-2"]  # node map s/^gpu-/node-/
