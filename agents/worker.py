@@ -134,7 +134,8 @@ class Agent:
         )
         agent = self
 
-        @app.task(name=contract.TASK_PROBE, ignore_result=True)  # type: ignore[untyped-decorator]  # Celery is untyped
+        # shared=False: a task of this app only (a second Agent in one process would otherwise share it).
+        @app.task(name=contract.TASK_PROBE, ignore_result=True, shared=False)  # type: ignore[untyped-decorator]
         def probe(command: Any = None, auth: Any = None, **unexpected: Any) -> None:
             agent.in_task = True
             try:
