@@ -161,7 +161,8 @@ class Consumer:
         inspections: list = []
         halves, beats = checked(batch, inspections)
         for report in inspections:  # rare and small: one per node and diagnosis
-            record_report(report)
+            with _one_message(report):
+                record_report(report)
         if beats:
             apply_heartbeats(beats)  # before the batch is let go: a failure leaves it to be taken again
         if not (halves and buffer.apply_held(self.client, halves, done=self.taken)):
