@@ -73,10 +73,10 @@ def _start_job(bed, port: int, log: Path) -> list[subprocess.Popen]:
 
 def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -> dict:
     """Figures of each repeat and their medians; see the module docstring for the method."""
-    from cluster_health import hangs
-
     hang_s, sweep_s, verdicts = [], [], []
     with system_bed(2, limit_s, database=database) as system:
+        from cluster_health import hangs  # Django is set up by now
+
         bed = system.bed
         for i in range(repeats):
             port = devstack.free_port()
