@@ -4,7 +4,7 @@
 
 Method. Two hosts of the namespace test bed with the whole system (``benchmarks/bed.py``:
 scratch database, private Redis, server worker, beat, one agent per host, every setting at
-the product's default). A two-rank Gloo job (``tests/support/hung_job.py train``: an
+the product's default). A two-rank Gloo job (``devtools/hung_job.py train``: an
 ``all_reduce`` every 50 ms, one rank per host, launched as srun launches them) runs until
 both ranks are in their loop; then nftables drops every packet between the hosts, and the
 job hangs in its next ``all_reduce``. Two figures, each from its request to its answer, in
@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,40 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bed import main_for, system_bed  # noqa: E402
-from devtools import devstack  # noqa: E402
+from devtools import devstack, hang_jobs  # noqa: E402
 
-JOB = ROOT / "tests" / "support" / "hung_job.py"
 PAIR = ["host1", "host2"]
-
-
-def _interface(bed, host: str) -> str:
-    address = bed.host(host).address
-    return next(
-        i["ifname"] for i in bed.interfaces(host) if any(a.get("local") == address for a in i.get("addr_info") or [])
-    )
-
-
-def _start_job(bed, port: int, log: Path) -> list[subprocess.Popen]:
-    master = bed.host(PAIR[0]).address
-    out = log.open("wb")
-    ranks = []
-    for rank, host in enumerate(PAIR):
-        launch = [
-            f"RANK={rank}",
-            "LOCAL_RANK=0",
-            "WORLD_SIZE=2",
-            f"MASTER_ADDR={master}",
-            f"MASTER_PORT={port}",
-            f"GLOO_SOCKET_IFNAME={_interface(bed, host)}",
-            "OMP_NUM_THREADS=1",
-        ]
-        ranks.append(bed.start_in(host, ["env", *launch, sys.executable, str(JOB), "train"], stdout=out, stderr=out))
-    deadline = time.monotonic() + 120
-    while log.read_text(errors="replace").count("ready") < 2:
-        if time.monotonic() > deadline or any(p.poll() is not None for p in ranks):
-            raise RuntimeError("the job did not start: " + log.read_text(errors="replace")[-2000:])
-        time.sleep(0.5)
-    return ranks
 
 
 def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -> dict:
@@ -80,7 +48,7 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
         bed = system.bed
         for i in range(repeats):
             port = devstack.free_port()
-            ranks = _start_job(bed, port, bed.workdir / f"job-{i}.log")
+            ranks = hang_jobs.start_on_bed(bed, PAIR, port, bed.workdir / f"job-{i}.log")
             try:
                 bed.firewall_between(*PAIR)
                 time.sleep(2.0)  # the job's next all_reduce has sent and is waiting

@@ -486,6 +486,15 @@ class TestBed:
         found: list[dict[str, Any]] = json.loads(self._in(self.host(name).ns, "ip", "-j", "addr"))
         return found
 
+    def interface_of(self, name: str) -> str:
+        """The host's interface that holds its address (what GLOO_SOCKET_IFNAME names for a job on it)."""
+        address = self.host(name).address
+        return next(
+            str(i["ifname"])
+            for i in self.interfaces(name)
+            if any(a.get("local") == address for a in i.get("addr_info") or [])
+        )
+
     def iperf3_mbit(self, client: str, server: str, seconds: float = 3.0) -> float:
         """Throughput from client to server measured by iperf3 on the same link."""
         s = self.host(server)

@@ -1,5 +1,5 @@
 """Real distributed jobs to hang for the hang-doctor tests: two Gloo ranks on loopback running
-tests/support/hung_job.py, launched by torchrun or one process per rank as srun launches them."""
+devtools/hung_job.py, launched by torchrun or one process per rank as srun launches them."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agents.hangs import procs
+from devtools.hang_jobs import JOB
 from devtools.services import free_port
 
-JOB = Path(__file__).resolve().parent / "hung_job.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 

@@ -5,27 +5,19 @@ sockets holding unacknowledged bytes, the live probe between the two hosts faili
 import json
 import os
 import signal
-import sys
 import time
 
 import pytest
 
+from devtools import hang_jobs
 from devtools.services import free_port
 from tests.support.artifacts import ARTIFACTS
 from tests.support.fault_bed import start_agents
-from tests.support.hung_jobs import JOB
 from tests.support.sweep_setup import manage, wait_online
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 NAMES = ["host1", "host2"]
-
-
-def interface_with(bed, host: str, address: str) -> str:
-    """The host's interface holding ``address`` (``ip -j addr``)."""
-    return next(
-        i["ifname"] for i in bed.interfaces(host) if any(a.get("local") == address for a in i.get("addr_info") or [])
-    )
 
 
 def test_a_link_dropped_under_a_running_job_is_named_the_network(make_testbed, stack, tmp_path):
@@ -34,27 +26,9 @@ def test_a_link_dropped_under_a_running_job_is_named_the_network(make_testbed, s
     wait_online(NAMES)
     port = free_port()
     master = bed.host("host1").address
-    log_path = tmp_path / "job.log"
-    log = log_path.open("wb")
     ranks = []
     try:
-        for rank, name in enumerate(NAMES):
-            launch = [
-                f"RANK={rank}",
-                "LOCAL_RANK=0",
-                "WORLD_SIZE=2",
-                f"MASTER_ADDR={master}",
-                f"MASTER_PORT={port}",
-                f"GLOO_SOCKET_IFNAME={interface_with(bed, name, bed.host(name).address)}",
-                "OMP_NUM_THREADS=1",
-            ]
-            ranks.append(
-                bed.start_in(name, ["env", *launch, sys.executable, str(JOB), "train"], stdout=log, stderr=log)
-            )
-        deadline = time.monotonic() + 90
-        while log_path.read_text(errors="replace").count("ready") < 2:
-            assert time.monotonic() < deadline and all(p.poll() is None for p in ranks), log_path.read_text()[-3000:]
-            time.sleep(0.5)
+        ranks = hang_jobs.start_on_bed(bed, NAMES, port, tmp_path / "job.log")
         bed.firewall_between("host1", "host2")  # the job's next all_reduce never completes
         time.sleep(3.0)
         run = manage(
@@ -77,7 +51,6 @@ def test_a_link_dropped_under_a_running_job_is_named_the_network(make_testbed, s
             except ProcessLookupError:
                 pass
             p.wait(10)
-        log.close()
     assert run.returncode == 2, run.stdout + run.stderr
     answer = json.loads(run.stdout)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

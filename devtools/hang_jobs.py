@@ -1,0 +1,42 @@
+"""Jobs to hang on purpose: devtools/hung_job.py's two Gloo ranks, one per host of a namespace test
+bed (the hang tests and benchmarks/hang.py), launched as srun launches ranks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from devtools.testbed import TestBed
+
+JOB = Path(__file__).resolve().parent / "hung_job.py"
+
+
+def start_on_bed(
+    bed: TestBed, hosts: list[str], port: int, log: Path, mode: str = "train"
+) -> list[subprocess.Popen[Any]]:
+    """One rank per host (rank i on hosts[i], the master on hosts[0]), each on the interface of its
+    host's address; returns once every rank passed its first all_reduce (RuntimeError otherwise)."""
+    master = bed.host(hosts[0]).address
+    out = log.open("wb")
+    ranks = []
+    for rank, host in enumerate(hosts):
+        launch = [
+            f"RANK={rank}",
+            "LOCAL_RANK=0",
+            f"WORLD_SIZE={len(hosts)}",
+            f"MASTER_ADDR={master}",
+            f"MASTER_PORT={port}",
+            f"GLOO_SOCKET_IFNAME={bed.interface_of(host)}",
+            "OMP_NUM_THREADS=1",
+        ]
+        ranks.append(bed.start_in(host, ["env", *launch, sys.executable, str(JOB), mode], stdout=out, stderr=out))
+    out.close()
+    deadline = time.monotonic() + 120
+    while log.read_text(errors="replace").count("ready") < len(hosts):
+        if time.monotonic() > deadline or any(p.poll() is not None for p in ranks):
+            raise RuntimeError("the job did not start: " + log.read_text(errors="replace")[-2000:])
+        time.sleep(0.5)
+    return ranks
