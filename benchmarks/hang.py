@@ -23,8 +23,6 @@ analysis is not measured yet (docs/HANGS.md, "Limits today").
 
 from __future__ import annotations
 
-import os
-import signal
 import statistics
 import sys
 import time
@@ -62,12 +60,7 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
                 sweep_s.append(round(time.monotonic() - started, 2))
             finally:
                 bed.heal(*PAIR)
-                for p in ranks:
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    p.wait(10)
+                hang_jobs.stop(ranks)
     return {
         "repeats": repeats,
         "hang_s": hang_s,

@@ -3,6 +3,8 @@ bed (the hang tests and benchmarks/hang.py), launched as srun launches ranks."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,3 +42,13 @@ def start_on_bed(
             raise RuntimeError("the job did not start: " + log.read_text(errors="replace")[-2000:])
         time.sleep(0.5)
     return ranks
+
+
+def stop(ranks: list[subprocess.Popen[Any]]) -> None:
+    """Kill each rank's whole process group (its namespace shell included) and reap it."""
+    for p in ranks:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(10)

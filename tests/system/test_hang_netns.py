@@ -3,8 +3,6 @@ and the real server side. ``manage.py hang`` finds the ranks waiting in the same
 sockets holding unacknowledged bytes, the live probe between the two hosts failing: the network."""
 
 import json
-import os
-import signal
 import time
 
 import pytest
@@ -45,12 +43,7 @@ def test_a_link_dropped_under_a_running_job_is_named_the_network(make_testbed, s
         )
     finally:
         bed.heal("host1", "host2")
-        for p in ranks:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(10)
+        hang_jobs.stop(ranks)
     assert run.returncode == 2, run.stdout + run.stderr
     answer = json.loads(run.stdout)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
