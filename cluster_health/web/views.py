@@ -23,11 +23,13 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from agents import contract
 from cluster_health import hangs, nodes, sweeps, vocabulary
 from cluster_health.core import consistency, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents, health, matrices
+from cluster_health.sweeps import waiting
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
 from cluster_health.web.heavy import heavy
 
@@ -209,10 +211,19 @@ def _get_sweep_param(request, name):
     return get_object_or_404(Sweep, pk=int(raw))
 
 
+def default_comparison() -> tuple[Sweep | None, Sweep | None]:
+    """The Compare page's pair with nothing chosen: the latest two closed sweeps, older first."""
+    latest = list(Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created")[:2])
+    return (latest[1], latest[0]) if len(latest) == 2 else (None, None)
+
+
 @login_required
 def compare(request):
     before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
-    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before and after else None
+    if before is None and after is None:
+        before, after = default_comparison()
+    same = before is not None and after is not None and before.pk == after.pk  # nothing to compare, say so
+    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before and after and not same else None
     recent = Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created")[:200]
     return render(
         request,
@@ -220,6 +231,7 @@ def compare(request):
         {
             "before": before,
             "after": after,
+            "same": same,
             "diff": diff,
             "recent": recent,
         },
@@ -236,6 +248,20 @@ def compare_state(request):
     return JsonResponse(matrix.build_diff(sweep_matrix(before), sweep_matrix(after)))
 
 
+# The report's table lists every pair status, most severe first, with 0 where none had it.
+REPORT_STATUS_ORDER = sorted(matrix.STATUS_CODES, key=lambda s: (-contract.STATUS_SEVERITY.get(s, -1), s != "untested"))
+
+
+def go_no_go(sweep: Sweep) -> tuple[bool, str]:
+    """The maintenance window's gate, by the rule of ``manage.py sweep --wait``'s exit code: go only on 0."""
+    code = waiting.exit_code(sweep)
+    if code == 0:
+        return True, f"GO: sweep #{sweep.pk} passed (exit code 0)."
+    if sweep.status != "finished":
+        return False, f"NO-GO: sweep #{sweep.pk} did not finish ({sweep.status}; exit code 3)."
+    return False, f"NO-GO: sweep #{sweep.pk}'s verdict is {sweep.verdict} (exit code {code}); see the findings below."
+
+
 @login_required
 @heavy
 def report(request, sweep_id: int):
@@ -247,6 +273,9 @@ def report(request, sweep_id: int):
     after_matrix = sweep_matrix(after)  # each sweep's matrix decoded once for the diff and the counts
     before_matrix = sweep_matrix(before) if before else None
     diff = matrix.build_diff(before_matrix, after_matrix) if before_matrix else None
+    after_counts = matrix.status_counts(after_matrix)
+    before_counts = matrix.status_counts(before_matrix) if before_matrix else None
+    go, gate = go_no_go(after)
     return render(
         request,
         "cluster_health/report.html",
@@ -254,8 +283,12 @@ def report(request, sweep_id: int):
             "after": after,
             "before": before,
             "diff": diff,
-            "after_counts": matrix.status_counts(after_matrix),
-            "before_counts": matrix.status_counts(before_matrix) if before_matrix else None,
+            "go": go,
+            "gate": gate,
+            "counts": [
+                (status, (before_counts or {}).get(status, 0), after_counts.get(status, 0))
+                for status in REPORT_STATUS_ORDER
+            ],
             "findings": after.findings.all(),
             "baseline": after.baseline,
             "now": timezone.now(),
@@ -433,6 +466,40 @@ def node_detail(request, name: str):
     )
 
 
+def tcp_wording(evidence) -> str | None:
+    """The node's TCP counters during a probe, worded so that the share cannot pass 100 %.
+
+    Linux counts retransmissions apart from OutSegs ("segments sent, excluding those containing only
+    retransmitted octets"), so the share of what went on the wire is retransmitted / (new + retransmitted).
+    """
+    tcp = (evidence or {}).get("tcp") if isinstance(evidence, dict) else None
+    if not isinstance(tcp, dict):
+        return None
+    new, again = int(tcp.get("OutSegs") or 0), int(tcp.get("RetransSegs") or 0)
+    total = new + again
+    share = f"{100.0 * again / total:.1f} %" if total else "–"
+    return (
+        f"{total} segments sent: {new} new, {again} retransmissions ({share} of the segments sent); "
+        f"{int(tcp.get('OutRsts') or 0)} resets sent, {int(tcp.get('InErrs') or 0)} input errors "
+        "(the node's counters, all of its traffic during the probe)"
+    )
+
+
+def store_wording(evidence) -> str | None:
+    """What one rank did with the TCPStore: listened on ADDR, connected to ADDR, or could not connect to it."""
+    store = (evidence or {}).get("store") if isinstance(evidence, dict) else None
+    if not isinstance(store, dict):
+        return None
+    address, connected = store.get("address") or "?", store.get("connected")
+    if store.get("role") == "listen":
+        if connected is None:
+            return f"listened on {address}"
+        return f"listened on {address}; the peer {'connected' if connected else 'never connected'}"
+    if connected is None:
+        return f"connecting to {address} (the outcome was not recorded)"
+    return f"connected to {address}" if connected else f"could not connect to {address}"
+
+
 def _pair_probes(a: Node, b: Node):
     return PairProbe.objects.filter(Q(node_a=a, node_b=b) | Q(node_a=b, node_b=a))
 
@@ -451,6 +518,10 @@ def pair_detail(request, a: str, b: str):
             "status": p.status,
             "busbw_gbps": p.busbw_gbps,
             "latency_us": p.latency_us_p50,
+            # A probe that did not work has no bandwidth: the trend marks it apart rather than leave it out.
+            "failed": p.status in matrix.BAD_STATUSES,
+            "stage": p.stage,
+            "reason": p.reason,
         }
         for p in reversed(probes)
         if p.is_final
@@ -476,6 +547,8 @@ def pair_detail(request, a: str, b: str):
                     "stage_times": merge.ladder_order(half.get("stage_times") or half.get("timings") or {}),
                     "stderr_tail": half.get("stderr_tail"),
                     "evidence": half.get("evidence") or {},
+                    "tcp": tcp_wording(half.get("evidence")),
+                    "store": store_wording(half.get("evidence")),
                 }
             )
     return render(
