@@ -53,6 +53,7 @@ class NodeHealth:
     counts: dict[str, int] = field(default_factory=dict)
     failing_peers: list[tuple[str, str]] = field(default_factory=list)  # (peer, status), worst first
     slow_peers: list[str] = field(default_factory=list)
+    offline_peers: list[str] = field(default_factory=list)  # peers that were offline: those pairs are theirs
     findings: list[Finding] = field(default_factory=list)
     since_sweep: int | None = None  # the first sweep of the current run of the same result class
 
@@ -74,56 +75,83 @@ def recent_pair_sweeps(limit: int = RECENT_SWEEPS) -> list[Sweep]:
 def fleet_health(nodes: list[Node], limit: int = RECENT_SWEEPS) -> dict[str, NodeHealth]:
     """Each node's health after the last ``limit`` closed pair sweeps, by name."""
     sweeps = recent_pair_sweeps(limit)
-    by_id = {n.pk: n.name for n in nodes}
-    statuses: dict[tuple[int, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     ids = [s.pk for s in sweeps]
+    statuses: dict[tuple[int, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for side in ("node_a_id", "node_b_id"):
-        counted = (
-            PairProbe.objects.filter(sweep_id__in=ids).values_list("sweep_id", side, "status").annotate(n=Count("id"))
-        )
-        for sweep_id, node_id, status, n in counted.order_by():
-            if node_id in by_id:
-                statuses[(sweep_id, by_id[node_id])][status] += n
+        counted = PairProbe.objects.filter(sweep_id__in=ids).values_list("sweep_id", side, "status")
+        for sweep_id, node_id, status, n in counted.annotate(n=Count("id")).order_by():
+            statuses[(sweep_id, node_id)][status] += n
+    offline = _give_offline_pairs_to_their_node(ids, statuses)
     health = {n.name: NodeHealth() for n in nodes}
-    for name, h in health.items():
-        run_class = None
+    for node in nodes:
+        h, run_class = health[node.name], None
         for sweep in sweeps:
-            counts = statuses.get((sweep.pk, name))
-            if counts is None and name not in (sweep.nodes or []):
+            counts = statuses.get((sweep.pk, node.pk))
+            if counts is None and node.name not in (sweep.nodes or []):
                 continue
-            cls = result_class(worst(counts or {"ok": 1}))
+            result = worst(s for s, n in (counts or {}).items() if n > 0) or "ok"
+            cls = result_class(result)
             if h.sweep_id is None:
-                h.sweep_id, h.result, h.counts, run_class = (
-                    sweep.pk,
-                    worst(counts or {"ok": 1}),
-                    dict(counts or {}),
-                    cls,
-                )
+                h.sweep_id, h.result, run_class = sweep.pk, result, cls
+                h.counts = {s: n for s, n in (counts or {}).items() if n > 0}
                 h.since_sweep = sweep.pk if cls != "ok" else None
             elif cls == run_class and cls != "ok":
                 h.since_sweep = sweep.pk
             else:
                 break
-    _add_peers_and_findings(health)
+    _add_peers_and_findings(health, offline)
     return health
 
 
-def _add_peers_and_findings(health: dict[str, NodeHealth]) -> None:
+def offline_in(counts: dict[str, int]) -> bool:
+    """Whether a node was itself offline in a sweep: every pair of it that was probed is ``offline``."""
+    probed = {s for s, n in counts.items() if n > 0 and s != "skipped"}
+    return probed == {"offline"}
+
+
+def _give_offline_pairs_to_their_node(
+    ids: list[int], statuses: dict[tuple[int, int], dict[str, int]]
+) -> set[tuple[int, int]]:
+    """An offline node owns its pairs: a pair offline because its peer was is not held against a node
+    that answered (it counts as ``peer_offline``, which has no severity), the way the culprit rules blame it.
+
+    Returns the (sweep id, node id) of every node that was offline in its sweep."""
+    offline = {key for key, counts in statuses.items() if offline_in(counts)}
+    if not offline:
+        return offline
+    pairs = PairProbe.objects.filter(sweep_id__in=ids, status="offline").values_list(
+        "sweep_id", "node_a_id", "node_b_id"
+    )
+    for sweep_id, a, b in pairs.order_by():
+        for me, peer in ((a, b), (b, a)):
+            if (sweep_id, peer) in offline and (sweep_id, me) not in offline:
+                statuses[(sweep_id, me)]["offline"] -= 1
+                statuses[(sweep_id, me)]["peer_offline"] += 1
+    return offline
+
+
+def _add_peers_and_findings(health: dict[str, NodeHealth], offline: set[tuple[int, int]]) -> None:
     latest = {h.sweep_id for h in health.values() if h.sweep_id is not None}
     troubled = (
         PairProbe.objects.filter(sweep_id__in=latest, status__in=NOT_PASSING)
-        .values_list("sweep_id", "node_a__name", "node_b__name", "status")
+        .values_list("sweep_id", "node_a__name", "node_b__name", "status", "node_a_id", "node_b_id")
         .order_by()
     )
-    for sweep_id, a, b, status in troubled:
-        for me, peer in ((a, b), (b, a)):
+    for sweep_id, a, b, status, a_id, b_id in troubled:
+        for me, peer, me_id, peer_id in ((a, b, a_id, b_id), (b, a, b_id, a_id)):
             h = health.get(me)
             if h is None or h.sweep_id != sweep_id:
                 continue
-            (h.slow_peers.append(peer) if status == "degraded" else h.failing_peers.append((peer, status)))
+            if status == "degraded":
+                h.slow_peers.append(peer)
+            elif status == "offline" and (sweep_id, peer_id) in offline and (sweep_id, me_id) not in offline:
+                h.offline_peers.append(peer)
+            else:
+                h.failing_peers.append((peer, status))
     for h in health.values():
         h.failing_peers.sort(key=lambda p: (-contract.STATUS_SEVERITY[p[1]], p[0]))
         h.slow_peers.sort()
+        h.offline_peers.sort()
     for finding in Finding.objects.filter(sweep_id__in=latest).order_by("id"):
         for name in names_in(finding.subject):
             h = health.get(name)

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_POST
 
 from agents import contract
 from cluster_health import hangs, nodes, sweeps, vocabulary
-from cluster_health.core import consistency, fleet, matrix, merge
+from cluster_health.core import consistency, culprits, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents, health, matrices
@@ -319,7 +319,7 @@ def consistency_view(request):
     return render(request, "cluster_health/consistency.html", {"table": table, "online": online, "tab": "versions"})
 
 
-def _health_row(n: Node, h: health.NodeHealth, group: str | None, now) -> dict:
+def _health_row(n: Node, h: health.NodeHealth, group: tuple[str, str] | None, now) -> dict:
     online = n.is_online(now)
     return {
         "node": n,
@@ -341,7 +341,8 @@ def nodes_view(request):
     now = timezone.now()
     every = list(Node.objects.only(*_NODE_COLUMNS, "topology_group"))
     found = health.fleet_health([n for n in every if n.active])
-    groups = nodes.groups_of([n.name for n in every])
+    names = [n.name for n in every]
+    groups = culprits.node_groups(names, settings.GROUP_PATTERN, nodes.declared_groups(names))
     rank = {"failing": 0, "degraded": 1, "untested": 2, "ok": 3}
     rows = sorted(
         (_health_row(n, found[n.name], groups.get(n.name), now) for n in every if n.active),
