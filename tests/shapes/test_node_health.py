@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from cluster_health.models import BaselinePair, Baseline, Node, Sweep
+from cluster_health.models import Baseline, BaselinePair, Node, Sweep
 from cluster_health.shapes import health
 from tests.support.dashboard_rows import make_nodes, make_sweep
 
