@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 
 from agents import contract
 from cluster_health import vocabulary
@@ -190,3 +190,10 @@ def peer_bandwidth(node: Node, sweep: Sweep | None) -> list[dict]:
         )
     rows.sort(key=lambda r: (-contract.STATUS_SEVERITY.get(r["status"], -1), r["peer"]))
     return rows
+
+
+def fastest(sweep: Sweep | None, peers: list[dict]) -> float:
+    """The full width of a node page's bandwidth bars: the sweep's fastest pair (or a baseline above it)."""
+    best = PairProbe.objects.filter(sweep=sweep).aggregate(best=Max("busbw_gbps"))["best"] if sweep else None
+    figures = [best, *(p["baseline_gbps"] for p in peers), *(p["busbw_gbps"] for p in peers)]
+    return max((f for f in figures if f), default=1.0)

@@ -49,7 +49,8 @@ def next_run(task: PeriodicTask, now):
         return None
     schedule = task.schedule
     last = task.last_run_at or now
-    return now + max(timedelta(0), schedule.remaining_estimate(last))
+    due = now + max(timedelta(0), schedule.remaining_estimate(last))
+    return (due + timedelta(microseconds=500_000)).replace(microsecond=0)  # the estimate lands a hair early
 
 
 def last_result(task: PeriodicTask, kind: str) -> Sweep | None:

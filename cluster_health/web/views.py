@@ -30,6 +30,7 @@ from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, Pair
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents, health, matrices
 from cluster_health.sweeps import waiting
+from cluster_health.web import times
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
 from cluster_health.web.heavy import heavy
 
@@ -96,6 +97,9 @@ def _node_row(n: Node, now) -> dict:
         "stale": n.is_stale(now),
         "silent_days": None if online else n.silent_days(now),
         "retired_at": n.retired_at.isoformat() if n.retired_at else None,
+        # The pages' one format (cluster_health.web.times), so a script never formats a time itself.
+        "last_heartbeat_text": times.absolute(n.last_heartbeat) if n.last_heartbeat else None,
+        "retired_at_text": times.absolute(n.retired_at) if n.retired_at else None,
     }
 
 
@@ -457,8 +461,8 @@ def node_detail(request, name: str):
             "health": found,
             "last_sweep": last,
             "peers": peers,
-            # The bars' full width: the fastest peer or baseline figure of this node.
-            "peer_scale": max((v for p in peers for v in (p["busbw_gbps"], p["baseline_gbps"]) if v), default=1.0),
+            # The bars' full width: the sweep's fastest pair, so a node slow with every peer shows short bars.
+            "peer_scale": health.fastest(last, peers),
             "failures": failures,
             "facts": facts,
             "facts_as_of": node.last_heartbeat,
