@@ -184,3 +184,15 @@ def test_the_admin_says_online_or_offline_hides_internal_jobs_and_names_plurals_
     assert defaults.NIGHTLY_TASK_NAME in tasks and defaults.REAPER_TASK_NAME not in tasks
     index = client.get("/admin/").content.decode()
     assert "Alert deliveries" in index and "Alert deliverys" not in index and "Solar events" not in index
+
+
+def test_a_large_fleet_lists_its_problems_first_and_counts_the_rest(viewer, monkeypatch):
+    from cluster_health.web import views
+
+    monkeypatch.setattr(views, "NODES_PAGE_ROWS", 3)
+    nodes = make_nodes([f"l{i}" for i in range(5)])
+    make_sweep(nodes, {("l3", "l4"): TIMEOUT})
+    html = viewer.get(reverse("nodes")).content.decode()
+    assert re.findall(r'<tr data-node="(\w+)"', html) == ["l3", "l4", "l0"]
+    assert "2 more nodes" in html and "5 of 5 online" in html
+    assert len(re.findall(r'<tr data-node="', viewer.get(reverse("nodes"), {"all": "1"}).content.decode())) == 5
