@@ -137,3 +137,32 @@ def test_compare_opens_on_the_latest_two_and_the_report_on_its_gate(operator_pag
     rows = page.locator("#status-counts tr[data-status]")
     assert rows.first.get_attribute("data-status") == "offline" and "" not in rows.all_inner_texts()
     shot(page, "report-gate")
+
+
+def test_an_operator_schedules_a_sweep_from_the_schedules_page(operator_page):
+    from cluster_health import defaults
+
+    make_nodes(["u1", "u2"])
+    defaults.ensure_schedules()
+    page = operator_page
+    page.goto(f"{page.base}/schedules/")
+    assert page.locator("tr[data-schedule]").evaluate_all("(rows) => rows.map((r) => r.dataset.schedule)") == [
+        defaults.NIGHTLY_TASK_NAME
+    ]  # the reaper and prune are the product's own
+    page.click("text=Add a schedule")
+    page.fill("#id_name", "rack u hourly")
+    page.select_option("#id_kind", "connectivity")
+    page.fill("#id_nodes", "u1, u2")
+    page.fill("#id_cron", "15 * * * *")
+    page.click("#schedule-form button[type=submit]")
+    row = page.locator('tr[data-schedule="rack u hourly"]')
+    row.wait_for(timeout=10_000)
+    assert row.locator("[data-cron]").inner_text() == "15 * * * *"
+    next_run = row.locator("[data-next-run] time").inner_text()
+    assert ABSOLUTE.match(next_run) and next_run[14:16] == "15", next_run
+    row.locator("text=Edit").click()
+    page.uncheck("#id_enabled")
+    page.click("#schedule-form button[type=submit]")
+    page.locator('tr[data-schedule="rack u hourly"] [data-enabled]').wait_for(timeout=10_000)
+    assert page.locator('tr[data-schedule="rack u hourly"] [data-enabled]').inner_text() == "no (disabled)"
+    shot(page, "schedules")

@@ -184,6 +184,7 @@ def test_the_admin_says_online_or_offline_hides_internal_jobs_and_names_plurals_
     assert defaults.NIGHTLY_TASK_NAME in tasks and defaults.REAPER_TASK_NAME not in tasks
     index = client.get("/admin/").content.decode()
     assert "Alert deliveries" in index and "Alert deliverys" not in index and "Solar events" not in index
+    assert "API tokens" in index and "Api tokens" not in index
 
 
 def test_a_large_fleet_lists_its_problems_first_and_counts_the_rest(viewer, monkeypatch):
