@@ -105,11 +105,12 @@ class ScheduleForm(forms.Form):
         parts = self.cleaned_data["cron"].split()
         if len(parts) != len(CRON_FIELDS):
             raise forms.ValidationError("five fields: minute hour day-of-month month day-of-week")
+        fields = dict(zip(CRON_FIELDS, parts))
         try:
-            crontab(*parts)
+            crontab(**fields)  # by name: celery's positional order is not cron's
         except (ValueError, KeyError) as exc:
             raise forms.ValidationError(f"not a cron expression: {exc}") from None
-        return dict(zip(CRON_FIELDS, parts))
+        return fields
 
     def clean(self):
         data = super().clean()

@@ -163,6 +163,12 @@ def test_an_operator_adds_and_disables_a_scheduled_sweep(operator):
     refused = csrf_post(operator, reverse("schedule-new"), {**form, "cron": "61 * * * *", "enabled": "on"})
     assert refused.status_code == 200 and not PeriodicTask.objects.filter(name="rack A hourly").exists()
     assert csrf_post(operator, reverse("schedule-new"), {**form, "nodes": "k1, nope"}).status_code == 200
+    assert csrf_post(operator, reverse("schedule-new"), {**form, "cron": "0 * * * 8"}).status_code == 200  # no day 8
+    assert (
+        csrf_post(operator, reverse("schedule-new"), {**form, "name": "monthly", "cron": "0 2 31 * *"}).status_code
+        == 302
+    )
+    assert PeriodicTask.objects.get(name="monthly").crontab.day_of_month == "31"
     assert csrf_post(operator, reverse("schedule-new"), {**form, "enabled": "on"}).status_code == 302
     task = PeriodicTask.objects.get(name="rack A hourly")
     assert task.task == vocabulary.TASK_SCHEDULED_SWEEP and task.enabled and task.queue == "server"
