@@ -29,6 +29,16 @@ def absolute(value: datetime) -> str:
     return date_format(timezone.localtime(value), FORMAT)
 
 
+def plot_time(value: datetime) -> str:
+    """The wall time in TIME_ZONE, ``2026-11-25 22:51:01``, for a figure's time axis (named by zone_name)."""
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def zone_name(value: datetime) -> str:
+    """The zone's abbreviation at that time (``UTC``, ``CET``)."""
+    return date_format(timezone.localtime(value), "T")
+
+
 @register.filter
 def when(value: datetime | None, empty: str = "–"):
     """An absolute time with its zone, in a ``<time>`` element; ``empty`` (a dash) for none."""

@@ -524,7 +524,9 @@ def pair_detail(request, a: str, b: str):
     probe = probe or next((p for p in probes if p.is_final), probes[0] if probes else None)
     trend = [
         {
-            "t": p.finished.isoformat() if p.finished else p.sweep.created.isoformat(),
+            # In TIME_ZONE without an offset: plotly draws the wall time it is given, so the axis reads as the page.
+            "t": times.plot_time(p.finished or p.sweep.created),
+            "zone": times.zone_name(p.finished or p.sweep.created),
             "sweep": p.sweep_id,
             "status": p.status,
             "busbw_gbps": p.busbw_gbps,

@@ -115,6 +115,7 @@ def test_the_pair_page_keeps_units_and_its_stderr_inside_the_page(operator_page,
     page.wait_for_function("() => document.getElementById('trend-plot').data !== undefined")
     failed = page.evaluate("document.getElementById('trend-plot').data[1]")
     assert failed["name"] == "did not work" and len(failed["x"]) == 1 and "timeout at connect" in failed["text"][0]
+    assert page.evaluate("document.getElementById('trend-plot').layout.xaxis.title.text") == "finished (UTC)"
     shot(page, "pair-truth")
 
 

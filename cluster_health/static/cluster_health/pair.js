@@ -29,7 +29,8 @@
       x: failed.map((p) => p.t), y: failed.map(() => 0), mode: "markers", name: "did not work",
       marker: { symbol: "x-thin-open", size: 14, line: { width: 3 }, color: failed.map((p) => CH.STATUS_COLORS[p.status] || "#999") },
       text: failed.map(why), hovertemplate: "%{text}<br>no bandwidth<extra></extra>",
-    }], { yaxis: { title: { text: "busbw (GB/s)" }, rangemode: "tozero" }, margin: { t: 30, r: 10 }, height: 300,
+    }], { yaxis: { title: { text: "busbw (GB/s)" }, rangemode: "tozero" }, xaxis: { title: { text: `finished (${trend[trend.length - 1].zone})` } },
+          margin: { t: 30, r: 10 }, height: 300,
           showlegend: failed.length > 0, legend: { orientation: "h", x: 0, y: 1.12 } }, cfg);
   }
 })();
