@@ -1,20 +1,35 @@
 """Admin: nodes, sweeps with their findings, baselines, rejected messages and API tokens.
 
-Schedules (the nightly full sweep, the reaper) are django-celery-beat's own admin pages.
+Schedules are django-celery-beat's admin pages, less the product's own jobs (the reaper, prune,
+the offline check, beat's backend cleanup): disabling the reaper stalls every sweep, so they are
+not listed there. Solar schedules, which nothing here uses, are not offered.
 """
 
 from django.contrib import admin
+from django_celery_beat.admin import PeriodicTaskAdmin
+from django_celery_beat.models import PeriodicTask, SolarSchedule
 
+from cluster_health import vocabulary
 from cluster_health.models import AgentKey, ApiToken, Baseline, Finding, GroupProbe, Node, RejectedMessage, Sweep
+
+# The jobs the product runs for itself; an operator schedules sweeps (the Schedules page), never these.
+INTERNAL_TASKS = (vocabulary.TASK_REAP, vocabulary.TASK_PRUNE, vocabulary.TASK_OFFLINE, "celery.backend_cleanup")
 
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("name", "address", "topology_group", "active", "last_heartbeat", "retired_at", "agent_version")
+    list_display = ("name", "address", "topology_group", "state", "last_heartbeat", "retired_at", "agent_version")
     list_filter = ("active", "topology_group")
     search_fields = ("name", "address", "topology_group")
     readonly_fields = ("retired_at",)
     actions = ["retire", "activate"]
+
+    # Words, not the boolean icon: a green check beside an offline node read as "healthy" where it meant "not retired".
+    @admin.display(description="state", ordering="active")
+    def state(self, node: Node) -> str:
+        if not node.active:
+            return "retired"
+        return "online" if node.is_online() else "offline"
 
     @admin.action(description="Retire the selected nodes (sweeps leave them out)")
     def retire(self, request, queryset):
@@ -98,3 +113,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def changelist_view(self, request, extra_context=None):
         return super().changelist_view(request, {**(extra_context or {}), "title": ISSUE_TOKEN_HELP})
+
+
+admin.site.unregister(SolarSchedule)
+admin.site.unregister(PeriodicTask)
+
+
+@admin.register(PeriodicTask)
+class SweepScheduleAdmin(PeriodicTaskAdmin):
+    """django-celery-beat's periodic tasks without the product's own jobs (INTERNAL_TASKS)."""
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).exclude(task__in=INTERNAL_TASKS)

@@ -346,6 +346,9 @@ class ApiToken(models.Model):
     expires = models.DateTimeField(null=True, blank=True, help_text="refused after this; empty: never expires")
     last_used = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        verbose_name = "API token"  # not "Api token" in the admin
+
     @staticmethod
     def hash(raw: str) -> str:
         return hashlib.sha256(raw.encode()).hexdigest()

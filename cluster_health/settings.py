@@ -93,6 +93,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "builtins": ["cluster_health.web.times"],
         },
     },
 ]
@@ -132,6 +133,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = envstr("TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
+# One date format on every page and in the admin: 24-hour, ISO order, the zone named (cluster_health/web/times.py).
+FORMAT_MODULE_PATH = ["cluster_health.web.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"

@@ -91,6 +91,7 @@ class AlertDelivery(models.Model):
 
     class Meta:
         ordering = ["-created"]
+        verbose_name_plural = "alert deliveries"
 
 
 class SlurmDrain(models.Model):

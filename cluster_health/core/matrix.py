@@ -218,6 +218,8 @@ def _classify(before: str | None, after: str | None) -> str:
         return "broke"
     if before in BAD_STATUSES and after not in BAD_STATUSES:
         return "fixed"
+    if before == "degraded" and after == "ok":
+        return "fixed"  # recovered its speed
     return "changed"
 
 
@@ -248,7 +250,8 @@ def build_diff(before: dict[str, Any], after: dict[str, Any], drop_ratio: float 
     """Compare two matrix payloads: busbw ratio (after/before) and status changes per pair.
 
     The node axis is the union of both sweeps' nodes. Besides the typed arrays, the
-    diff lists the pairs that broke, were fixed, or lost bandwidth below `drop_ratio`,
+    diff lists the pairs that broke, were fixed (a failure or a slow pair recovered), changed otherwise,
+    or lost bandwidth below `drop_ratio`,
     which is what a report of "what changed" needs.
     """
     names = natural_sorted([*before["nodes"], *after["nodes"]])
@@ -257,7 +260,8 @@ def build_diff(before: dict[str, Any], after: dict[str, Any], drop_ratio: float 
     ratio = array("f", [float("nan")]) * count
     change = array("B", bytes(count))
     old, new = _DiffSide(before), _DiffSide(after)
-    moved: dict[str, list[dict[str, Any]]] = {"broke": [], "fixed": []}
+    # Every cell the change view colours is in one of these lists: nothing on the figure is missing below it.
+    moved: dict[str, list[dict[str, Any]]] = {"broke": [], "fixed": [], "changed": []}
     slower: list[dict[str, Any]] = []
     for i in range(n):
         for j in range(i + 1, n):
@@ -279,6 +283,7 @@ def build_diff(before: dict[str, Any], after: dict[str, Any], drop_ratio: float 
         "busbw_ratio": encode(ratio),
         "broke": moved["broke"],
         "fixed": moved["fixed"],
+        "changed": moved["changed"],
         "slower": slower,
         "added_nodes": natural_sorted(set(after["nodes"]) - set(before["nodes"])),
         "removed_nodes": natural_sorted(set(before["nodes"]) - set(after["nodes"])),

@@ -23,11 +23,14 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from cluster_health import hangs, sweeps, vocabulary
-from cluster_health.core import consistency, fleet, matrix, merge
+from agents import contract
+from cluster_health import hangs, nodes, sweeps, vocabulary
+from cluster_health.core import consistency, culprits, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.queues import dispatch
-from cluster_health.shapes import documents, matrices
+from cluster_health.shapes import documents, health, matrices
+from cluster_health.sweeps import waiting
+from cluster_health.web import times
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
 from cluster_health.web.heavy import heavy
 
@@ -94,6 +97,9 @@ def _node_row(n: Node, now) -> dict:
         "stale": n.is_stale(now),
         "silent_days": None if online else n.silent_days(now),
         "retired_at": n.retired_at.isoformat() if n.retired_at else None,
+        # The pages' one format (cluster_health.web.times), so a script never formats a time itself.
+        "last_heartbeat_text": times.absolute(n.last_heartbeat) if n.last_heartbeat else None,
+        "retired_at_text": times.absolute(n.retired_at) if n.retired_at else None,
     }
 
 
@@ -209,10 +215,19 @@ def _get_sweep_param(request, name):
     return get_object_or_404(Sweep, pk=int(raw))
 
 
+def default_comparison() -> tuple[Sweep | None, Sweep | None]:
+    """The Compare page's pair with nothing chosen: the latest two closed sweeps, older first."""
+    latest = list(Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created")[:2])
+    return (latest[1], latest[0]) if len(latest) == 2 else (None, None)
+
+
 @login_required
 def compare(request):
     before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
-    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before and after else None
+    if before is None and after is None:
+        before, after = default_comparison()
+    same = before is not None and after is not None and before.pk == after.pk  # nothing to compare, say so
+    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before and after and not same else None
     recent = Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created")[:200]
     return render(
         request,
@@ -220,6 +235,7 @@ def compare(request):
         {
             "before": before,
             "after": after,
+            "same": same,
             "diff": diff,
             "recent": recent,
         },
@@ -236,6 +252,20 @@ def compare_state(request):
     return JsonResponse(matrix.build_diff(sweep_matrix(before), sweep_matrix(after)))
 
 
+# The report's table lists every pair status, most severe first, with 0 where none had it.
+REPORT_STATUS_ORDER = sorted(matrix.STATUS_CODES, key=lambda s: (-contract.STATUS_SEVERITY.get(s, -1), s != "untested"))
+
+
+def go_no_go(sweep: Sweep) -> tuple[bool, str]:
+    """The maintenance window's gate, by the rule of ``manage.py sweep --wait``'s exit code: go only on 0."""
+    code = waiting.exit_code(sweep)
+    if code == 0:
+        return True, f"GO: sweep #{sweep.pk} passed (exit code 0)."
+    if sweep.status != "finished":
+        return False, f"NO-GO: sweep #{sweep.pk} did not finish ({sweep.status}; exit code 3)."
+    return False, f"NO-GO: sweep #{sweep.pk}'s verdict is {sweep.verdict} (exit code {code}); see the findings below."
+
+
 @login_required
 @heavy
 def report(request, sweep_id: int):
@@ -247,6 +277,9 @@ def report(request, sweep_id: int):
     after_matrix = sweep_matrix(after)  # each sweep's matrix decoded once for the diff and the counts
     before_matrix = sweep_matrix(before) if before else None
     diff = matrix.build_diff(before_matrix, after_matrix) if before_matrix else None
+    after_counts = matrix.status_counts(after_matrix)
+    before_counts = matrix.status_counts(before_matrix) if before_matrix else None
+    go, gate = go_no_go(after)
     return render(
         request,
         "cluster_health/report.html",
@@ -254,8 +287,12 @@ def report(request, sweep_id: int):
             "after": after,
             "before": before,
             "diff": diff,
-            "after_counts": matrix.status_counts(after_matrix),
-            "before_counts": matrix.status_counts(before_matrix) if before_matrix else None,
+            "go": go,
+            "gate": gate,
+            "counts": [
+                (status, (before_counts or {}).get(status, 0), after_counts.get(status, 0))
+                for status in REPORT_STATUS_ORDER
+            ],
             "findings": after.findings.all(),
             "baseline": after.baseline,
             "now": timezone.now(),
@@ -279,10 +316,116 @@ def fleet_consistency() -> dict:
 @login_required
 @heavy
 def consistency_view(request):
+    """The Nodes page's Versions tab: the node consistency table."""
     now = timezone.now()
     table = fleet_consistency()
     online = {n.name: n.is_online(now) for n in Node.objects.only("name", "last_heartbeat")}
-    return render(request, "cluster_health/consistency.html", {"table": table, "online": online})
+    return render(request, "cluster_health/consistency.html", {"table": table, "online": online, "tab": "versions"})
+
+
+def _health_row(n: Node, h: health.NodeHealth, group: tuple[str, str] | None, now) -> dict:
+    online = n.is_online(now)
+    return {
+        "node": n,
+        "online": online,
+        "state": _node_state(n, online, n.silent_for(now), now),
+        "group": group,
+        "health": h,
+        "more_peers": max(0, len(h.failing_peers) - NODE_PEERS_LISTED),
+    }
+
+
+NODE_PEERS_LISTED = 6  # failing peers named in a Nodes page row; the rest are counted
+# Rows the Nodes page lists before "show all" (problems come first, so none is cut off before a healthy
+# node): 1,024 rows are 1.2 MB of HTML and 360 ms to answer; a 4,096-node fleet would be four times that.
+NODES_PAGE_ROWS = 1000
+
+
+@login_required
+def nodes_view(request):
+    """The Nodes page: each node's online state, last sweep result, failing peers, findings naming it,
+    since which sweep it fails, its topology group; Retire for operators. Problems first."""
+    now = timezone.now()
+    every = list(Node.objects.only(*_NODE_COLUMNS, "topology_group"))
+    found = health.fleet_health([n for n in every if n.active])
+    names = [n.name for n in every]
+    groups = culprits.node_groups(names, settings.GROUP_PATTERN, nodes.declared_groups(names))
+    rank = {"failing": 0, "degraded": 1, "untested": 2, "ok": 3}
+    rows = sorted(
+        (_health_row(n, found[n.name], groups.get(n.name), now) for n in every if n.active),
+        key=lambda r: (r["online"], rank[r["health"].state], matrix.natural_key(r["node"].name)),
+    )
+    retired = sorted((n for n in every if not n.active), key=lambda n: matrix.natural_key(n.name))
+    listed = rows if request.GET.get("all") == "1" else rows[:NODES_PAGE_ROWS]
+    return render(
+        request,
+        "cluster_health/nodes.html",
+        {
+            "rows": listed,
+            "unlisted": len(rows) - len(listed),
+            "active_total": len(rows),
+            "retired": retired,
+            "online_count": sum(r["online"] for r in rows),
+            "peers_listed": NODE_PEERS_LISTED,
+            "tab": "health",
+        },
+    )
+
+
+@login_required
+@permission_required("cluster_health.start_sweep", raise_exception=True)
+@require_POST
+def node_activity(request, name: str):
+    """Retire a node (sweeps leave it out) or activate it again: the operation of ``manage.py nodes``."""
+    action = request.POST.get("action")
+    if action not in ("retire", "activate"):
+        raise BadRequest("action: retire or activate")
+    get_object_or_404(Node, name=name)
+    nodes.set_active([name], action == "activate")
+    if action == "retire":
+        messages.info(request, f"{name} retired: sweeps without a node list leave it out until it is activated.")
+    else:
+        messages.info(request, f"{name} activated: sweeps cover it again, and fail while it is offline.")
+    target = request.POST.get("next")
+    return redirect(
+        target if target in (reverse("nodes"), reverse("node", args=[name])) else reverse("node", args=[name])
+    )
+
+
+# Facts' dotted keys as a person reads them; keys not listed keep their dotted form.
+FACT_LABELS = {
+    "versions.torch": "torch",
+    "versions.cuda": "CUDA (torch built with)",
+    "versions.nccl": "NCCL",
+    "versions.cuda_available": "CUDA available",
+    "versions.gpu_count": "GPUs",
+    "versions.python": "Python",
+    "versions.driver": "NVIDIA driver",
+    "versions.cuda_driver": "CUDA driver",
+    "gpus.devices": "GPU devices",
+    "gpus.error": "GPU query error",
+    "gpus.driver": "NVIDIA driver (NVML)",
+    "gpus.cuda_driver": "CUDA driver (NVML)",
+    "host.hostname": "hostname",
+    "host.fqdn": "FQDN",
+    "host.resolves_to": "hostname resolves to",
+    "host.loopback": "hostname resolves to loopback",
+    "host.warning": "hostname warning",
+    "system.cpus": "CPUs",
+    "system.mem_total_mib": "memory, total (MiB)",
+    "system.mem_available_mib": "memory, available (MiB)",
+    "system.load": "load average (1, 5, 15 min)",
+    "system.kernel": "kernel",
+    "system.machine": "machine",
+}
+
+
+def _fact_label(key: str) -> str:
+    if key in FACT_LABELS:
+        return FACT_LABELS[key]
+    if key.startswith("env."):
+        return key.removeprefix("env.")  # a launch variable is read by its own name
+    return key.replace("_", " ").replace(".", " · ")
 
 
 def _flatten(facts, prefix=""):
@@ -302,13 +445,16 @@ def node_detail(request, name: str):
     node = get_object_or_404(Node, name=name)
     table = fleet_consistency()
     row = next((r for r in table["rows"] if r["node"] == name), None)
+    found = health.fleet_health([node])[name]
+    last = Sweep.objects.filter(pk=found.sweep_id).first() if found.sweep_id else None
+    peers = health.peer_bandwidth(node, last)
     failures = (
-        PairProbe.objects.filter(Q(node_a=node) | Q(node_b=node), status__in=matrix.BAD_STATUSES)
+        PairProbe.objects.filter(Q(node_a=node) | Q(node_b=node), status__in=health.NOT_PASSING)
         .select_related("node_a", "node_b", "sweep")
         .order_by("-id")[:30]
     )
     interfaces = (node.facts or {}).get("interfaces") or []
-    facts = [(k, v) for k, v in _flatten(node.facts or {}) if not k.startswith("interfaces")]
+    facts = [(_fact_label(k), k, v) for k, v in _flatten(node.facts or {}) if not k.startswith("interfaces")]
     return render(
         request,
         "cluster_health/node.html",
@@ -318,11 +464,51 @@ def node_detail(request, name: str):
             "clock_off": node.clock_offset_s is not None and abs(node.clock_offset_s) > settings.CLOCK_SKEW_TOLERANCE_S,
             "row": row,
             "table": table,
+            "health": found,
+            "last_sweep": last,
+            "peers": peers,
+            # The bars' full width: the sweep's fastest pair, so a node slow with every peer shows short bars.
+            "peer_scale": health.fastest(last, peers),
             "failures": failures,
             "facts": facts,
+            "facts_as_of": node.last_heartbeat,
             "interfaces": interfaces,
         },
     )
+
+
+def tcp_wording(evidence) -> str | None:
+    """The node's TCP counters during a probe, worded so that the share cannot pass 100 %.
+
+    Linux counts retransmissions apart from OutSegs ("segments sent, excluding those containing only
+    retransmitted octets"), so the share of what went on the wire is retransmitted / (new + retransmitted).
+    """
+    tcp = (evidence or {}).get("tcp") if isinstance(evidence, dict) else None
+    if not isinstance(tcp, dict):
+        return None
+    new, again = int(tcp.get("OutSegs") or 0), int(tcp.get("RetransSegs") or 0)
+    total = new + again
+    share = f"{100.0 * again / total:.1f} %" if total else "–"
+    return (
+        f"{total} segments sent: {new} new, {again} retransmissions ({share} of the segments sent); "
+        f"{int(tcp.get('OutRsts') or 0)} resets sent, {int(tcp.get('InErrs') or 0)} input errors "
+        "(the node's counters, all of its traffic during the probe)"
+    )
+
+
+def store_wording(evidence) -> str | None:
+    """What one rank did with the TCPStore: listened on ADDR, connected to ADDR, or could not connect to it."""
+    store = (evidence or {}).get("store") if isinstance(evidence, dict) else None
+    if not isinstance(store, dict):
+        return None
+    address, connected = store.get("address") or "?", store.get("connected")
+    if store.get("role") == "listen":
+        if connected is None:
+            return f"listened on {address}"
+        return f"listened on {address}; the peer {'connected' if connected else 'never connected'}"
+    if connected is None:
+        return f"connecting to {address} (the outcome was not recorded)"
+    return f"connected to {address}" if connected else f"could not connect to {address}"
 
 
 def _pair_probes(a: Node, b: Node):
@@ -338,11 +524,17 @@ def pair_detail(request, a: str, b: str):
     probe = probe or next((p for p in probes if p.is_final), probes[0] if probes else None)
     trend = [
         {
-            "t": p.finished.isoformat() if p.finished else p.sweep.created.isoformat(),
+            # In TIME_ZONE without an offset: plotly draws the wall time it is given, so the axis reads as the page.
+            "t": times.plot_time(p.finished or p.sweep.created),
+            "zone": times.zone_name(p.finished or p.sweep.created),
             "sweep": p.sweep_id,
             "status": p.status,
             "busbw_gbps": p.busbw_gbps,
             "latency_us": p.latency_us_p50,
+            # A probe that did not work has no bandwidth: the trend marks it apart rather than leave it out.
+            "failed": p.status in matrix.BAD_STATUSES,
+            "stage": p.stage,
+            "reason": p.reason,
         }
         for p in reversed(probes)
         if p.is_final
@@ -368,6 +560,8 @@ def pair_detail(request, a: str, b: str):
                     "stage_times": merge.ladder_order(half.get("stage_times") or half.get("timings") or {}),
                     "stderr_tail": half.get("stderr_tail"),
                     "evidence": half.get("evidence") or {},
+                    "tcp": tcp_wording(half.get("evidence")),
+                    "store": store_wording(half.get("evidence")),
                 }
             )
     return render(

@@ -78,7 +78,7 @@ def test_a_viewers_expensive_requests_are_bounded_per_minute(viewer_client, sett
     settings.HEAVY_REQUESTS_PER_MINUTE = 3
     cache.clear()  # this process's cache (tests.settings): earlier tests' requests counted too
     sweep = Sweep.objects.create(kind="connectivity", nodes=[], status="finished", verdict="pass")
-    urls = [f"/api/sweeps/{sweep.pk}/pairs.csv", f"/sweeps/{sweep.pk}/report/", "/nodes/"] * 3
+    urls = [f"/api/sweeps/{sweep.pk}/pairs.csv", f"/sweeps/{sweep.pk}/report/", "/nodes/versions"] * 3
     answers = [viewer_client.get(url) for url in urls]
     codes = [a.status_code for a in answers]
     assert codes[:3] == [200, 200, 200] and 429 in codes, codes
@@ -99,8 +99,8 @@ def test_the_consistency_table_is_built_once_for_every_viewer_within_its_time(
     settings.CONSISTENCY_CACHE_S = 30.0
     cache.delete("cluster-health:consistency-table")
     Node.objects.create(name="c0", address="10.0.0.1", facts={"versions": {"torch": "2.5.1"}})
-    assert b"2.5.1" in viewer_client.get("/nodes/").content
+    assert b"2.5.1" in viewer_client.get("/nodes/versions").content
     Node.objects.filter(name="c0").update(facts={"versions": {"torch": "9.9.9"}})
-    assert b"9.9.9" not in viewer_client.get("/nodes/").content  # the table of 30 s ago
+    assert b"9.9.9" not in viewer_client.get("/nodes/versions").content  # the table of 30 s ago
     cache.delete("cluster-health:consistency-table")
-    assert b"9.9.9" in viewer_client.get("/nodes/").content
+    assert b"9.9.9" in viewer_client.get("/nodes/versions").content

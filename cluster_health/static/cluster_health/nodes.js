@@ -13,9 +13,10 @@
     return String(s == null ? "" : s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
   }
 
-  // Ages and states come worded by the server, against its clock, so a browser's wrong clock shows no wrong age.
+  // Ages come worded by the server, against its clock, and times.js keeps them moving against that same
+  // clock (data-ago), so a browser's wrong clock shows no wrong age and every age on the page agrees.
   function rowHtml(n, nodeUrl) {
-    const beat = n.last_heartbeat ? `<time datetime="${esc(n.last_heartbeat)}" title="${esc(n.last_heartbeat)}">${esc(n.heard)}</time>` : "never";
+    const beat = n.last_heartbeat ? `<time datetime="${esc(n.last_heartbeat)}" data-ago title="${esc(n.last_heartbeat_text)}">${esc(n.heard)}</time>` : "never";
     return `<tr data-node="${esc(n.name)}" class="${n.online ? "online" : "offline"}${n.stale ? " stale" : ""}">` +
       `<td><a href="${esc(nodeUrl.replace("/NODE/", `/${encodeURIComponent(n.name)}/`))}">${esc(n.name)}</a></td>` +
       `<td class="mono">${esc(n.address)}</td>` +
@@ -26,7 +27,7 @@
   function retiredHtml(n, nodeUrl) {
     return `<tr data-retired-node="${esc(n.name)}" class="retired">` +
       `<td><a href="${esc(nodeUrl.replace("/NODE/", `/${encodeURIComponent(n.name)}/`))}">${esc(n.name)}</a></td>` +
-      `<td class="mono">${esc(n.address)}</td><td><time datetime="${esc(n.retired_at)}">${esc((n.retired_at || "").slice(0, 19))}</time></td>` +
+      `<td class="mono">${esc(n.address)}</td><td><time datetime="${esc(n.retired_at)}">${esc(n.retired_at_text)}</time></td>` +
       `<td>${esc(n.heard)}</td></tr>`;
   }
 
@@ -51,6 +52,7 @@
         el.hidden = state.total <= state.nodes.length;
         el.firstChild.textContent = `${state.nodes.length} of ${state.total} listed, offline first; every node is on the `;
       });
+      if (CH.refreshAges) CH.refreshAges(table);
       CH.nodesPolledAt = Date.now();
     }
 

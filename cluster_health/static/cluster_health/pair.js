@@ -17,11 +17,20 @@
     document.getElementById("sizes-plot").innerHTML = '<p class="muted">No bandwidth measured in this probe (connectivity sweep, or it stopped earlier).</p>';
   }
   if (trend.length) {
+    const failed = trend.filter((p) => p.failed);
+    const why = (p) => `sweep #${p.sweep}: ${p.status}${p.stage ? ` at ${p.stage}` : ""}${p.reason ? ` (${p.reason})` : ""}`;
     Plotly.newPlot("trend-plot", [{
       // A probe that measured no bandwidth (a connectivity sweep, or one that stopped earlier) is a gap, not 0 GB/s.
-      x: trend.map((p) => p.t), y: trend.map((p) => p.busbw_gbps), mode: "lines+markers", connectgaps: false,
+      x: trend.map((p) => p.t), y: trend.map((p) => p.busbw_gbps), mode: "lines+markers", connectgaps: false, name: "busbw",
       marker: { size: 10, color: trend.map((p) => CH.STATUS_COLORS[p.status] || "#999"), line: { color: "#333", width: 1 } },
       text: trend.map((p) => `sweep #${p.sweep}: ${p.status}`), hovertemplate: "%{text}<br>%{y:.3f} GB/s<extra></extra>",
-    }], { yaxis: { title: { text: "busbw GB/s" }, rangemode: "tozero" }, margin: { t: 10, r: 10 }, height: 300 }, cfg);
+    }, {
+      // A probe that did not work is marked on the time axis (a cross at the foot), never left out.
+      x: failed.map((p) => p.t), y: failed.map(() => 0), mode: "markers", name: "did not work",
+      marker: { symbol: "x-thin-open", size: 14, line: { width: 3 }, color: failed.map((p) => CH.STATUS_COLORS[p.status] || "#999") },
+      text: failed.map(why), hovertemplate: "%{text}<br>no bandwidth<extra></extra>",
+    }], { yaxis: { title: { text: "busbw (GB/s)" }, rangemode: "tozero" }, xaxis: { title: { text: `finished (${trend[trend.length - 1].zone})` } },
+          margin: { t: 30, r: 10 }, height: 300,
+          showlegend: failed.length > 0, legend: { orientation: "h", x: 0, y: 1.12 } }, cfg);
   }
 })();
