@@ -75,6 +75,8 @@ def validate_command(msg: Any) -> dict[str, Any]:
     )
     out["deadline_s"] = float(_num(msg, "deadline_s", 1.0, contract.MAX_DEADLINE_S, default=default_deadline(timeouts)))
     out["expires_at"] = _num(msg, "expires_at", 0, 1e11, optional=True)
+    # Seconds it may wait to start, judged against the agent's clock as well (agents.freshness).
+    out["lifetime_s"] = _num(msg, "lifetime_s", 1, contract.MAX_DEADLINE_S, optional=True)
     return out
 
 

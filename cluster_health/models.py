@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import contract
+from agents import contract, gpu_contract
 from cluster_health import vocabulary
 from cluster_health.core import topology
 
@@ -287,6 +287,36 @@ class GroupProbe(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+
+class GpuCheck(models.Model):
+    """One node's local GPU check in a ``gpu`` sweep (agents/gpu_check.py): its status, and the validated result
+    with every GPU's figures (``result["devices"]``)."""
+
+    STAGE_CHOICES = [(s, s) for s in gpu_contract.STAGES]
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="gpu_checks")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=10, choices=PAIR_STATUS_CHOICES, default="pending", db_index=True)
+    stage = models.CharField(max_length=8, choices=STAGE_CHOICES, null=True, blank=True)
+    reason = models.CharField(max_length=24, choices=REASON_CHOICES, null=True, blank=True)
+    hint = models.TextField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)  # gpu_contract.validate_result's output, devices included
+    deadline = models.DateTimeField(null=True, blank=True)
+    started = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # as PairProbe.sent_at
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["sweep_id", "id"]
+        constraints = [models.UniqueConstraint(fields=["sweep", "node"], name="gpu_check_one_per_node")]
+
+    def __str__(self) -> str:
+        return f"gpu check {self.pk}: {self.node_id} {self.status}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status not in OPEN_PAIR_STATUSES
 
 
 class Finding(models.Model):

@@ -1,0 +1,101 @@
+"""A fleet of 8-GPU H100 SXM nodes on recorded figures: each node's NVML facts and its gpu check result.
+
+The facts come from the recorded nodes in tests/support/nvml/ through the fake NVML
+(``h100_node`` healthy, ``nvlink_lane_down``: GPU 3's link 7 inactive, ``missing_gpu``:
+the GPU at 00000000:48:00.0 fell off the bus and NVML lists 7, ``degraded_pcie``: GPU 2
+trained at Gen4 x8). The check results are written from what the gpu check measured on an
+H100 80GB HBM3 SXM5 (docs/GPU.md, docs/gpu-h100.json): bf16 793-796 TFLOP/s, fp16
+765 TFLOP/s, pinned host copies 54-55 GB/s of the 63 GB/s a Gen5 x16 link carries,
+62.9 GiB touched of 78.7 GiB free, with the spread a fleet of one model shows. A GPU
+behind a Gen4 x8 link copies at the same 84 % of what its link carries: 13.2 GB/s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents import gpu, gpu_contract
+from tests.support.nvml_fake import FakeNvml
+
+MODEL = "NVIDIA H100 80GB HBM3"
+# Per GPU of a healthy node: bf16, fp16 TFLOP/s, host-to-device and device-to-host GB/s.
+H100_FIGURES = [
+    (795.8, 765.0, 54.2, 54.8),
+    (793.0, 764.6, 55.2, 55.1),
+    (794.4, 766.1, 54.7, 54.9),
+    (796.1, 763.8, 54.9, 55.0),
+    (792.7, 765.4, 54.4, 54.6),
+    (795.0, 764.9, 55.0, 55.2),
+    (794.2, 766.3, 54.6, 54.8),
+    (793.6, 765.7, 54.8, 55.0),
+]
+GEN4_X8_COPY = (13.2, 13.3)  # a Gen4 x8 link carries 15.75 GB/s one way
+
+# node name -> its NVML recording
+FLEET = {
+    "gpu-001": "h100_node",
+    "gpu-002": "h100_node",
+    "gpu-003": "nvlink_lane_down",
+    "gpu-004": "missing_gpu",
+    "gpu-005": "degraded_pcie",
+}
+
+
+def facts(recording: str) -> dict[str, Any]:
+    """A node's heartbeat facts as the agent reports them from this NVML recording."""
+    return {"gpus": gpu.collect(FakeNvml.load(recording))}
+
+
+def device(index: int, nvml: dict[str, Any], figures: tuple[float, float, float, float]) -> dict[str, Any]:
+    bf16, fp16, h2d, d2h = figures
+    pcie = nvml["pcie"]
+    return {
+        "index": index,
+        "name": MODEL,
+        "uuid": nvml["uuid"],
+        "status": "ok",
+        "stage": "copy",
+        "reason": None,
+        "hint": None,
+        "memory_touched_gib": 62.9,
+        "memory_free_gib": 78.7,
+        "bf16_tflops": bf16,
+        "fp16_tflops": fp16,
+        "h2d_gbps": h2d,
+        "d2h_gbps": d2h,
+        "pcie_gbps": gpu_contract.pcie_gbps(pcie["max_gen"], pcie["max_width"]),
+        "pcie": pcie,
+    }
+
+
+def check_result(cmd: dict[str, Any], recording: str) -> dict[str, Any]:
+    """The gpu check result this node sends for ``cmd``: one device per GPU its CUDA sees (NVML's list)."""
+    devices = []
+    for i, nvml in enumerate(facts(recording)["gpus"]["devices"]):
+        figures = H100_FIGURES[i]
+        if nvml["pcie"]["max_gen"] == 4:
+            figures = (figures[0], figures[1], *GEN4_X8_COPY)
+        devices.append(device(i, nvml, figures))
+    return {
+        **gpu_contract.addressed(cmd),
+        "status": "ok",
+        "stage": "copy",
+        "reason": None,
+        "hint": None,
+        "devices": devices,
+        "versions": {"torch": "2.11.0+cu130", "cuda": "13.0"},
+        "stage_times": {"init": 5.37, "memory": 2.3, "matmul": 2.9, "copy": 2.4},
+        "duration_s": 13.1,
+    }
+
+
+def skipped_result(cmd: dict[str, Any]) -> dict[str, Any]:
+    """What a node without a GPU answers (agents/gpu_check.py)."""
+    return {
+        **gpu_contract.addressed(cmd),
+        "status": "skipped",
+        "stage": "init",
+        "reason": "no_gpu",
+        "hint": f"{cmd['node']} has no usable NVIDIA GPU (NVML reports no GPUs; torch 2.5.1+cpu, CUDA not built in)",
+        "devices": [],
+    }

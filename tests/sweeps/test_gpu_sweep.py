@@ -1,0 +1,134 @@
+"""The ``gpu`` sweep kind: one check per node planned and sent, results applied through the signed ingest path,
+the reaper closing silence, findings naming the GPU, the verdict, the sweep JSON, and the Slurm drain.
+
+The fleet is five 8-GPU H100 nodes on recorded NVML facts and check figures (tests/support/gpu_fleet.py).
+"""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agents import contract
+from cluster_health import ingest
+from cluster_health.actions import slurm
+from cluster_health.ingest import consumer
+from cluster_health.models import GpuCheck, Node, RejectedMessage
+from cluster_health.queues import dispatch
+from cluster_health.shapes import documents
+from devtools.sweep_driver import heartbeat
+from tests.support import gpu_fleet
+from tests.support.action_fixtures import SlurmCluster
+from tests.support.sweep_setup import signed
+
+pytestmark = pytest.mark.django_db
+
+
+def through_the_ingest_queue(driver, results: list[dict]) -> list[str]:
+    """Each result signed by its node's key, queued as the agent's Celery sends it, checked by the ingest
+    consumer (signature) and applied."""
+    raw = [
+        dispatch.task_message(contract.TASK_RESULT, contract.INGEST_QUEUE, signed("result", r), None) for r in results
+    ]
+    halves, _ = consumer.checked(raw)
+    return driver.run(ingest.ingest_results, halves)
+
+
+def gpu_sweep(driver, fleet: dict[str, str]):
+    for name, recording in fleet.items():
+        heartbeat(name, facts=gpu_fleet.facts(recording))
+    sweep = driver.sweep(kind="gpu")
+    return sweep, {c["node"]: c for c in driver.take()}
+
+
+def test_it_sends_one_signed_check_per_node_sized_by_its_gpus(driver):
+    heartbeat("cpu-1")
+    sweep, commands = gpu_sweep(driver, {"gpu-001": "h100_node"})
+    assert sorted(commands) == ["cpu-1", "gpu-001"]
+    assert {c["kind"] for c in commands.values()} == {"gpu"}
+    # init, then memory + matmul + copy once per GPU, plus process start
+    assert commands["gpu-001"]["deadline_s"] == 60 + 8 * 90 + 15
+    assert commands["cpu-1"]["deadline_s"] == 60 + 90 + 15
+    assert sweep.__class__.objects.get(pk=sweep.pk).total_rounds == 1
+    assert set(GpuCheck.objects.filter(sweep=sweep).values_list("status", flat=True)) == {"running"}
+
+
+def test_a_fleet_of_cpu_nodes_passes_with_every_check_skipped(driver):
+    sweep, commands = gpu_sweep(driver, {"cpu-1": "cpu_node", "cpu-2": "cpu_node"})
+    got = through_the_ingest_queue(driver, [gpu_fleet.skipped_result(c) for c in commands.values()])
+    assert got == ["final", "final"]
+    sweep.refresh_from_db()
+    assert (sweep.status, sweep.verdict) == ("finished", "pass")
+    report = documents.sweep_json(sweep)
+    assert [(g["node"], g["status"], g["reason"]) for g in report["gpus"]] == [
+        ("cpu-1", "skipped", "no_gpu"),
+        ("cpu-2", "skipped", "no_gpu"),
+    ]
+
+
+def test_the_recorded_8_gpu_fleet_names_the_faulty_gpus_and_fails(driver):
+    sweep, commands = gpu_sweep(driver, gpu_fleet.FLEET)
+    results = [gpu_fleet.check_result(commands[n], rec) for n, rec in gpu_fleet.FLEET.items()]
+    assert through_the_ingest_queue(driver, results) == ["final"] * 5
+    sweep.refresh_from_db()
+    assert (sweep.status, sweep.verdict) == ("finished", "fail")
+    report = documents.sweep_json(sweep)
+    fails = {(f["subject"], f["text"].split(":")[0]) for f in report["findings"] if f["severity"] == "fail"}
+    assert fails == {
+        ("gpu-003", "NVLink links 7 down on GPU 3 of gpu-003 (17 active where its peers have 18)"),
+        ("gpu-004", "gpu-004 has 7 GPUs where its peers have 8"),
+    }
+    warns = [f["text"] for f in report["findings"] if f["severity"] == "warn" and f["subject"] == "gpu-005"]
+    assert any(t.startswith("GPU 2 of gpu-005 runs PCIe Gen4 x8 where its peers") for t in warns)
+    assert any(t.startswith("GPU 2 of gpu-005 (NVIDIA H100 80GB HBM3) is slow at host-to-device copy") for t in warns)
+    assert not [f for f in report["findings"] if f["subject"] in ("gpu-001", "gpu-002")]
+    # The sweep JSON: every GPU with its model's median beside it, the slow one marked.
+    by_node = {g["node"]: g for g in report["gpus"]}
+    assert [len(by_node[n]["devices"]) for n in gpu_fleet.FLEET] == [8, 8, 8, 7, 8]
+    slow = by_node["gpu-005"]["devices"][2]
+    assert slow["h2d_gbps"] == 13.2 and slow["fleet_median"]["h2d_gbps"] == pytest.approx(54.8, abs=0.3)
+    assert slow["slow"] == ["h2d_gbps", "d2h_gbps"]
+    assert all(d["slow"] == [] for n in ("gpu-001", "gpu-002") for d in by_node[n]["devices"])
+
+
+def test_a_duplicate_a_stranger_and_a_forgery_change_nothing(driver):
+    sweep, commands = gpu_sweep(driver, {"gpu-001": "h100_node", "gpu-002": "h100_node"})
+    mine = gpu_fleet.check_result(commands["gpu-001"], "h100_node")
+    assert through_the_ingest_queue(driver, [mine]) == ["final"]
+    assert through_the_ingest_queue(driver, [mine]) == ["late"]
+    stolen = {**gpu_fleet.check_result(commands["gpu-002"], "h100_node"), "node": "gpu-001"}
+    assert through_the_ingest_queue(driver, [stolen]) == ["rejected"]
+    assert RejectedMessage.objects.filter(error__contains="gpu-002's, not gpu-001").exists()
+    check = GpuCheck.objects.get(sweep=sweep, node__name="gpu-002")
+    assert check.status == "running" and check.result is None
+
+
+def test_the_reaper_closes_a_silent_check_and_an_offline_node(driver):
+    sweep, commands = gpu_sweep(driver, {"gpu-001": "h100_node", "gpu-002": "h100_node", "gpu-003": "h100_node"})
+    through_the_ingest_queue(driver, [gpu_fleet.check_result(commands["gpu-001"], "h100_node")])
+    later = timezone.now() + timedelta(seconds=dispatch.server_deadline_s(commands["gpu-002"]["deadline_s"]) + 1)
+    Node.objects.exclude(name="gpu-003").update(last_heartbeat=later)  # gpu-003 went silent
+    counts = driver.reap(later)
+    assert counts["gpu_checks"] == 2
+    closed = dict(GpuCheck.objects.filter(sweep=sweep).values_list("node__name", "status"))
+    assert closed == {"gpu-001": "ok", "gpu-002": "timeout", "gpu-003": "offline"}
+    sweep.refresh_from_db()
+    assert (sweep.status, sweep.verdict) == ("finished", "fail")
+
+
+def test_the_real_slurmctld_drains_the_node_with_the_gpu_in_its_reason(driver, tmp_path, monkeypatch, settings):
+    cluster = SlurmCluster(tmp_path / "slurm", list(gpu_fleet.FLEET)).start()
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    settings.SLURM_NODE_MAP = ""
+    try:
+        fleet = {n: r for n, r in gpu_fleet.FLEET.items() if n != "gpu-004"}
+        sweep, commands = gpu_sweep(driver, fleet)
+        through_the_ingest_queue(driver, [gpu_fleet.check_result(commands[n], r) for n, r in fleet.items()])
+        sweep.refresh_from_db()
+        assert slurm.act_on_sweep(sweep, "drain") == ["drained gpu-003"]
+        state, reason = cluster.sinfo_states()["gpu-003"]
+        assert state == "drained"
+        assert reason.startswith(f"cluster-health sweep #{sweep.pk}: NVLink links 7 down on GPU 3 of gpu-003")
+        assert cluster.sinfo_states()["gpu-005"][0] != "drained"  # a PCIe link below its peers warns only
+    finally:
+        cluster.stop()
