@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from agents import contract
 from cluster_health import ingest
-from cluster_health.actions import slurm
+from cluster_health.actions import alerts, slurm
+from cluster_health.actions.models import Alert
 from cluster_health.ingest import consumer
 from cluster_health.models import GpuCheck, Node, RejectedMessage
 from cluster_health.queues import dispatch
@@ -132,3 +133,14 @@ def test_the_real_slurmctld_drains_the_node_with_the_gpu_in_its_reason(driver, t
         assert cluster.sinfo_states()["gpu-005"][0] != "drained"  # a PCIe link below its peers warns only
     finally:
         cluster.stop()
+
+
+def test_its_findings_open_one_alert_per_faulty_node_naming_the_gpu(driver):
+    sweep, commands = gpu_sweep(driver, gpu_fleet.FLEET)
+    through_the_ingest_queue(driver, [gpu_fleet.check_result(commands[n], r) for n, r in gpu_fleet.FLEET.items()])
+    sweep.refresh_from_db()
+    alerts.evaluate_sweep(sweep)
+    opened = {a.key: a for a in Alert.objects.filter(status="open")}
+    assert set(opened) == {"gpu:gpu-003", "gpu:gpu-004", "gpu:gpu-005"}
+    assert opened["gpu:gpu-003"].severity == "fail" and "GPU 3 of gpu-003" in opened["gpu:gpu-003"].text
+    assert opened["gpu:gpu-005"].severity == "warn" and "GPU 2 of gpu-005" in opened["gpu:gpu-005"].text
