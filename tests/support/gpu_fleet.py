@@ -30,6 +30,15 @@ H100_FIGURES = [
     (793.6, 765.7, 54.8, 55.0),
 ]
 GEN4_X8_COPY = (13.2, 13.3)  # a Gen4 x8 link carries 15.75 GB/s one way
+# The GPU x GPU matrix of an HGX H100 (NVLink4 through NVSwitch, 18 lanes a GPU): peer-to-peer copies
+# 370-390 GB/s one way, the same copy with P2P forced off (staged through pinned host memory, over PCIe
+# twice) about 26 GB/s, NCCL all_reduce between two GPUs about 360 GB/s busbw.
+P2P_GBPS = 381.0
+P2P_OFF_GBPS = 26.4
+NCCL_PAIR_BUSBW = 361.0
+# Without peer access (ACS or the IOMMU routing a pair through the CPU), a pair copies as if P2P were off,
+# and NCCL falls back to shared host memory.
+NO_P2P_NCCL_BUSBW = 19.8
 
 # node name -> its NVML recording
 FLEET = {
@@ -38,7 +47,9 @@ FLEET = {
     "gpu-003": "nvlink_lane_down",
     "gpu-004": "missing_gpu",
     "gpu-005": "degraded_pcie",
+    "gpu-006": "h100_node",
 }
+NO_P2P = {"gpu-006": (3, 5)}  # nodes where one GPU pair has no peer access
 
 
 def facts(recording: str) -> dict[str, Any]:
@@ -68,10 +79,40 @@ def device(index: int, nvml: dict[str, Any], figures: tuple[float, float, float,
     }
 
 
+def pair_matrix(nvml_devices: list[dict[str, Any]], no_p2p: tuple[int, int] | None = None) -> list[dict[str, Any]]:
+    """Every ordered pair of the node's GPUs. A GPU with NVLink lanes down has that share less bandwidth into
+    the NVSwitch fabric (17 of 18 lanes: 17/18 of the copy rate); the small spread is a fleet's."""
+    out = []
+    for a, da in enumerate(nvml_devices):
+        for b, db in enumerate(nvml_devices):
+            if a == b:
+                continue
+            lanes = min(da["nvlink"]["active"], db["nvlink"]["active"])
+            share = lanes / 18
+            spread = 1 + ((a * 7 + b * 3) % 5 - 2) / 400  # within 0.5 %
+            entry = {
+                "src": a,
+                "dst": b,
+                "link": "nvlink",
+                "nvlink_lanes": lanes,
+                "p2p": True,
+                "p2p_gbps": round(P2P_GBPS * share * spread, 1),
+                "p2p_off_gbps": round(P2P_OFF_GBPS * spread, 1),
+                "nccl_busbw_gbps": round(NCCL_PAIR_BUSBW * share * spread, 1),
+                "status": "ok",
+            }
+            if no_p2p and {a, b} == set(no_p2p):
+                entry.update(p2p=False, p2p_gbps=entry["p2p_off_gbps"], nccl_busbw_gbps=NO_P2P_NCCL_BUSBW)
+            out.append(entry)
+    return out
+
+
 def check_result(cmd: dict[str, Any], recording: str) -> dict[str, Any]:
-    """The gpu check result this node sends for ``cmd``: one device per GPU its CUDA sees (NVML's list)."""
+    """The gpu check result this node sends for ``cmd``: one device per GPU its CUDA sees (NVML's list), and
+    the matrix of every ordered pair of them."""
     devices = []
-    for i, nvml in enumerate(facts(recording)["gpus"]["devices"]):
+    nvml_devices = facts(recording)["gpus"]["devices"]
+    for i, nvml in enumerate(nvml_devices):
         figures = H100_FIGURES[i]
         if nvml["pcie"]["max_gen"] == 4:
             figures = (figures[0], figures[1], *GEN4_X8_COPY)
@@ -79,12 +120,13 @@ def check_result(cmd: dict[str, Any], recording: str) -> dict[str, Any]:
     return {
         **gpu_contract.addressed(cmd),
         "status": "ok",
-        "stage": "copy",
+        "stage": "pairs" if len(devices) > 1 else "copy",
         "reason": None,
         "hint": None,
         "devices": devices,
+        "pairs": pair_matrix(nvml_devices, NO_P2P.get(cmd["node"])),
         "versions": {"torch": "2.11.0+cu130", "cuda": "13.0"},
-        "stage_times": {"init": 5.37, "memory": 2.3, "matmul": 2.9, "copy": 2.4},
+        "stage_times": {"init": 5.37, "memory": 2.3, "matmul": 2.9, "copy": 2.4, "pairs": 31.0},
         "duration_s": 13.1,
     }
 

@@ -47,9 +47,9 @@ def test_it_sends_one_signed_check_per_node_sized_by_its_gpus(driver):
     sweep, commands = gpu_sweep(driver, {"gpu-001": "h100_node"})
     assert sorted(commands) == ["cpu-1", "gpu-001"]
     assert {c["kind"] for c in commands.values()} == {"gpu"}
-    # init, then memory + matmul + copy once per GPU, plus process start
-    assert commands["gpu-001"]["deadline_s"] == 60 + 8 * 90 + 15
-    assert commands["cpu-1"]["deadline_s"] == 60 + 90 + 15
+    # init, then memory + matmul + copy once per GPU, the GPU x GPU matrix, process start: capped at 900 s
+    assert commands["gpu-001"]["deadline_s"] == min(900, 60 + 8 * 90 + 120 + 15)
+    assert commands["cpu-1"]["deadline_s"] == 60 + 90 + 15  # one GPU at most: no matrix
     assert sweep.__class__.objects.get(pk=sweep.pk).total_rounds == 1
     assert set(GpuCheck.objects.filter(sweep=sweep).values_list("status", flat=True)) == {"running"}
 
@@ -70,7 +70,7 @@ def test_a_fleet_of_cpu_nodes_passes_with_every_check_skipped(driver):
 def test_the_recorded_8_gpu_fleet_names_the_faulty_gpus_and_fails(driver):
     sweep, commands = gpu_sweep(driver, gpu_fleet.FLEET)
     results = [gpu_fleet.check_result(commands[n], rec) for n, rec in gpu_fleet.FLEET.items()]
-    assert through_the_ingest_queue(driver, results) == ["final"] * 5
+    assert through_the_ingest_queue(driver, results) == ["final"] * 6
     sweep.refresh_from_db()
     assert (sweep.status, sweep.verdict) == ("finished", "fail")
     report = documents.sweep_json(sweep)
@@ -78,14 +78,20 @@ def test_the_recorded_8_gpu_fleet_names_the_faulty_gpus_and_fails(driver):
     assert fails == {
         ("gpu-003", "NVLink links 7 down on GPU 3 of gpu-003 (17 active where its peers have 18)"),
         ("gpu-004", "gpu-004 has 7 GPUs where its peers have 8"),
+        ("gpu-006", "gpu-006 GPU 3↔5"),
     }
+    pair = next(f["text"] for f in report["findings"] if f["subject"] == "gpu-006")
+    assert pair == (
+        "gpu-006 GPU 3↔5: 26 GB/s peer-to-peer copy where its other NVLink pairs run 380 and GPU 3↔5 of 5 peers "
+        "380 GB/s: no peer access between them (ACS or the IOMMU routes the pair through the CPU)"
+    )
     warns = [f["text"] for f in report["findings"] if f["severity"] == "warn" and f["subject"] == "gpu-005"]
     assert any(t.startswith("GPU 2 of gpu-005 runs PCIe Gen4 x8 where its peers") for t in warns)
     assert any(t.startswith("GPU 2 of gpu-005 (NVIDIA H100 80GB HBM3) is slow at host-to-device copy") for t in warns)
     assert not [f for f in report["findings"] if f["subject"] in ("gpu-001", "gpu-002")]
     # The sweep JSON: every GPU with its model's median beside it, the slow one marked.
     by_node = {g["node"]: g for g in report["gpus"]}
-    assert [len(by_node[n]["devices"]) for n in gpu_fleet.FLEET] == [8, 8, 8, 7, 8]
+    assert [len(by_node[n]["devices"]) for n in gpu_fleet.FLEET] == [8, 8, 8, 7, 8, 8]
     slow = by_node["gpu-005"]["devices"][2]
     assert slow["h2d_gbps"] == 13.2 and slow["fleet_median"]["h2d_gbps"] == pytest.approx(54.8, abs=0.3)
     assert slow["slow"] == ["h2d_gbps", "d2h_gbps"]
@@ -126,10 +132,13 @@ def test_the_real_slurmctld_drains_the_node_with_the_gpu_in_its_reason(driver, t
         sweep, commands = gpu_sweep(driver, fleet)
         through_the_ingest_queue(driver, [gpu_fleet.check_result(commands[n], r) for n, r in fleet.items()])
         sweep.refresh_from_db()
-        assert slurm.act_on_sweep(sweep, "drain") == ["drained gpu-003"]
-        state, reason = cluster.sinfo_states()["gpu-003"]
-        assert state == "drained"
-        assert reason.startswith(f"cluster-health sweep #{sweep.pk}: NVLink links 7 down on GPU 3 of gpu-003")
+        assert sorted(slurm.act_on_sweep(sweep, "drain")) == ["drained gpu-003", "drained gpu-006"]
+        states = cluster.sinfo_states()
+        assert states["gpu-003"][0] == states["gpu-006"][0] == "drained"
+        assert states["gpu-003"][1].startswith(
+            f"cluster-health sweep #{sweep.pk}: NVLink links 7 down on GPU 3 of gpu-003"
+        )
+        assert states["gpu-006"][1].startswith(f"cluster-health sweep #{sweep.pk}: gpu-006 GPU 3↔5: 26 GB/s")
         assert cluster.sinfo_states()["gpu-005"][0] != "drained"  # a PCIe link below its peers warns only
     finally:
         cluster.stop()
@@ -141,6 +150,6 @@ def test_its_findings_open_one_alert_per_faulty_node_naming_the_gpu(driver):
     sweep.refresh_from_db()
     alerts.evaluate_sweep(sweep)
     opened = {a.key: a for a in Alert.objects.filter(status="open")}
-    assert set(opened) == {"gpu:gpu-003", "gpu:gpu-004", "gpu:gpu-005"}
+    assert set(opened) == {"gpu:gpu-003", "gpu:gpu-004", "gpu:gpu-005", "gpu:gpu-006"}
     assert opened["gpu:gpu-003"].severity == "fail" and "GPU 3 of gpu-003" in opened["gpu:gpu-003"].text
     assert opened["gpu:gpu-005"].severity == "warn" and "GPU 2 of gpu-005" in opened["gpu:gpu-005"].text
