@@ -290,7 +290,10 @@ def _model(res: dict[str, Any]) -> str:
 
 
 def _far_below(
-    node: str, pair: tuple[int, int], matrices: dict[str, dict], models: dict[str, str]
+    node: str,
+    pair: tuple[int, int],
+    matrices: dict[str, dict[tuple[int, int], tuple[float, dict[str, Any]]]],
+    models: dict[str, str],
 ) -> tuple[float, float, float | None, int, dict[str, Any]] | None:
     """(value, siblings' median, peers' median, peers, entry) when the pair is far below both; else None."""
     matrix = matrices[node]
