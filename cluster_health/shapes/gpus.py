@@ -64,3 +64,56 @@ def _mark_outliers(checks: list[dict[str, Any]]) -> None:
             dev["fleet_median"][key] = round(mid, 3)
         for dev, _ in slow:
             dev["slow"].append(key)
+
+
+MATRIX_FIGURES = ("p2p_gbps", "p2p_off_gbps", "nccl_busbw_gbps")
+
+
+def pair_matrix(result: dict[str, Any] | None) -> dict[str, Any]:
+    """A node's GPU x GPU matrix as the node page's heatmap draws it: row = source GPU, column = destination,
+    one grid per figure (the diagonal and pairs not measured null), the link between each two GPUs."""
+    pairs = (result or {}).get("pairs") or []
+    indexes = sorted(
+        {d["index"] for d in (result or {}).get("devices") or []} | {p[k] for p in pairs for k in ("src", "dst")}
+    )
+    at = {g: i for i, g in enumerate(indexes)}
+    out: dict[str, Any] = {"gpus": indexes}
+    for key in (*MATRIX_FIGURES, "link", "nvlink_lanes"):
+        grid: list[list[Any]] = [[None] * len(indexes) for _ in indexes]
+        for p in pairs:
+            grid[at[p["src"]]][at[p["dst"]]] = p.get(key)
+        out[key] = grid
+    return out
+
+
+def node_gpus(node) -> dict[str, Any]:
+    """What the node page and ``GET /api/nodes/NAME/gpus`` show of a node's GPUs: its NVML facts, and its
+    latest closed gpu check with every GPU's figures and the GPU x GPU matrix."""
+    check = (
+        GpuCheck.objects.filter(node=node, finished__isnull=False)
+        .select_related("sweep")
+        .order_by("-finished", "-pk")
+        .first()
+    )
+    facts = gpu_findings.gpu_facts(node.facts)
+    out: dict[str, Any] = {
+        "node": node.name,
+        "driver": facts.get("driver"),
+        "cuda_driver": facts.get("cuda_driver"),
+        "error": facts.get("error"),
+        "devices": facts.get("devices") or [],
+        "check": None,
+    }
+    if check is not None:
+        result = check.result or {}
+        out["check"] = {
+            "sweep": check.sweep_id,
+            "status": check.status,
+            "stage": check.stage,
+            "reason": check.reason,
+            "hint": check.hint,
+            "finished": check.finished.isoformat() if check.finished else None,
+            "devices": [{k: d.get(k) for k in DEVICE_FIELDS} for d in result.get("devices") or []],
+            "matrix": pair_matrix(result),
+        }
+    return out

@@ -141,3 +141,38 @@ def skipped_result(cmd: dict[str, Any]) -> dict[str, Any]:
         "hint": f"{cmd['node']} has no usable NVIDIA GPU (NVML reports no GPUs; torch 2.5.1+cpu, CUDA not built in)",
         "devices": [],
     }
+
+
+def through_the_ingest_queue(driver, results: list[dict[str, Any]]) -> list[str]:
+    """Each result signed by its node's key, queued as the agent's Celery sends it, checked by the ingest
+    consumer (signature) and applied."""
+    from agents import contract
+    from cluster_health import ingest
+    from cluster_health.ingest import consumer
+    from cluster_health.queues import dispatch
+    from tests.support.sweep_setup import signed
+
+    raw = [
+        dispatch.task_message(contract.TASK_RESULT, contract.INGEST_QUEUE, signed("result", r), None) for r in results
+    ]
+    halves, _ = consumer.checked(raw)
+    return driver.run(ingest.ingest_results, halves)
+
+
+def gpu_sweep(driver, fleet: dict[str, str]):
+    """Heartbeats with each node's recorded facts, then a gpu sweep of them: the sweep and its commands by node."""
+    from devtools.sweep_driver import heartbeat
+
+    for name, recording in fleet.items():
+        heartbeat(name, facts=facts(recording))
+    sweep = driver.sweep(kind="gpu")
+    return sweep, {c["node"]: c for c in driver.take()}
+
+
+def recorded_sweep(driver, fleet: dict[str, str] | None = None):
+    """A gpu sweep of the recorded fleet, every node answering with its recorded check: the finished sweep."""
+    fleet = fleet or FLEET
+    sweep, commands = gpu_sweep(driver, fleet)
+    through_the_ingest_queue(driver, [check_result(commands[n], r) for n, r in fleet.items()])
+    sweep.refresh_from_db()
+    return sweep

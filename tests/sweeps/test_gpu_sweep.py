@@ -9,37 +9,17 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents import contract
-from cluster_health import ingest
 from cluster_health.actions import alerts, slurm
 from cluster_health.actions.models import Alert
-from cluster_health.ingest import consumer
 from cluster_health.models import GpuCheck, Node, RejectedMessage
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents
 from devtools.sweep_driver import heartbeat
 from tests.support import gpu_fleet
 from tests.support.action_fixtures import SlurmCluster
-from tests.support.sweep_setup import signed
+from tests.support.gpu_fleet import gpu_sweep, through_the_ingest_queue
 
 pytestmark = pytest.mark.django_db
-
-
-def through_the_ingest_queue(driver, results: list[dict]) -> list[str]:
-    """Each result signed by its node's key, queued as the agent's Celery sends it, checked by the ingest
-    consumer (signature) and applied."""
-    raw = [
-        dispatch.task_message(contract.TASK_RESULT, contract.INGEST_QUEUE, signed("result", r), None) for r in results
-    ]
-    halves, _ = consumer.checked(raw)
-    return driver.run(ingest.ingest_results, halves)
-
-
-def gpu_sweep(driver, fleet: dict[str, str]):
-    for name, recording in fleet.items():
-        heartbeat(name, facts=gpu_fleet.facts(recording))
-    sweep = driver.sweep(kind="gpu")
-    return sweep, {c["node"]: c for c in driver.take()}
 
 
 def test_it_sends_one_signed_check_per_node_sized_by_its_gpus(driver):
@@ -128,10 +108,7 @@ def test_the_real_slurmctld_drains_the_node_with_the_gpu_in_its_reason(driver, t
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
     settings.SLURM_NODE_MAP = ""
     try:
-        fleet = {n: r for n, r in gpu_fleet.FLEET.items() if n != "gpu-004"}
-        sweep, commands = gpu_sweep(driver, fleet)
-        through_the_ingest_queue(driver, [gpu_fleet.check_result(commands[n], r) for n, r in fleet.items()])
-        sweep.refresh_from_db()
+        sweep = gpu_fleet.recorded_sweep(driver, {n: r for n, r in gpu_fleet.FLEET.items() if n != "gpu-004"})
         assert sorted(slurm.act_on_sweep(sweep, "drain")) == ["drained gpu-003", "drained gpu-006"]
         states = cluster.sinfo_states()
         assert states["gpu-003"][0] == states["gpu-006"][0] == "drained"
@@ -145,9 +122,7 @@ def test_the_real_slurmctld_drains_the_node_with_the_gpu_in_its_reason(driver, t
 
 
 def test_its_findings_open_one_alert_per_faulty_node_naming_the_gpu(driver):
-    sweep, commands = gpu_sweep(driver, gpu_fleet.FLEET)
-    through_the_ingest_queue(driver, [gpu_fleet.check_result(commands[n], r) for n, r in gpu_fleet.FLEET.items()])
-    sweep.refresh_from_db()
+    sweep = gpu_fleet.recorded_sweep(driver)
     alerts.evaluate_sweep(sweep)
     opened = {a.key: a for a in Alert.objects.filter(status="open")}
     assert set(opened) == {"gpu:gpu-003", "gpu:gpu-004", "gpu:gpu-005", "gpu:gpu-006"}
