@@ -7,7 +7,8 @@ trained at Gen4 x8). The check results are written from what the gpu check measu
 H100 80GB HBM3 SXM5 (docs/GPU.md, docs/gpu-h100.json): bf16 793-796 TFLOP/s, fp16
 765 TFLOP/s, pinned host copies 54-55 GB/s of the 63 GB/s a Gen5 x16 link carries,
 62.9 GiB touched of 78.7 GiB free, with the spread a fleet of one model shows. A GPU
-behind a Gen4 x8 link copies at the same 84 % of what its link carries: 13.2 GB/s.
+behind a link trained at Gen4 x8 copies at the same 84 % of what that link carries, 13.2 GB/s: 42 % of the
+31.5 GB/s its Gen4 x16 maximum carries, so its check reads ``degraded`` (``below_baseline``).
 """
 
 from __future__ import annotations
@@ -58,9 +59,12 @@ def facts(recording: str) -> dict[str, Any]:
 
 
 def device(index: int, nvml: dict[str, Any], figures: tuple[float, float, float, float]) -> dict[str, Any]:
+    """One GPU's entry as the check writes it; a copy below 60 % of what the link's max generation and width
+    carry is ``degraded`` there (agents/gpu_check.py, ``copy``)."""
     bf16, fp16, h2d, d2h = figures
     pcie = nvml["pcie"]
-    return {
+    link = gpu_contract.pcie_gbps(pcie["max_gen"], pcie["max_width"])
+    out = {
         "index": index,
         "name": MODEL,
         "uuid": nvml["uuid"],
@@ -74,9 +78,22 @@ def device(index: int, nvml: dict[str, Any], figures: tuple[float, float, float,
         "fp16_tflops": fp16,
         "h2d_gbps": h2d,
         "d2h_gbps": d2h,
-        "pcie_gbps": gpu_contract.pcie_gbps(pcie["max_gen"], pcie["max_width"]),
+        "pcie_gbps": link,
         "pcie": pcie,
     }
+    slower = min(h2d, d2h)
+    if link and slower < gpu_contract.COPY_MIN_FRACTION * link:
+        out.update(
+            status="degraded",
+            reason="below_baseline",
+            hint=(
+                f"pinned copies on GPU {index} run {h2d:.1f} GB/s to and {d2h:.1f} GB/s from the GPU, "
+                f"{slower / link:.0%} of the {link:.1f} GB/s a PCIe Gen{pcie['max_gen']} x{pcie['max_width']} link "
+                f"carries (the link runs Gen{pcie['gen']} x{pcie['width']} now): reseat the card or riser, check the "
+                "slot's BIOS lane settings"
+            ),
+        )
+    return out
 
 
 def pair_matrix(nvml_devices: list[dict[str, Any]], no_p2p: tuple[int, int] | None = None) -> list[dict[str, Any]]:
@@ -117,12 +134,13 @@ def check_result(cmd: dict[str, Any], recording: str) -> dict[str, Any]:
         if nvml["pcie"]["max_gen"] == 4:
             figures = (figures[0], figures[1], *GEN4_X8_COPY)
         devices.append(device(i, nvml, figures))
+    bad = [d for d in devices if d["status"] != "ok"]
     return {
         **gpu_contract.addressed(cmd),
-        "status": "ok",
-        "stage": "pairs" if len(devices) > 1 else "copy",
-        "reason": None,
-        "hint": None,
+        "status": bad[0]["status"] if bad else "ok",
+        "stage": "copy" if bad else "pairs" if len(devices) > 1 else "copy",
+        "reason": bad[0]["reason"] if bad else None,
+        "hint": "; ".join(f"GPU {d['index']}: {d['hint']}" for d in bad) or None,
         "devices": devices,
         "pairs": pair_matrix(nvml_devices, NO_P2P.get(cmd["node"])),
         "versions": {"torch": "2.11.0+cu130", "cuda": "13.0"},

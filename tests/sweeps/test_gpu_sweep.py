@@ -67,10 +67,12 @@ def test_the_recorded_8_gpu_fleet_names_the_faulty_gpus_and_fails(driver):
     )
     warns = [f["text"] for f in report["findings"] if f["severity"] == "warn" and f["subject"] == "gpu-005"]
     assert any(t.startswith("GPU 2 of gpu-005 runs PCIe Gen4 x8 where its peers") for t in warns)
+    assert "gpu check degraded on gpu-005: GPU 2: pinned copies on GPU 2 run 13.2 GB/s" in " ".join(warns)
     assert any(t.startswith("GPU 2 of gpu-005 (NVIDIA H100 80GB HBM3) is slow at host-to-device copy") for t in warns)
     assert not [f for f in report["findings"] if f["subject"] in ("gpu-001", "gpu-002")]
     # The sweep JSON: every GPU with its model's median beside it, the slow one marked.
     by_node = {g["node"]: g for g in report["gpus"]}
+    assert {n: g["status"] for n, g in by_node.items() if g["status"] != "ok"} == {"gpu-005": "degraded"}
     assert [len(by_node[n]["devices"]) for n in gpu_fleet.FLEET] == [8, 8, 8, 7, 8, 8]
     slow = by_node["gpu-005"]["devices"][2]
     assert slow["h2d_gbps"] == 13.2 and slow["fleet_median"]["h2d_gbps"] == pytest.approx(54.8, abs=0.3)
