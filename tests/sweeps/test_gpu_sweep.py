@@ -9,9 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from cluster_health import tasks
 from cluster_health.actions import alerts, slurm
 from cluster_health.actions.models import Alert
-from cluster_health.models import GpuCheck, Node, RejectedMessage
+from cluster_health.models import GpuCheck, Node, RejectedMessage, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents
 from devtools.sweep_driver import heartbeat
@@ -130,3 +131,11 @@ def test_its_findings_open_one_alert_per_faulty_node_naming_the_gpu(driver):
     assert set(opened) == {"gpu:gpu-003", "gpu:gpu-004", "gpu:gpu-005", "gpu:gpu-006"}
     assert opened["gpu:gpu-003"].severity == "fail" and "GPU 3 of gpu-003" in opened["gpu:gpu-003"].text
     assert opened["gpu:gpu-005"].severity == "warn" and "GPU 2 of gpu-005" in opened["gpu:gpu-005"].text
+
+
+def test_a_beat_schedule_runs_a_gpu_sweep(driver):
+    heartbeat("gpu-001", facts=gpu_fleet.facts("h100_node"))
+    pk = driver.run(tasks.scheduled_sweep, kind="gpu")  # what a periodic task with kwargs {"kind": "gpu"} calls
+    sweep = Sweep.objects.get(pk=pk)
+    assert (sweep.kind, sweep.source) == ("gpu", "schedule")
+    assert ("gpu", "gpu") in Sweep.KIND_CHOICES
