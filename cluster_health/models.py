@@ -193,12 +193,16 @@ class Sweep(models.Model):
         return int((self.params.get("collapsed") or {}).get("ok_rows", 0))
 
     def progress(self, round_only: bool = False) -> dict:
-        """Counts by pair status, rounds and failures: what a progress line or a browser shows.
+        """Counts by pair status (a gpu sweep's: by check status), rounds and failures: what a progress line
+        or a browser shows.
 
         ``round_only`` counts the current round alone, cheap enough to send with every pair
         of a 1,024-node sweep; the whole-sweep count is for round changes and the end.
         """
-        qs = self.pairs.filter(round=self.current_round) if round_only else self.pairs.all()
+        if self.kind in vocabulary.GPU_SWEEP_KINDS:  # its one round is every node's gpu check
+            qs = GpuCheck.objects.filter(sweep=self)
+        else:
+            qs = self.pairs.filter(round=self.current_round) if round_only else self.pairs.all()
         counts = dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
         if self.collapsed_ok and not round_only:  # rows deleted by retention; their matrix cells remain
             counts["ok"] = counts.get("ok", 0) + self.collapsed_ok
@@ -213,6 +217,7 @@ class Sweep(models.Model):
             "failures": bad,
             "counts": counts,
             "scope": "round" if round_only else "sweep",
+            "unit": "checks" if self.kind in vocabulary.GPU_SWEEP_KINDS else "pairs",  # what pairs_* count
         }
 
 

@@ -12,9 +12,11 @@ from django.utils import timezone
 from cluster_health import tasks
 from cluster_health.actions import alerts, slurm
 from cluster_health.actions.models import Alert
+from cluster_health.core import textmatrix
 from cluster_health.models import GpuCheck, Node, RejectedMessage, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents
+from cluster_health.sweeps import waiting
 from devtools.sweep_driver import heartbeat
 from tests.support import gpu_fleet
 from tests.support.action_fixtures import SlurmCluster
@@ -50,6 +52,9 @@ def test_a_fleet_of_cpu_nodes_passes_with_every_check_skipped(driver):
 
 def test_the_recorded_8_gpu_fleet_names_the_faulty_gpus_and_fails(driver):
     sweep, commands = gpu_sweep(driver, gpu_fleet.FLEET)
+    sweep.refresh_from_db()
+    line = f"sweep {sweep.pk}: running, round 1 of 1, checks 0/6 done, 0 failures so far"
+    assert waiting.progress_line(sweep) == line
     results = [gpu_fleet.check_result(commands[n], rec) for n, rec in gpu_fleet.FLEET.items()]
     assert through_the_ingest_queue(driver, results) == ["final"] * 6
     sweep.refresh_from_db()
@@ -79,6 +84,23 @@ def test_the_recorded_8_gpu_fleet_names_the_faulty_gpus_and_fails(driver):
     assert slow["h2d_gbps"] == 13.2 and slow["fleet_median"]["h2d_gbps"] == pytest.approx(54.8, abs=0.3)
     assert slow["slow"] == ["h2d_gbps", "d2h_gbps"]
     assert all(d["slow"] == [] for n in ("gpu-001", "gpu-002") for d in by_node[n]["devices"])
+    # manage.py sweep --kind gpu --wait without --json: a line per node, one per GPU
+    text = textmatrix.render(report)
+    assert "gpu check gpu-005: degraded (below_baseline) - GPU 2: pinned copies" in text
+    assert "  GPU 2 NVIDIA H100 80GB HBM3: degraded, bf16_tflops 794.4, fp16_tflops 766.1, h2d_gbps 13.2 (slow)" in text
+
+
+def test_a_full_sweep_reports_the_fleets_gpu_findings_too(driver):
+    for name, recording in {"n0": "h100_node", "n1": "h100_node", "n2": "nvlink_lane_down"}.items():
+        heartbeat(name, facts=gpu_fleet.facts(recording))
+    sweep = driver.sweep(kind="full", sizes=[1024])
+    driver.answer_all()
+    sweep.refresh_from_db()
+    found = [(f.severity, f.code, f.subject, f.text.split(":")[0]) for f in sweep.findings.filter(code="gpu_facts")]
+    assert found == [
+        ("fail", "gpu_facts", "n2", "NVLink links 7 down on GPU 3 of n2 (17 active where its peers have 18)")
+    ]
+    assert sweep.verdict == "fail"
 
 
 def test_a_duplicate_a_stranger_and_a_forgery_change_nothing(driver):

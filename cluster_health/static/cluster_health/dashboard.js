@@ -9,7 +9,7 @@
     if (!p) return "";
     const rounds = p.rounds ? `round ${p.round}/${p.rounds} · ` : "";
     const scope = p.scope === "round" ? " in this round" : "";
-    return `${rounds}${p.pairs_done}/${p.pairs_total} pairs done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
+    return `${rounds}${p.pairs_done}/${p.pairs_total} ${p.unit || "pairs"} done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
   }
 
   function renderFindings(findings) {
