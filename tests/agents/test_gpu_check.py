@@ -119,3 +119,5 @@ def test_the_agent_routes_a_gpu_command_to_the_check_and_reports_its_result(cpu_
     assert sent == [result]
     assert (result["kind"], result["status"], result["reason"]) == ("gpu", "skipped", "no_gpu")
     assert agent.handle(command(expires_at=1.0)) is None and len(sent) == 1  # expired: dropped, as probes are
+    # The server's outbox sent it again (a worker died between commit and mark): run once, not twice.
+    assert agent.handle(command()) is None and len(sent) == 1
