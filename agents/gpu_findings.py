@@ -131,8 +131,22 @@ def count_findings(fleet: dict[str, dict[str, Any]]) -> list[Finding]:
             out.append(finding("fail", node, f"{node} reports no GPUs ({why}) where its peers have {usual}"))
         elif 0 < c < usual:
             fewer = f"{node} has {c} GPUs where its peers have {usual}"
-            out.append(finding("fail", node, f"{fewer}: a GPU is missing (fallen off the bus, Xid 79) or hidden"))
+            gone = _missing_slots(fleet, node, counts, usual)
+            which = f" ({', '.join(gone)}, where its peers have one, is not listed)" if gone else ""
+            out.append(
+                finding("fail", node, f"{fewer}{which}: a GPU is missing (fallen off the bus, Xid 79) or hidden")
+            )
     return out
+
+
+def _missing_slots(fleet: dict[str, dict[str, Any]], node: str, counts: dict[str, int], usual: int) -> list[str]:
+    """The PCI bus ids that most nodes with the usual GPU count have and this node does not list."""
+    peers = [n for n, c in counts.items() if c == usual and n != node]
+    held = Counter(
+        d.get("pci_bus_id") for n in peers for d in gpu_facts(fleet[n]).get("devices") or [] if d.get("pci_bus_id")
+    )
+    mine = {d.get("pci_bus_id") for d in gpu_facts(fleet[node]).get("devices") or []}
+    return sorted(bus for bus, n in held.items() if n > len(peers) / 2 and bus not in mine)[:4]
 
 
 def device_findings(node: str, dev: dict[str, Any]) -> list[Finding]:

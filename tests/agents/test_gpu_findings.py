@@ -93,7 +93,8 @@ def test_a_node_missing_a_gpu_or_all_of_them_fails():
     fleet["n2"] = node_facts("cpu_node")
     found = gpu_findings.fleet_findings(fleet)
     assert texts(found, "fail") == [
-        "n1 has 7 GPUs where its peers have 8: a GPU is missing (fallen off the bus, Xid 79) or hidden",
+        "n1 has 7 GPUs where its peers have 8 (00000000:88:00.0, where its peers have one, is not listed): a GPU is "
+        "missing (fallen off the bus, Xid 79) or hidden",
         "n2 reports no GPUs (no NVML library (libnvidia-ml.so): no NVIDIA driver is installed on this node) "
         "where its peers have 8",
     ]

@@ -63,9 +63,11 @@ def test_the_recorded_8_gpu_fleet_names_the_faulty_gpus_and_fails(driver):
     fails = {(f["subject"], f["text"].split(":")[0]) for f in report["findings"] if f["severity"] == "fail"}
     assert fails == {
         ("gpu-003", "NVLink links 7 down on GPU 3 of gpu-003 (17 active where its peers have 18)"),
-        ("gpu-004", "gpu-004 has 7 GPUs where its peers have 8"),
+        ("gpu-004", "gpu-004 has 7 GPUs where its peers have 8 (00000000"),
         ("gpu-006", "gpu-006 GPU 3↔5"),
     }
+    missing = next(f["text"] for f in report["findings"] if f["subject"] == "gpu-004")
+    assert missing.startswith("gpu-004 has 7 GPUs where its peers have 8 (00000000:48:00.0, where its peers have one")
     pair = next(f["text"] for f in report["findings"] if f["subject"] == "gpu-006")
     assert pair == (
         "gpu-006 GPU 3↔5: 26 GB/s peer-to-peer copy where its other NVLink pairs run 380 and GPU 3↔5 of 5 peers "
