@@ -161,11 +161,10 @@ def skipped_result(cmd: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def through_the_ingest_queue(driver, results: list[dict[str, Any]]) -> list[str]:
-    """Each result signed by its node's key, queued as the agent's Celery sends it, checked by the ingest
-    consumer (signature) and applied."""
+def checked_halves(results: list[dict[str, Any]]) -> list:
+    """Each result signed by its node's key, queued as the agent's Celery sends it, and checked by the ingest
+    consumer (its signature): what the consumer hands to ``ingest.ingest_results``."""
     from agents import contract
-    from cluster_health import ingest
     from cluster_health.ingest import consumer
     from cluster_health.queues import dispatch
     from tests.support.sweep_setup import signed
@@ -174,7 +173,14 @@ def through_the_ingest_queue(driver, results: list[dict[str, Any]]) -> list[str]
         dispatch.task_message(contract.TASK_RESULT, contract.INGEST_QUEUE, signed("result", r), None) for r in results
     ]
     halves, _ = consumer.checked(raw)
-    return driver.run(ingest.ingest_results, halves)
+    return halves
+
+
+def through_the_ingest_queue(driver, results: list[dict[str, Any]]) -> list[str]:
+    """The results through the ingest consumer's checks, applied by the driver."""
+    from cluster_health import ingest
+
+    return driver.run(ingest.ingest_results, checked_halves(results))
 
 
 def gpu_sweep(driver, fleet: dict[str, str]):
