@@ -112,7 +112,9 @@ def resend_unsent(now: datetime, cutoff: datetime) -> int:
     for check in GpuCheck.objects.filter(status="running", sent_at__isnull=True, started__lt=cutoff).select_related(
         "sweep", "node"
     ):
-        cmd = dispatch.build_gpu_command(check.pk, check.sweep_id, check.node.name, check.sweep.params)
+        cmd = dispatch.build_gpu_command(
+            check.pk, check.sweep_id, check.node.name, check.sweep.params, gpu_count(check.node.facts)
+        )
         wait = timedelta(seconds=dispatch.server_deadline_s(cmd["deadline_s"]))
         with transaction.atomic():
             if GpuCheck.objects.filter(pk=check.pk, status="running", sent_at__isnull=True).update(

@@ -16,7 +16,7 @@ from cluster_health.core import textmatrix
 from cluster_health.models import GpuCheck, Node, RejectedMessage, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents
-from cluster_health.sweeps import waiting
+from cluster_health.sweeps import outbox, waiting
 from devtools.sweep_driver import heartbeat
 from tests.support import gpu_fleet
 from tests.support.action_fixtures import SlurmCluster
@@ -163,3 +163,19 @@ def test_a_beat_schedule_runs_a_gpu_sweep(driver):
     sweep = Sweep.objects.get(pk=pk)
     assert (sweep.kind, sweep.source) == ("gpu", "schedule")
     assert ("gpu", "gpu") in Sweep.KIND_CHOICES
+
+
+def test_a_check_its_worker_never_marked_sent_is_sent_again_with_the_same_deadline_rule(driver):
+    sweep, first = gpu_sweep(driver, {"gpu-001": "h100_node", "gpu-002": "h100_node"})
+    GpuCheck.objects.filter(sweep=sweep, node__name="gpu-002").update(sent_at=None)  # killed before the mark
+    later = timezone.now() + timedelta(seconds=outbox.UNSENT_GRACE_S + 1)
+    Node.objects.update(last_heartbeat=later)
+    assert driver.reap(later)["resent"] == 1
+    [again] = driver.take()
+    assert (again["node"], again["probe_id"], again["deadline_s"]) == (
+        "gpu-002",
+        first["gpu-002"]["probe_id"],
+        first["gpu-002"]["deadline_s"],
+    )
+    assert through_the_ingest_queue(driver, [gpu_fleet.check_result(again, "h100_node")]) == ["final"]
+    assert driver.reap(later)["resent"] == 0
