@@ -5,7 +5,8 @@ SPEC.json` in its own session and holds it to the command's deadline, as the
 runner holds a probe. The child imports torch and, for every GPU, climbs
 init -> memory (allocate and touch most free memory, check the pattern) ->
 matmul (bf16 and fp16 TFLOP/s, checked result) -> copy (pinned host<->device
-GB/s against what the PCIe link carries). A node without a usable GPU reports
+GB/s against what the PCIe link carries); then, with two GPUs or more, pairs
+(the GPU x GPU matrix, agents/gpu_pairs.py). A node without a usable GPU reports
 `skipped` with reason `no_gpu`.
 """
 
@@ -17,7 +18,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from agents import contract, gpu, gpu_contract
+from agents import contract, gpu, gpu_contract, gpu_pairs
 from agents.probe import StagedChild, StageLog, first_line, run_child
 
 PROCESS_STARTED = time.time()
@@ -50,6 +51,7 @@ class GpuCheck(StagedChild):
         nvml_facts = spec.get("nvml")
         self.nvml_facts = nvml_facts if nvml_facts is not None else gpu.collect()
         self.devices: list[dict[str, Any]] = []
+        self.pairs: list[dict[str, Any]] = []
         self.gpu_index: int | None = None
 
     def enter(self, stage: str, gpu_index: int | None = None) -> None:
@@ -77,6 +79,7 @@ class GpuCheck(StagedChild):
     def result_fields(self, status: str) -> dict[str, Any]:
         return {
             "devices": self.devices,
+            "pairs": self.pairs,
             "versions": self.versions,
             "stage_times": self.stage_times,
             "timings": {"total_s": round(time.time() - PROCESS_STARTED, 4)},
@@ -117,6 +120,8 @@ class GpuCheck(StagedChild):
         count = min(torch.cuda.device_count(), gpu_contract.MAX_GPUS)
         for i in range(count):
             self.devices.append(self.check_device(i, nvml_devices))
+        if count > 1:
+            self.measure_pairs(count, nvml_devices)
         statuses = [d["status"] for d in self.devices]
         status = worst(statuses)
         bad = [d for d in self.devices if d["status"] == status and status != "ok"]
@@ -184,6 +189,18 @@ class GpuCheck(StagedChild):
         finally:
             torch.cuda.empty_cache()
         return entry
+
+    def measure_pairs(self, count: int, nvml_devices: list[dict[str, Any]]) -> None:
+        """The GPU x GPU matrix (agents/gpu_pairs.py); a pair that fails is kept with its reason."""
+        self.enter("pairs")
+        # The NCCL part gets what the stage has left after the copies, less a margin to report in.
+        deadline = time.monotonic() + self.cmd["timeouts"]["pairs"] - 5.0
+        nvml, _ = gpu.load_nvml()
+        bus_ids = [self.nvml_device_for(i, nvml_devices).get("pci_bus_id") for i in range(count)]
+        links = gpu_pairs.nvml_links(nvml, bus_ids) if nvml is not None else {}
+        self.pairs = gpu_pairs.measure(
+            self.torch, links, count, self.cmd["copy_bytes"], self.cmd["copy_iterations"], deadline
+        )
 
     def touch_memory(self, i: int) -> dict[str, Any]:
         """Take memory_fraction of the free memory in 1 GiB pieces, fill each and read it back."""

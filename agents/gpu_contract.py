@@ -13,10 +13,17 @@ from agents import contract
 from agents.contract import ContractError, _choice, _num, _object, _text
 
 KIND = "gpu"
-STAGES = ("init", "memory", "matmul", "copy")
+STAGES = ("init", "memory", "matmul", "copy", "pairs")
 MAX_GPUS = 64
+MAX_PAIRS = MAX_GPUS * (MAX_GPUS - 1)  # ordered pairs of the intra-node matrix
+# How two GPUs of one node are connected, as NVML's topology says (nvmlDeviceGetTopologyCommonAncestor, and
+# NVLink's remote PCI address): NVLink lanes between them, a PCIe switch, the CPU's host bridge, the
+# same NUMA node, across sockets; unknown where NVML could not tell.
+LINKS = ("nvlink", "pcie_switch", "host_bridge", "numa_node", "system", "unknown")
 
-DEFAULT_TIMEOUTS = {"init": 60.0, "memory": 30.0, "matmul": 30.0, "copy": 30.0}  # per GPU for the last three
+# per GPU for memory, matmul and copy; "pairs" for the whole GPU x GPU matrix (28 pairs on 8 GPUs, each a
+# few copies and one NCCL communicator of two)
+DEFAULT_TIMEOUTS = {"init": 60.0, "memory": 30.0, "matmul": 30.0, "copy": 30.0, "pairs": 120.0}
 DEFAULT_MEMORY_FRACTION = 0.8  # of the free memory: leaves room for the CUDA context and other tenants
 DEFAULT_MATMUL_N = 8192  # square bf16/fp16 matmuls of this size keep an H100 busy for milliseconds each
 DEFAULT_MATMUL_ITERATIONS = 20
@@ -38,9 +45,11 @@ def pcie_gbps(gen: Any, width: Any) -> float | None:
 
 
 def default_deadline(timeouts: dict[str, float], gpus: int = 8) -> float:
-    """Whole-check deadline: init once, the per-GPU stages once per GPU, plus process start."""
+    """Whole-check deadline: init once, the per-GPU stages once per GPU, the GPU x GPU matrix where there
+    are two GPUs or more, plus process start."""
     per_gpu = timeouts["memory"] + timeouts["matmul"] + timeouts["copy"]
-    return round(min(contract.MAX_DEADLINE_S, timeouts["init"] + gpus * per_gpu + 15.0), 1)
+    pairs = timeouts.get("pairs", 0.0) if gpus > 1 else 0.0
+    return round(min(contract.MAX_DEADLINE_S, timeouts["init"] + gpus * per_gpu + pairs + 15.0), 1)
 
 
 def addressed(cmd: dict[str, Any]) -> dict[str, Any]:
@@ -75,6 +84,8 @@ def validate_command(msg: Any) -> dict[str, Any]:
     )
     out["deadline_s"] = float(_num(msg, "deadline_s", 1.0, contract.MAX_DEADLINE_S, default=default_deadline(timeouts)))
     out["expires_at"] = _num(msg, "expires_at", 0, 1e11, optional=True)
+    # Seconds it may wait to start, judged against the agent's clock as well (agents.freshness).
+    out["lifetime_s"] = _num(msg, "lifetime_s", 1, contract.MAX_DEADLINE_S, optional=True)
     return out
 
 
@@ -109,11 +120,38 @@ def _device(entry: Any, i: int) -> dict[str, Any]:
     return out
 
 
+def _pair(entry: Any, i: int) -> dict[str, Any]:
+    """One ordered pair of the intra-node matrix: src -> dst copy rates with P2P on and forced off, the NCCL
+    all_reduce busbw of the two (the same both ways), and the link NVML reports between them."""
+    where = f"pairs[{i}]"
+    entry = _object(entry, where)
+    try:
+        out = {
+            "src": _num(entry, "src", 0, MAX_GPUS - 1, integer=True),
+            "dst": _num(entry, "dst", 0, MAX_GPUS - 1, integer=True),
+            "link": _choice(entry, "link", LINKS, default="unknown"),
+            "nvlink_lanes": _num(entry, "nvlink_lanes", 0, 36, integer=True, optional=True),
+            "p2p": entry.get("p2p") if isinstance(entry.get("p2p"), bool) else None,  # cudaDeviceCanAccessPeer
+            "p2p_gbps": _num(entry, "p2p_gbps", 0, 1e5, optional=True),
+            "p2p_off_gbps": _num(entry, "p2p_off_gbps", 0, 1e5, optional=True),
+            "nccl_busbw_gbps": _num(entry, "nccl_busbw_gbps", 0, 1e5, optional=True),
+            "status": _choice(entry, "status", contract.STATUSES, default="ok"),
+            "reason": _choice(entry, "reason", contract.REASONS, optional=True),
+            "hint": _text(entry, "hint"),
+        }
+    except ContractError as e:
+        raise ContractError(f"{where}.{e}") from None
+    if out["src"] == out["dst"]:
+        raise ContractError(f"{where}: src and dst are both GPU {out['src']}")
+    return out
+
+
 def validate_result(msg: Any) -> dict[str, Any]:
-    """Validate one node's gpu check result (node-level status, then one entry per GPU)."""
+    """Validate one node's gpu check result (node-level status, one entry per GPU, the GPU x GPU matrix)."""
     msg, out = contract.addressed(msg, "result", (KIND,))
     out.update(contract.validate_outcome(msg, STAGES, ("failed", "timeout", "skipped")))
     out["devices"] = contract.validate_list(msg, "devices", MAX_GPUS, "GPUs", _device)
+    out["pairs"] = contract.validate_list(msg, "pairs", MAX_PAIRS, "GPU pairs", _pair)
     for field in ("versions", "stage_times", "timings", "extra"):
         out[field] = contract.validate_details(msg, field)
     out["duration_s"] = _num(msg, "duration_s", 0, 1e5, optional=True)

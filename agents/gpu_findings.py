@@ -131,8 +131,22 @@ def count_findings(fleet: dict[str, dict[str, Any]]) -> list[Finding]:
             out.append(finding("fail", node, f"{node} reports no GPUs ({why}) where its peers have {usual}"))
         elif 0 < c < usual:
             fewer = f"{node} has {c} GPUs where its peers have {usual}"
-            out.append(finding("fail", node, f"{fewer}: a GPU is missing (fallen off the bus, Xid 79) or hidden"))
+            gone = _missing_slots(fleet, node, counts, usual)
+            which = f" ({', '.join(gone)}, where its peers have one, is not listed)" if gone else ""
+            out.append(
+                finding("fail", node, f"{fewer}{which}: a GPU is missing (fallen off the bus, Xid 79) or hidden")
+            )
     return out
+
+
+def _missing_slots(fleet: dict[str, dict[str, Any]], node: str, counts: dict[str, int], usual: int) -> list[str]:
+    """The PCI bus ids that most nodes with the usual GPU count have and this node does not list."""
+    peers = [n for n, c in counts.items() if c == usual and n != node]
+    held = Counter(
+        d.get("pci_bus_id") for n in peers for d in gpu_facts(fleet[n]).get("devices") or [] if d.get("pci_bus_id")
+    )
+    mine = {d.get("pci_bus_id") for d in gpu_facts(fleet[node]).get("devices") or []}
+    return sorted(bus for bus, n in held.items() if n > len(peers) / 2 and bus not in mine)[:4]
 
 
 def device_findings(node: str, dev: dict[str, Any]) -> list[Finding]:
@@ -257,12 +271,100 @@ METRICS = (
 )
 
 
+# A GPU pair is far below when it runs under this share of both its siblings' median (the node's other
+# pairs over the same kind of link) and its peers' (the same two GPUs on nodes of the same model).
+PAIR_FAR_BELOW = 0.5
+MIN_SIBLINGS = 2
+PAIR_METRICS = (("p2p_gbps", "peer-to-peer copy"), ("nccl_busbw_gbps", "NCCL all_reduce busbw"))
+LINK_WORDS = {
+    "nvlink": "NVLink",
+    "pcie_switch": "PCIe-switch",
+    "host_bridge": "host-bridge",
+    "numa_node": "same-socket",
+    "system": "cross-socket",
+    "unknown": "other",
+}
+
+
+def _pair_values(res: dict[str, Any], key: str) -> dict[tuple[int, int], tuple[float, dict[str, Any]]]:
+    """{(a, b) with a < b: (the slower direction's figure, its entry)} of one node's matrix."""
+    out: dict[tuple[int, int], tuple[float, dict[str, Any]]] = {}
+    for p in res.get("pairs") or []:
+        value = p.get(key)
+        if not isinstance(value, (int, float)):
+            continue
+        pair = (min(p["src"], p["dst"]), max(p["src"], p["dst"]))
+        if pair not in out or value < out[pair][0]:
+            out[pair] = (float(value), p)
+    return out
+
+
+def _model(res: dict[str, Any]) -> str:
+    return _modal([d.get("name") for d in res.get("devices") or [] if d.get("name")]) or "?"
+
+
+def _far_below(
+    node: str,
+    pair: tuple[int, int],
+    matrices: dict[str, dict[tuple[int, int], tuple[float, dict[str, Any]]]],
+    models: dict[str, str],
+) -> tuple[float, float, float | None, int, dict[str, Any]] | None:
+    """(value, siblings' median, peers' median, peers, entry) when the pair is far below both; else None."""
+    matrix = matrices[node]
+    value, entry = matrix[pair]
+    link = entry.get("link") or "unknown"
+    siblings = [v for p, (v, e) in matrix.items() if p != pair and (e.get("link") or "unknown") == link]
+    if len(siblings) < MIN_SIBLINGS:
+        return None
+    peers = [
+        m[pair][0] for other, m in matrices.items() if other != node and models[other] == models[node] and pair in m
+    ]
+    sib, peer = median(siblings), (median(peers) if peers else None)
+    if value >= PAIR_FAR_BELOW * sib or (peer is not None and value >= PAIR_FAR_BELOW * peer):
+        return None
+    return value, sib, peer, len(peers), entry
+
+
+def pair_findings(results: dict[str, dict[str, Any]]) -> list[Finding]:
+    """GPU pairs of a node far below their siblings on that node and the same pair on its peers (same model):
+    one finding per pair, on its peer-to-peer copy rate, else its NCCL busbw.
+
+    results: {node: gpu check result}; each result's ``pairs`` is its intra-node matrix.
+    """
+    models = {node: _model(res) for node, res in results.items()}
+    named: set[tuple[str, tuple[int, int]]] = set()
+    out = []
+    for key, what in PAIR_METRICS:
+        matrices = {node: _pair_values(res, key) for node, res in sorted(results.items())}
+        for node, matrix in matrices.items():
+            for a, b in sorted(matrix):
+                found = None if (node, (a, b)) in named else _far_below(node, (a, b), matrices, models)
+                if found is None:
+                    continue
+                named.add((node, (a, b)))
+                value, sib, peer, peers, entry = found
+                words = LINK_WORDS.get(entry.get("link") or "unknown", "other")
+                beside = f"its other {words} pairs run {sib:.0f} GB/s"
+                if peer is not None:
+                    beside = f"its other {words} pairs run {sib:.0f} and GPU {a}↔{b} of {peers} peers {peer:.0f} GB/s"
+                if entry.get("p2p") is False:
+                    cause = "no peer access between them (ACS or the IOMMU routes the pair through the CPU)"
+                elif entry.get("link") == "nvlink":
+                    cause = "an NVLink lane down, or the pair falling back to PCIe"
+                else:
+                    cause = "the PCIe path between them degraded (a switch port or a riser)"
+                text = f"{node} GPU {a}↔{b}: {value:.0f} GB/s {what} where {beside}: {cause}"
+                out.append(finding("fail", node, text))
+    return out
+
+
 def check_findings(results: dict[str, dict[str, Any]]) -> list[Finding]:
-    """Findings from every node's gpu check result: failures, and GPUs slow against their model's fleet.
+    """Findings from every node's gpu check result: failures, GPUs slow against their model's fleet,
+    and GPU pairs far below their siblings and peers (``pair_findings``).
 
     results: {node: gpu check result (gpu_contract.validate_result shape)}.
     """
-    out = []
+    out = pair_findings(results)
     samples: dict[tuple[str, str], list[tuple[tuple[str, int], float]]] = defaultdict(list)
     for node, res in sorted(results.items()):
         status = res.get("status")

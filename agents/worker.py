@@ -225,6 +225,9 @@ class Agent:
         cmd = self.accepted("gpu check", gpu_contract.validate_command, command)
         if cmd is None:
             return None
+        if not self.taken_probes.claim(f"gpu:{cmd['probe_id']}:{cmd.get('sweep_id')}"):
+            log.warning("dropped gpu check %s: this agent already ran it; the server sent it again", cmd["probe_id"])
+            return None
         return self.run_and_report(
             "gpu check",
             cmd,

@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import contract
+from agents import contract, gpu_contract
 from cluster_health import vocabulary
 from cluster_health.core import topology
 
@@ -193,12 +193,16 @@ class Sweep(models.Model):
         return int((self.params.get("collapsed") or {}).get("ok_rows", 0))
 
     def progress(self, round_only: bool = False) -> dict:
-        """Counts by pair status, rounds and failures: what a progress line or a browser shows.
+        """Counts by pair status (a gpu sweep's: by check status), rounds and failures: what a progress line
+        or a browser shows.
 
         ``round_only`` counts the current round alone, cheap enough to send with every pair
         of a 1,024-node sweep; the whole-sweep count is for round changes and the end.
         """
-        qs = self.pairs.filter(round=self.current_round) if round_only else self.pairs.all()
+        if self.kind in vocabulary.GPU_SWEEP_KINDS:  # its one round is every node's gpu check
+            qs = GpuCheck.objects.filter(sweep=self)
+        else:
+            qs = self.pairs.filter(round=self.current_round) if round_only else self.pairs.all()
         counts = dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
         if self.collapsed_ok and not round_only:  # rows deleted by retention; their matrix cells remain
             counts["ok"] = counts.get("ok", 0) + self.collapsed_ok
@@ -213,6 +217,7 @@ class Sweep(models.Model):
             "failures": bad,
             "counts": counts,
             "scope": "round" if round_only else "sweep",
+            "unit": "checks" if self.kind in vocabulary.GPU_SWEEP_KINDS else "pairs",  # what pairs_* count
         }
 
 
@@ -287,6 +292,36 @@ class GroupProbe(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+
+class GpuCheck(models.Model):
+    """One node's local GPU check in a ``gpu`` sweep (agents/gpu_check.py): its status, and the validated result
+    with every GPU's figures (``result["devices"]``)."""
+
+    STAGE_CHOICES = [(s, s) for s in gpu_contract.STAGES]
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="gpu_checks")
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    status = models.CharField(max_length=10, choices=PAIR_STATUS_CHOICES, default="pending", db_index=True)
+    stage = models.CharField(max_length=8, choices=STAGE_CHOICES, null=True, blank=True)
+    reason = models.CharField(max_length=24, choices=REASON_CHOICES, null=True, blank=True)
+    hint = models.TextField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)  # gpu_contract.validate_result's output, devices included
+    deadline = models.DateTimeField(null=True, blank=True)
+    started = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)  # as PairProbe.sent_at
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["sweep_id", "id"]
+        constraints = [models.UniqueConstraint(fields=["sweep", "node"], name="gpu_check_one_per_node")]
+
+    def __str__(self) -> str:
+        return f"gpu check {self.pk}: {self.node_id} {self.status}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status not in OPEN_PAIR_STATUSES
 
 
 class Finding(models.Model):

@@ -39,7 +39,9 @@ SWEEP_KINDS = (
     "sampled",
     "topology",
     "bisect",
+    "gpu",
 )
 BANDWIDTH_SWEEP_KINDS = ("full", "pairs", "sampled", "topology")  # pairs measure bandwidth unless told otherwise
 GROUP_SWEEP_KINDS = ("full", "group")  # end with a group all_reduce over every node
 DISCOVER_SWEEP_KINDS = ("discover",)  # pair probes that try every interface combination
+GPU_SWEEP_KINDS = ("gpu",)  # one local GPU check per node (agents/gpu_check.py), no pairs

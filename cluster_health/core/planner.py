@@ -35,11 +35,12 @@ class PlanError(ValueError):
 
 @dataclass
 class Plan:
-    """Rounds of disjoint pairs, plus whether a group collective follows them."""
+    """Rounds of disjoint pairs, plus whether a group collective follows them, or a gpu check on every node."""
 
     nodes: list[str]
     rounds: list[list[tuple[str, str]]] = field(default_factory=list)
     group: bool = False
+    gpu_checks: bool = False
 
     @property
     def pair_count(self) -> int:
@@ -242,6 +243,10 @@ def plan(
         if not pairs:
             raise PlanError("pairs: a 'pairs' sweep needs at least one pair")
         return Plan(names, schedule_pairs(pairs, names))
+    if kind in vocabulary.GPU_SWEEP_KINDS:
+        if not names:
+            raise PlanError("nodes: a gpu sweep needs at least 1 node, 0 available")
+        return Plan(names, [], gpu_checks=True)  # one local check per node, all at once, no peer
     if len(names) < 2:
         raise PlanError(f"nodes: a {kind} sweep needs at least 2 nodes, {len(names)} available")
     if kind in ("group", "preflight"):

@@ -74,12 +74,31 @@ def render(report: dict[str, Any]) -> str:
             + (f" ({g['reason']})" if g.get("reason") else "")
             + (f", busbw {g['busbw_gbps']} GB/s" if g.get("busbw_gbps") is not None else "")
         )
+    lines += gpu_lines(report.get("gpus") or [])
     if report.get("findings"):
         lines.append("findings:")
         for f in report["findings"]:
             lines.append(f"  [{f['severity']}] {f['subject']}: {f['text']}")
     lines += trending_lines(report.get("trending_down") or [])
     return "\n".join(lines)
+
+
+def gpu_lines(checks: list[dict[str, Any]]) -> list[str]:
+    """A gpu sweep's checks (documents.sweep_json's ``gpus``): a line per node, one per GPU under it."""
+    lines = []
+    for c in checks:
+        why = f" ({c['reason']})" if c.get("reason") else ""
+        lines.append(f"gpu check {c['node']}: {c['status']}{why}" + (f" - {c['hint']}" if c.get("hint") else ""))
+        for d in c.get("devices") or []:
+            figures = ", ".join(
+                f"{key} {d[key]:g}" + (" (slow)" if key in d.get("slow", ()) else "")
+                for key in ("bf16_tflops", "fp16_tflops", "h2d_gbps", "d2h_gbps")
+                if isinstance(d.get(key), (int, float))
+            )
+            lines.append(
+                f"  GPU {d['index']} {d.get('name') or ''}: {d['status']}" + (f", {figures}" if figures else "")
+            )
+    return lines
 
 
 def trending_lines(trending: list[dict[str, Any]]) -> list[str]:

@@ -21,7 +21,7 @@ from django.utils import timezone
 from agents import contract
 from cluster_health import bulk
 from cluster_health.core import merge
-from cluster_health.ingest import groups
+from cluster_health.ingest import gpus, groups
 from cluster_health.ingest.outcomes import APPLIED, DUPLICATE, FINAL, LATE
 from cluster_health.ingest.rejects import other_sweep, reject
 from cluster_health.models import OPEN_PAIR_STATUSES, PairProbe
@@ -56,6 +56,9 @@ def ingest_results(payloads: list) -> list[str]:
     outcomes: list[str] = [""] * len(payloads)  # every slot is set below
     pairs: list[tuple[int, dict]] = []
     for i, payload in enumerate(payloads):
+        if gpus.is_gpu_result(payload):  # a node's gpu check: its own contract and row
+            outcomes[i] = _guarded(lambda _r, p: gpus.ingest_gpu_result(p), payload, payload)
+            continue
         try:
             result = contract.validate_result(payload)
         except contract.ContractError as exc:

@@ -84,7 +84,7 @@ class Backlog:
         if not probe_id.isdigit() or not contract.is_node_name(node):
             return
         self.nodes.add(node)
-        self.probes.add(("pair" if kind in ("pair", "discover", "nil") else "group", int(probe_id)))
+        self.probes.add((probe_table(kind), int(probe_id)))
 
     def settle(self) -> None:
         """Let the waiting heartbeats and halves whose signatures check out speak for their nodes and probes."""
@@ -98,9 +98,16 @@ class Backlog:
                 continue
             self.nodes.add(body["node"])
             if purpose == "result" and isinstance(body.get("probe_id"), int):
-                kind = "pair" if body.get("kind", "pair") in ("pair", "discover") else "group"
-                self.probes.add((kind, body["probe_id"]))
+                self.probes.add((probe_table(body.get("kind", "pair")), body["probe_id"]))
         self.unverified = []
+
+
+def probe_table(kind: object) -> str:
+    """Which rows a result of this kind closes: "pair" (pair and discover probes), "gpu" (a node's gpu
+    check), else "group" (group collectives, launch rehearsals)."""
+    if kind in ("pair", "discover", "nil"):
+        return "pair"
+    return "gpu" if kind == "gpu" else "group"
 
 
 def _genuine(purpose: str, body: Any, auth: Any, keys: dict, now: float) -> bool:

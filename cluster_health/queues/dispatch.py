@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from agents import contract, signing
+from agents import contract, gpu_contract, signing
 from cluster_health import shared_redis, vocabulary
 
 log = logging.getLogger(__name__)
@@ -294,3 +294,24 @@ def build_commands(
             cmd["env"] = env
         commands.append(contract.validate_command(cmd))
     return commands
+
+
+def build_gpu_command(probe_id: int, sweep_id: int, node: str, params: dict, gpus: int = 8) -> dict:
+    """The command of one node's gpu check (agents/gpu_contract.py): no peer, no rendezvous.
+
+    params: the sweep's (bounded at request time: an explicit ``deadline_s``); ``gpus``: how many GPUs
+    the node's facts list, which sizes the default deadline (the per-GPU stages run once per GPU).
+    """
+    timeouts = dict(gpu_contract.DEFAULT_TIMEOUTS)
+    cmd: dict = {
+        "v": contract.VERSION,
+        "kind": gpu_contract.KIND,
+        "probe_id": probe_id,
+        "sweep_id": sweep_id,
+        "node": node,
+        "timeouts": timeouts,
+        "deadline_s": float(params.get("deadline_s") or gpu_contract.default_deadline(timeouts, max(1, gpus))),
+        "expires_at": time.time() + START_GRACE_S,
+        "lifetime_s": START_GRACE_S,
+    }
+    return gpu_contract.validate_command(cmd)

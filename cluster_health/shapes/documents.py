@@ -13,8 +13,10 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from cluster_health import vocabulary
 from cluster_health.core import history
 from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep
+from cluster_health.shapes.gpus import gpu_dicts
 from cluster_health.shapes.matrices import collapsed_pairs
 from cluster_health.shapes.pairs import gbps, micros, pair_rows
 
@@ -87,6 +89,7 @@ def sweep_json(
     if with_pairs:
         out["pairs"] = pair_dicts(sweep, window=pair_window)
         out["groups"] = [group_dict(g) for g in GroupProbe.objects.filter(sweep=sweep)]
+        out["gpus"] = gpu_dicts(sweep) if sweep.kind in vocabulary.GPU_SWEEP_KINDS else []
     if with_progress:
         out["progress"] = sweep.progress()
     findings = list(Finding.objects.filter(sweep=sweep))

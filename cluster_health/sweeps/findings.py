@@ -14,6 +14,7 @@ from cluster_health.core import clocks, consistency, culprits, discovery, fleet,
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
 from cluster_health.nodes import declared_groups
 from cluster_health.queues import backlog
+from cluster_health.sweeps import gpus
 
 READ_CHUNK = 10000  # pair rows read per round trip
 HALVES_CHUNK = 2000  # pair rows with both halves (larger) read per round trip
@@ -21,6 +22,8 @@ HALVES_CHUNK = 2000  # pair rows with both halves (larger) read per round trip
 
 def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     """The findings of a sweep whose probes are all closed, and every status that counts toward its verdict."""
+    if sweep.kind in vocabulary.GPU_SWEEP_KINDS:
+        return _gpu_sweep_findings(sweep)
     now = timezone.now()
     pairs = [
         {
@@ -62,12 +65,25 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
         found += _interface_findings(sweep, pairs, addresses)
     if sweep.kind in ("full", "preflight", "group"):
         found += consistency.findings(facts, addresses)
+    if sweep.kind in ("full", "preflight"):
+        found += gpus.fleet_findings(facts)
     if sweep.kind == "preflight":
         found += rehearsal.setting_findings(sweep.params, facts)
     found += clocks.clock_findings(
         {n.name: n.clock_offset_s for n in nodes}, settings.CLOCK_SKEW_TOLERANCE_S, settings.SIGNATURE_WINDOW_S
     )
     return found, [p["status"] for p in pairs] + [g.status for g in groups]
+
+
+def _gpu_sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
+    """A gpu sweep's findings: every node's check, then the fleet's GPU facts, then clocks."""
+    found, statuses = gpus.check_findings(sweep)
+    nodes = list(Node.objects.filter(name__in=sweep.nodes))
+    found += gpus.fleet_findings({n.name: n.facts for n in nodes})
+    found += clocks.clock_findings(
+        {n.name: n.clock_offset_s for n in nodes}, settings.CLOCK_SKEW_TOLERANCE_S, settings.SIGNATURE_WINDOW_S
+    )
+    return found, statuses
 
 
 def absent_at_start(sweep: Sweep) -> dict[str, str]:

@@ -20,11 +20,11 @@ from agents import contract
 from cluster_health import vocabulary
 from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import planner, verdicts
-from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GroupProbe, Node, PairProbe, Sweep
+from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GpuCheck, GroupProbe, Node, PairProbe, Sweep
 from cluster_health.nodes import groups_of
 from cluster_health.queues import dispatch
 from cluster_health.shapes import broadcast, matrices
-from cluster_health.sweeps import baselines, findings, rounds, statistics
+from cluster_health.sweeps import baselines, findings, gpus, rounds, statistics
 
 log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
@@ -82,8 +82,10 @@ def start_sweep(sweep_id: int) -> bool:
             _fail(sweep, str(exc))
             return True
         _create_probes(sweep, names, plan)
+        if plan.gpu_checks:
+            gpus.create_checks(sweep, names)
         sweep.nodes = names
-        sweep.total_rounds = len(plan.rounds) + (1 if plan.group else 0)
+        sweep.total_rounds = len(plan.rounds) + (1 if plan.group or plan.gpu_checks else 0)
         params = {k: v for k, v in params.items() if k != "queued_behind"}
         sweep.params = {
             **params,
@@ -304,6 +306,8 @@ def _isolated(sweep_id: int, doing: str, step: Callable[[], bool]) -> bool:
 def _round_open(sweep: Sweep, k: int) -> bool:
     if k <= sweep.params.get("pair_rounds", 0):
         return PairProbe.objects.filter(sweep=sweep, round=k, status__in=OPEN_PAIR_STATUSES).exists()
+    if sweep.kind in vocabulary.GPU_SWEEP_KINDS:
+        return gpus.any_open(sweep)
     return GroupProbe.objects.filter(sweep=sweep, status__in=OPEN_PAIR_STATUSES).exists()
 
 
@@ -337,7 +341,7 @@ def cancel(sweep_id: int) -> bool:
             status="cancelled", verdict="unknown", finished=now
         ):
             return False
-        for model in (PairProbe, GroupProbe):
+        for model in (PairProbe, GroupProbe, GpuCheck):
             model.objects.filter(sweep_id=sweep_id, status__in=OPEN_PAIR_STATUSES).update(
                 status="skipped", reason="cancelled", finished=now
             )

@@ -26,7 +26,7 @@ from django.db import transaction
 
 from cluster_health.models import GroupProbe, PairProbe
 from cluster_health.queues import dispatch
-from cluster_health.sweeps import rounds
+from cluster_health.sweeps import gpus, rounds
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ def resend_unsent(now) -> int:
     resent = sum(_resend_pairs(now, probes) for _, probes in sorted(by_sweep.items()))
     for group in groups:
         resent += _resend_group(now, group)
+    resent += gpus.resend_unsent(now, cutoff)
     if resent:
         log.warning(
             "sent again the commands of %d probe(s) committed but never sent (a worker died in between)", resent

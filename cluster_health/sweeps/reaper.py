@@ -23,7 +23,7 @@ from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import merge
 from cluster_health.models import GroupProbe, Node, PairProbe
 from cluster_health.queues.backlog import Backlog, server_backlog
-from cluster_health.sweeps import closing, lifecycle, outbox
+from cluster_health.sweeps import closing, gpus, lifecycle, outbox
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def reap(now=None, judge: bool | None = None) -> dict:
         read = server_backlog()
         judge = read is not None and read.complete
         backlog = read or backlog
-    counts = {"timeout": 0, "offline": 0, "groups": 0, "advanced": 0, "started": 0}
+    counts = {"timeout": 0, "offline": 0, "groups": 0, "gpu_checks": 0, "advanced": 0, "started": 0}
     counts["resent"] = outbox.resend_unsent(now)  # before judging: a resent probe has a fresh deadline
     counts["actions_resent"] = actions_tasks.resend_lost(now)
     touched = judge_silence_and_deadlines(now, counts, backlog) if judge else set()
@@ -57,7 +57,7 @@ def reap(now=None, judge: bool | None = None) -> dict:
     for sweep_id in lifecycle.forgotten_pending(now) if judge else []:
         if sweep_id not in backlog.sweeps and lifecycle.start_or_fail(sweep_id):
             counts["started"] += 1
-    if any(counts[k] for k in ("timeout", "offline", "groups", "started", "resent")):
+    if any(counts[k] for k in ("timeout", "offline", "groups", "gpu_checks", "started", "resent")):
         log.info("reaper: %s", counts)
     return counts
 
@@ -100,6 +100,7 @@ def judge_silence_and_deadlines(now, counts: dict, backlog: Backlog) -> set[int]
         counts[fields["status"]] = counts.get(fields["status"], 0) + 1
         touched.add(rows[pk].sweep_id)
     touched |= _close_overdue_groups(now, offline_ids, backlog, counts)
+    touched |= gpus.reap(now, offline_ids, {pk for kind, pk in backlog.probes if kind == "gpu"}, counts)
     return touched
 
 

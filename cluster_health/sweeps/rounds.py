@@ -21,6 +21,7 @@ from cluster_health.core import fleet
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
 from cluster_health.queues import backlog, dispatch
 from cluster_health.shapes import broadcast, pairs
+from cluster_health.sweeps import gpus
 
 # What a round's dispatch reads of its pair rows: what it writes, what its commands and its broadcast name.
 DISPATCH_FIELDS = (
@@ -54,6 +55,8 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
     def offline_hint(names: list[str]) -> str:
         return "; ".join(fleet.offline_hint(n, beats.get(n), now) for n in names)
 
+    if sweep.kind in vocabulary.GPU_SWEEP_KINDS:
+        return gpus.dispatch_checks(sweep, online, now, offline_hint)
     if k > sweep.params.get("pair_rounds", 0):
         return _dispatch_group(sweep, online, now, offline_hint)
     kind, settings_ = pair_settings(sweep)

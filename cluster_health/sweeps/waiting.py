@@ -18,7 +18,7 @@ def progress_line(sweep: Sweep) -> str:
     p = sweep.progress()
     return (
         f"sweep {sweep.pk}: {sweep.status}, round {p['round']} of {p['rounds']}, "
-        f"pairs {p['pairs_done']}/{p['pairs_total']} done, {p['failures']} failures so far"
+        f"{p['unit']} {p['pairs_done']}/{p['pairs_total']} done, {p['failures']} failures so far"
     )
 
 

@@ -24,7 +24,7 @@ from cluster_health import hangs, sweeps, vocabulary
 from cluster_health.models import ApiToken, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.nodes import node_dict, set_active
 from cluster_health.queues import dispatch
-from cluster_health.shapes import documents, matrices, pairs
+from cluster_health.shapes import documents, gpus, matrices, pairs
 from cluster_health.web.heavy import heavy
 
 START_PERMISSION = "cluster_health.start_sweep"
@@ -124,6 +124,15 @@ def bad_requests(view):
 def nodes(request):
     now = timezone.now()
     return JsonResponse({"nodes": [node_dict(n, now) for n in Node.objects.order_by("name")]})
+
+
+@api_view()
+def node_gpus(request, name):
+    """A node's GPUs: NVML facts, its latest gpu check's figures and the GPU x GPU matrix (shapes/gpus.py)."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return error(404, f"no node {name}")
+    return JsonResponse(gpus.node_gpus(node))
 
 
 def _set_node_active(name: str, active: bool) -> JsonResponse:

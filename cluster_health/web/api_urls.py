@@ -6,6 +6,7 @@ from cluster_health.web import api, expected
 
 urlpatterns = [
     path("nodes", api.nodes, name="api-nodes"),
+    path("nodes/<str:name>/gpus", api.node_gpus, name="api-node-gpus"),
     path("nodes/<str:name>/retire", api.node_retire, name="api-node-retire"),
     path("nodes/<str:name>/activate", api.node_activate, name="api-node-activate"),
     path("expected", expected.expected, name="api-expected"),

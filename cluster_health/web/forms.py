@@ -7,7 +7,7 @@ from django import forms
 from cluster_health.core import matrix, planner
 from cluster_health.models import Node, Sweep
 
-PAGE_KINDS = ("connectivity", "quick", "full", "group", "discover", "sampled", "topology", "bisect")
+PAGE_KINDS = ("connectivity", "quick", "full", "group", "discover", "sampled", "topology", "bisect", "gpu")
 KIND_HELP = {
     "connectivity": "every pair reaches the collective stage (fast, no bandwidth)",
     "quick": "a quick pass with small messages",
@@ -17,6 +17,7 @@ KIND_HELP = {
     "sampled": "large fleets: rounds of random disjoint pairs with bandwidth, every node in each round",
     "topology": "large fleets: every pair inside each group (rack, leaf), one pair between every two groups",
     "bisect": "large fleets: a quick pass, then probes around the suspects until each failure is pinned",
+    "gpu": "every node's GPUs checked locally: memory, bf16/fp16 matmul, host copies, against the fleet",
 }
 
 

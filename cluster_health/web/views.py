@@ -28,7 +28,7 @@ from cluster_health import hangs, nodes, sweeps, vocabulary
 from cluster_health.core import consistency, culprits, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.queues import dispatch
-from cluster_health.shapes import documents, health, matrices
+from cluster_health.shapes import documents, gpus, health, matrices
 from cluster_health.sweeps import waiting
 from cluster_health.web import times
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
@@ -191,8 +191,20 @@ def sweep_detail(request, sweep_id: int):
             "previous": previous,
             "plan": documents.plan_json(sweep),
             "group_refresh_ms": GROUP_REFRESH_MS,
+            "gpu_checks": _gpu_rows(sweep),
         },
     )
+
+
+def _gpu_rows(sweep: Sweep) -> list[dict]:
+    """A gpu sweep's checks for its page: each GPU's figures as (key, value, the model's median, slow) cells."""
+    if sweep.kind not in vocabulary.GPU_SWEEP_KINDS:
+        return []
+    checks = gpus.gpu_dicts(sweep)
+    for check in checks:
+        for d in check["devices"]:
+            d["cells"] = [(k, d.get(k), d["fleet_median"].get(k), k in d["slow"]) for k in gpus.FIGURES]
+    return checks
 
 
 @login_required
@@ -454,7 +466,8 @@ def node_detail(request, name: str):
         .order_by("-id")[:30]
     )
     interfaces = (node.facts or {}).get("interfaces") or []
-    facts = [(_fact_label(k), k, v) for k, v in _flatten(node.facts or {}) if not k.startswith("interfaces")]
+    # Interfaces and GPUs have tables of their own.
+    facts = [(_fact_label(k), k, v) for k, v in _flatten(node.facts or {}) if not k.startswith(("interfaces", "gpus"))]
     return render(
         request,
         "cluster_health/node.html",
@@ -473,6 +486,7 @@ def node_detail(request, name: str):
             "facts": facts,
             "facts_as_of": node.last_heartbeat,
             "interfaces": interfaces,
+            "gpus": gpus.node_gpus(node),
         },
     )
 

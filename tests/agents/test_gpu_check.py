@@ -79,6 +79,29 @@ def test_the_result_contract_bounds_devices_and_requires_a_reason():
         )
 
 
+def test_the_result_contract_checks_the_gpu_pair_matrix():
+    base = {"v": 1, "kind": "gpu", "probe_id": 1, "node": "n0", "status": "ok", "stage": "pairs"}
+    pair = {"src": 0, "dst": 1, "link": "nvlink", "nvlink_lanes": 18, "p2p": True, "p2p_gbps": 381.0}
+    got = gpu_contract.validate_result({**base, "pairs": [pair]})["pairs"][0]
+    assert (got["src"], got["dst"], got["link"], got["p2p"], got["p2p_gbps"], got["status"]) == (
+        0,
+        1,
+        "nvlink",
+        True,
+        381.0,
+        "ok",
+    )
+    for bad, match in (
+        ({**pair, "dst": 0}, r"pairs\[0\]: src and dst are both GPU 0"),
+        ({**pair, "link": "infiniband"}, r"pairs\[0\]\.link"),
+        ({**pair, "p2p_gbps": -3}, r"pairs\[0\]\.p2p_gbps"),
+    ):
+        with pytest.raises(contract.ContractError, match=match):
+            gpu_contract.validate_result({**base, "pairs": [bad]})
+    with pytest.raises(contract.ContractError, match="at most 4032 GPU pairs"):
+        gpu_contract.validate_result({**base, "pairs": [pair] * 4033})
+
+
 def test_the_pcie_table_knows_what_a_link_carries():
     assert gpu_contract.pcie_gbps(5, 16) == 63.008
     assert gpu_contract.pcie_gbps(4, 8) == 15.752
@@ -96,3 +119,5 @@ def test_the_agent_routes_a_gpu_command_to_the_check_and_reports_its_result(cpu_
     assert sent == [result]
     assert (result["kind"], result["status"], result["reason"]) == ("gpu", "skipped", "no_gpu")
     assert agent.handle(command(expires_at=1.0)) is None and len(sent) == 1  # expired: dropped, as probes are
+    # The server's outbox sent it again (a worker died between commit and mark): run once, not twice.
+    assert agent.handle(command()) is None and len(sent) == 1

@@ -93,7 +93,8 @@ def test_a_node_missing_a_gpu_or_all_of_them_fails():
     fleet["n2"] = node_facts("cpu_node")
     found = gpu_findings.fleet_findings(fleet)
     assert texts(found, "fail") == [
-        "n1 has 7 GPUs where its peers have 8: a GPU is missing (fallen off the bus, Xid 79) or hidden",
+        "n1 has 7 GPUs where its peers have 8 (00000000:88:00.0, where its peers have one, is not listed): a GPU is "
+        "missing (fallen off the bus, Xid 79) or hidden",
         "n2 reports no GPUs (no NVML library (libnvidia-ml.so): no NVIDIA driver is installed on this node) "
         "where its peers have 8",
     ]
@@ -161,3 +162,40 @@ def test_failed_and_degraded_checks_become_findings():
     found = gpu_findings.check_findings(copy.deepcopy(results))
     assert [(f["severity"], f["subject"]) for f in found] == [("fail", "n0"), ("warn", "n1")]
     assert found[0]["text"] == "gpu check timeout on n0 (gpu_error): GPU 3 hung"
+
+
+def _matrix_result(figures: dict[tuple[int, int], float], gpus: int = 4, link: str = "nvlink") -> dict:
+    pairs = [
+        {"src": a, "dst": b, "link": link, "p2p_gbps": figures.get((min(a, b), max(a, b)), 380.0)}
+        for a in range(gpus)
+        for b in range(gpus)
+        if a != b
+    ]
+    return {
+        "status": "ok",
+        "devices": [{"index": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(gpus)],
+        "pairs": pairs,
+    }
+
+
+def test_it_names_a_gpu_pair_far_below_its_siblings_and_its_peers():
+    results = {"n0": _matrix_result({}), "n1": _matrix_result({(1, 3): 41.0}), "n2": _matrix_result({})}
+    found = gpu_findings.pair_findings(results)
+    assert [(f["severity"], f["subject"]) for f in found] == [("fail", "n1")]
+    assert found[0]["text"] == (
+        "n1 GPU 1↔3: 41 GB/s peer-to-peer copy where its other NVLink pairs run 380 and GPU 1↔3 of 2 peers "
+        "380 GB/s: an NVLink lane down, or the pair falling back to PCIe"
+    )
+
+
+def test_a_pair_its_peers_share_or_a_small_drop_is_not_named():
+    slow_everywhere = {(1, 3): 150.0}  # a property of the model's wiring, not a fault of one node
+    results = {n: _matrix_result(slow_everywhere) for n in ("n0", "n1", "n2")}
+    results["n3"] = _matrix_result({(0, 2): 359.0})  # one NVLink lane of 18 down: 17/18 of the rate
+    assert gpu_findings.pair_findings(results) == []
+
+
+def test_a_single_node_is_judged_against_its_own_pairs():
+    found = gpu_findings.pair_findings({"n0": _matrix_result({(0, 1): 20.0}, link="pcie_switch")})
+    assert [f["text"].split(":")[0] for f in found] == ["n0 GPU 0↔1"]
+    assert "PCIe-switch pairs run 380 GB/s: the PCIe path" in found[0]["text"]

@@ -74,6 +74,40 @@ def test_the_gpu_check_measures_every_gpu(cuda):
         assert dev["h2d_gbps"] > 0.5 and dev["d2h_gbps"] > 0.5
         assert dev["pcie_gbps"] is None or dev["pcie_gbps"] > 1
     assert set(result["stage_times"]) >= {"init", "memory", "matmul", "copy"}
+    count = cuda["count"]
+    # The GPU x GPU matrix: every ordered pair; one GPU gives a 1x1 matrix, no pair to measure.
+    assert len(result["pairs"]) == count * (count - 1)
+    for p in result["pairs"]:
+        assert p["status"] == "ok", p
+        assert p["p2p_gbps"] > 0.5 and p["p2p_off_gbps"] > 0.5 and p["nccl_busbw_gbps"] > 0.5, p
+    print(f"gpu check on {count} GPU(s): {json.dumps(result['devices'])} pairs: {json.dumps(result['pairs'])}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_gpu_sweep_end_to_end_on_this_node(cuda, stack, client):
+    """The agent on this node, the server stack, ``manage.py sweep --kind gpu --wait --json``, and the node's
+    GPU JSON the node page draws (GET /api/nodes/NAME/gpus); figures kept in test-artifacts/gpu-sweep.json."""
+    from tests.support.artifacts import ARTIFACTS
+    from tests.support.dashboard_rows import make_user
+    from tests.support.sweep_setup import manage, wait_online
+
+    stack.start_agent("gpu-node")
+    try:
+        wait_online(["gpu-node"], timeout=120)
+        run = manage(stack, "sweep", "--kind", "gpu", "--nodes", "gpu-node", "--wait", "--json", "--timeout", "250")
+        assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
+        report = json.loads(run.stdout)
+        [check] = report["gpus"]
+        assert check["status"] in ("ok", "degraded") and len(check["devices"]) == cuda["count"], check
+        client.force_login(make_user("gpu-viewer", operator=False))
+        node = client.get("/api/nodes/gpu-node/gpus").json()
+        assert node["check"]["sweep"] == report["sweep"]
+        assert node["check"]["matrix"]["gpus"] == list(range(cuda["count"]))
+        assert len(node["devices"]) >= cuda["count"]  # NVML's facts from the agent's heartbeats
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "gpu-sweep.json").write_text(json.dumps({"sweep": report, "node": node}, indent=1))
+    finally:
+        stack.stop_agent("gpu-node")
 
 
 NCCL_WORLD_OF_ONE = textwrap.dedent("""

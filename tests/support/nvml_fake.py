@@ -122,3 +122,21 @@ class FakeNvml:
         if link >= len(links):
             raise NVMLError(2)  # INVALID_ARGUMENT: no such link on this GPU
         return links[link]
+
+    # The GPU x GPU links (agents/gpu_pairs.py). A recording may give a device's "nvlink_remote" (the PCI
+    # bus id at the far end of each link) and the node's "topology" level between any two GPUs; by default
+    # every NVLink goes into one of four NVSwitches (an HGX board) and the GPUs share a NUMA node.
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id):
+        assert self.initialised
+        for i, dev in enumerate(self.rec["devices"]):
+            if dev["pci_bus_id"].upper() == str(bus_id).upper():
+                return i
+        raise NVMLError(6)  # NOT_FOUND
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        remote = self._dev(h).get("nvlink_remote") or [f"00000000:{0xC0 + link % 4:02X}:00.0"] * 18
+        return SimpleNamespace(busId=remote[link].encode())
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, h1, h2):
+        self._dev(h1), self._dev(h2)
+        return self.rec.get("topology", 40)

@@ -23,7 +23,8 @@ KIND_HELP = (
     "GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME that works on each node; for large fleets, "
     "sampled: --rounds rounds of random disjoint pairs (--seed to repeat them), "
     "topology: every pair inside each group and one between every two groups, "
-    "bisect: a quick pass, then probes around the suspects until each failure is pinned"
+    "bisect: a quick pass, then probes around the suspects until each failure is pinned; "
+    "gpu: every node's local GPU check (memory, matmul, host copies), compared across the fleet"
 )
 
 

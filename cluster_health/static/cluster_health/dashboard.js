@@ -9,7 +9,7 @@
     if (!p) return "";
     const rounds = p.rounds ? `round ${p.round}/${p.rounds} · ` : "";
     const scope = p.scope === "round" ? " in this round" : "";
-    return `${rounds}${p.pairs_done}/${p.pairs_total} pairs done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
+    return `${rounds}${p.pairs_done}/${p.pairs_total} ${p.unit || "pairs"} done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
   }
 
   function renderFindings(findings) {
@@ -62,7 +62,11 @@
       onFrame: (frame) => {
         renderMeta(frame);
         // Findings are written when the sweep closes: re-read once at that moment.
-        if (frame.status && OPEN.includes(lastStatus) && !OPEN.includes(frame.status)) live.reload();
+        if (frame.status && OPEN.includes(lastStatus) && !OPEN.includes(frame.status)) {
+          // A gpu sweep's GPU table is drawn by the server from its closed checks: read the page again.
+          if (document.querySelector("[data-sweep-gpus]")) location.reload();
+          else live.reload();
+        }
         if (frame.status) lastStatus = frame.status;
       },
     });
