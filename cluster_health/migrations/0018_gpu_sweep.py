@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cluster_health', '0016_hang_diagnoses'),
+        ('cluster_health', '0017_api_token_name'),
     ]
 
     operations = [
