@@ -296,3 +296,46 @@ def test_the_outlier_rules_read_a_1024_node_sweep_and_name_its_slow_node():
             pairs.append({"a": a, "b": b, "status": "ok", "busbw_gbps": bw, "sizes": sizes})
     found = culprits.outliers(pairs)
     assert [(f["code"], f["subject"]) for f in found] == [("slow_node", "n0500")]
+
+
+SIX = [f"host{i}" for i in range(1, 7)]
+
+
+def six_host_bed():
+    """The namespace bed's faults: a firewall between host1 and host2, host3 shaped to 200 Mbit/s, host5's
+    agent stopped (host2<->host5 timed out when it stopped; its other pairs found it offline)."""
+
+    def bad(a, b):
+        if (a, b) == ("host1", "host2"):
+            return CONNECT_TIMEOUT
+        if (a, b) == ("host2", "host5"):
+            return ("timeout", "store", "store_timeout")
+        if "host5" in (a, b):
+            return ("offline", None, "agent_offline")
+        return None
+
+    return matrix(SIX, bad, busbw=lambda a, b: 0.024 if "host3" in (a, b) else 0.42)
+
+
+def test_an_offline_node_owns_its_pairs_and_a_firewalled_pair_is_a_link():
+    found = culprits.infer(SIX, six_host_bed(), offline={"host5"})
+    assert codes(found) == [("slow_node", "host3")]
+    assert not [f for f in found if f["subject"] == "host2"]
+
+
+def test_without_knowing_the_node_is_offline_its_timeouts_made_a_healthy_peer_the_common_factor():
+    # What the rule said before it was told which nodes were offline: the wrong culprit the page showed.
+    assert ("node_common_factor", "host2") in codes(culprits.infer(SIX, six_host_bed()))
+
+
+def test_a_segment_is_still_a_segment_when_a_node_in_it_is_offline():
+    nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+
+    def bad(a, b):
+        if "rack2-n2" in (a, b):
+            return ("offline", None, "agent_offline")
+        return CONNECT_TIMEOUT if a[:5] != b[:5] else None
+
+    found = culprits.infer(nodes, matrix(nodes, bad), offline={"rack2-n2"})
+    assert codes(found) == [("segment", "rack1<->rack2")]
+    assert sorted(found[0]["pairs"]) == ["rack1-n1<->rack2-n1", "rack1-n2<->rack2-n1"]
