@@ -47,6 +47,9 @@ def sweep_state(request, sweep_id: int):
     sweep = get_object_or_404(Sweep, pk=sweep_id)
     summary = documents.sweep_json(sweep, with_pairs=False, with_progress=True)
     summary["node_matrix_max_nodes"] = settings.NODE_MATRIX_MAX_NODES
+    summary["grouped"] = matrices.has_groups(sweep)
+    # Beside an open sweep, the page keeps the last complete one readable (its matrix and findings).
+    summary["last_complete"] = _last_complete(before=sweep.created) if sweep.is_open else None
     if matrices.node_matrix_shown(sweep):
         views = {"matrix": matrices.matrix_text(sweep)}
     else:
@@ -56,6 +59,17 @@ def sweep_state(request, sweep_id: int):
 
 def _latest_sweep():
     return Sweep.objects.order_by("-created").first()
+
+
+def _last_complete(before) -> int | None:
+    """The newest finished sweep created before ``before``: what the fleet looked like last time."""
+    return (
+        Sweep.objects.filter(status="finished", created__lt=before)
+        .exclude(kind__in=(*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"))
+        .order_by("-created")
+        .values_list("pk", flat=True)
+        .first()
+    )
 
 
 NODE_POLL_MS = 5000  # how often the overview re-reads its node table

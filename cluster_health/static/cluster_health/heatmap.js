@@ -15,6 +15,9 @@ CH.STATUS_COLORS = {
   untested: "#eeeeee", pending: "#bbbbbb", running: "#56b4e9", ok: "#009e73",
   degraded: "#f0e442", failed: "#d55e00", timeout: "#cc79a7", offline: "#000000", skipped: "#0072b2",
 };
+// Statuses that have no figure to plot: on the throughput and latency views their cells keep
+// their status colour, marked with a cross, so a failed pair or a dead node never turns blank.
+CH.KEPT_ON_FIGURES = ["failed", "timeout", "offline"];
 CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00" };
 
 CH.decode = function (b64, Type) {
@@ -73,8 +76,11 @@ class MatrixPlot {
   constructor(el, opts) {
     this.el = el;
     // {kind: "discrete"|"continuous", codes, colors, colorscale, zmin, zmax, zmid, title, hover(i,j), click(i,j),
-    //  index(i,j,n) (default CH.pairIndex), diagonal (cells (i, i) hold values: a group matrix)}
+    //  index(i,j,n) (default CH.pairIndex), diagonal (cells (i, i) hold values: a group matrix),
+    //  overlay {values, codes, colors, kept}: cells whose status is in kept drawn in that status's colour
+    //  over a continuous map (their figure is missing)}
     this.opts = opts;
+    this.lit = [];
     this.revision = 0;
     this.tooltip = document.createElement("div");
     this.tooltip.className = "tooltip";
@@ -89,25 +95,56 @@ class MatrixPlot {
     this.bounds = bounds || [];
     const n = nodes.length;
     const index = this.opts.index || CH.pairIndex, diagonal = !!this.opts.diagonal;
+    const over = this.opts.overlay;
     this.z = [];
+    this.overZ = over ? [] : null;
     for (let r = 0; r < n; r++) {
       const row = new Float32Array(n);
+      const overRow = over ? new Float32Array(n) : null;
       const i = order[r];
       for (let c = 0; c < n; c++) {
         const j = order[c];
-        row[c] = i === j && !diagonal ? NaN : values[index(i, j, n)];
+        const off = i === j && !diagonal;
+        row[c] = off ? NaN : values[index(i, j, n)];
+        if (over) overRow[c] = off ? NaN : this.overValue(over.values[index(i, j, n)]);
       }
       this.z.push(row);
+      if (over) this.overZ.push(overRow);
     }
     this.pos = new Int32Array(n);
     order.forEach((node, r) => { this.pos[node] = r; });
   }
 
-  /* Write one pair's value into z without rebuilding it. */
-  setCell(i, j, value) {
+  /* A status code as the overlay draws it: itself where the status is kept, else NaN (transparent). */
+  overValue(code) {
+    const over = this.opts.overlay;
+    return over.kept.includes(over.codes[code]) ? code : NaN;
+  }
+
+  /* Write one pair's value (and, over a figure, its status code) into z without rebuilding it. */
+  setCell(i, j, value, status) {
     const r = this.pos[i], c = this.pos[j];
     this.z[r][c] = value;
     this.z[c][r] = value;
+    if (this.overZ && status !== undefined) {
+      const v = this.overValue(status);
+      this.overZ[r][c] = v;
+      this.overZ[c][r] = v;
+    }
+  }
+
+  /* The overlay trace: kept statuses in their colours, each marked with a cross where labels fit. */
+  overlayTrace() {
+    const o = this.opts.overlay;
+    const marks = this.nodes.length <= 64 ? this.overZ.map((row) => Array.from(row, (v) => (Number.isNaN(v) ? "" : "×"))) : null;
+    const t = { type: "heatmap", z: this.overZ, hoverinfo: "none", xgap: 0, ygap: 0, name: "status",
+      zmin: -0.5, zmax: o.codes.length - 0.5, colorscale: CH.discreteScale(o.codes, o.colors), showscale: false };
+    if (marks) Object.assign(t, { text: marks, texttemplate: "%{text}", textfont: { color: "#ffffff", size: 13 } });
+    return t;
+  }
+
+  traces() {
+    return this.overZ ? [this.trace(), this.overlayTrace()] : [this.trace()];
   }
 
   trace() {
@@ -133,7 +170,7 @@ class MatrixPlot {
     const shapes = this.bounds.map((b) => [
       { type: "line", x0: b - 0.5, x1: b - 0.5, y0: -0.5, y1: n - 0.5, line: { color: "#333", width: 1 } },
       { type: "line", y0: b - 0.5, y1: b - 0.5, x0: -0.5, x1: n - 0.5, line: { color: "#333", width: 1 } },
-    ]).flat();
+    ]).flat().concat(this.litShapes());
     // The colour bar of a continuous map takes 80 px beside the square: both fit the div, so the page never scrolls sideways.
     const bar = this.opts.kind === "discrete" ? 0 : 80;
     const side = Math.max(200, Math.min(560, (this.el.clientWidth || 560 + bar) - bar));
@@ -146,10 +183,26 @@ class MatrixPlot {
     };
   }
 
+  /* Outlines around the lit cells (a finding's pairs), both halves of the symmetric matrix. */
+  litShapes() {
+    return this.lit.flatMap(([i, j]) => {
+      const r = this.pos[i], c = this.pos[j];
+      const box = (x, y) => ({ type: "rect", name: "lit", x0: x - 0.5, x1: x + 0.5, y0: y - 0.5, y1: y + 0.5,
+        line: { color: "#0072b2", width: 3 }, fillcolor: "rgba(0, 114, 178, 0.15)" });
+      return r === c ? [box(c, r)] : [box(c, r), box(r, c)];
+    });
+  }
+
+  /* Light these cells (pairs of node indexes), or none, and redraw. */
+  light(cells) {
+    this.lit = cells;
+    return this.draw();
+  }
+
   draw() {
     this.revision++;
     const started = performance.now();
-    const done = Plotly.react(this.el, [this.trace()], this.layout(), { displaylogo: false, responsive: false,
+    const done = Plotly.react(this.el, this.traces(), this.layout(), { displaylogo: false, responsive: false,
       modeBarButtonsToRemove: ["select2d", "lasso2d"] });
     if (!this.bound) {
       this.bound = true;
@@ -246,8 +299,9 @@ class SweepMatrix {
   plotOptions(view) {
     const hover = (i, j) => this.hoverText(i, j);
     const click = (i, j) => { if (this.opts.pairUrl) window.location = this.opts.pairUrl(this.nodes[i], this.nodes[j]); };
-    if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, hover, click };
-    if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, hover, click };
+    const overlay = { values: this.status, codes: this.codes, colors: CH.STATUS_COLORS, kept: CH.KEPT_ON_FIGURES };
+    if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, hover, click };
+    if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, overlay, hover, click };
     return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, hover, click };
   }
 
@@ -260,18 +314,51 @@ class SweepMatrix {
   show(view) {
     this.view = this.tabs.pick(view);
     if (this.plot) Plotly.purge(this.plotEl);
+    if (this.plot) this.plot.tooltip.remove();
     this.plot = new MatrixPlot(this.plotEl, this.plotOptions(view));
     this.plot.setData(this.nodes, this.valuesFor(view), this.order, this.bounds);
+    this.plot.lit = this.litCells || [];
     this.renderLegend();
     return this.plot.draw();
   }
 
+  /* Each view its own legend: the statuses with their counts on the status view; on a figure view,
+   * what its colour scale means and the statuses that keep their colour there. */
   renderLegend() {
     if (!this.legendEl) return;
     const counts = {};
     this.codes.forEach((c) => { counts[c] = 0; });
     for (let k = 0; k < this.status.length; k++) counts[this.codes[this.status[k]]]++;
-    this.legendEl.innerHTML = this.codes.map((c) => `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[c]}</b></span>`).join("");
+    const swatch = (c) => `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[c]}</b></span>`;
+    this.legendEl.dataset.view = this.view;
+    if (this.view === "status") { this.legendEl.innerHTML = this.codes.map(swatch).join(""); return; }
+    const scale = this.view === "busbw"
+      ? "busbw in GB/s (scale on the right): dark purple is slow, yellow is fast"
+      : "latency in µs (scale on the right): yellow is quick, dark blue is slow";
+    const kept = CH.KEPT_ON_FIGURES.filter((c) => counts[c]);
+    this.legendEl.innerHTML = `<span class="scale-note" data-scale>${scale}.</span>` +
+      (kept.length ? ` <span class="muted">No figure, status colour kept (×):</span> ${kept.map(swatch).join("")}` : "") +
+      ' <span class="muted">Blank: not measured.</span>';
+  }
+
+  /* Light a finding's cells: "a<->b" pair names, or a node's every pair. Unknown names are left out. */
+  light(pairNames, nodes) {
+    const cells = [];
+    if (this.nodes) {
+      for (const name of pairNames || []) {
+        const [a, b] = name.split("<->");
+        const i = this.index.get(a), j = this.index.get(b);
+        if (i !== undefined && j !== undefined && i !== j) cells.push([i, j]);
+      }
+      for (const node of nodes || []) {
+        const i = this.index.get(node);
+        if (i === undefined) continue;
+        this.nodes.forEach((_, j) => { if (j !== i) cells.push([i, j]); });
+      }
+    }
+    this.litCells = cells;
+    this.root.dataset.lit = cells.map(([i, j]) => `${this.nodes[i]}<->${this.nodes[j]}`).join(" ");
+    return this.plot ? this.plot.light(cells) : Promise.resolve();
   }
 
   hoverText(i, j) {
@@ -307,7 +394,7 @@ class SweepMatrix {
       this.latency[k] = p.latency_us == null ? NaN : p.latency_us;
       if ((p.status !== "ok" && !this.open.has(p.status)) || p.hint) this.details[k] = [p.stage, p.reason, p.hint];
       else delete this.details[k];
-      if (this.plot) this.plot.setCell(i, j, this.valuesFor(this.view)[k]);
+      if (this.plot) this.plot.setCell(i, j, this.valuesFor(this.view)[k], code);
     }
     this.scheduleDraw();
     return true;
@@ -505,12 +592,24 @@ class LiveSweep {
     };
   }
 
-  /* The connection state, for tests (CH.wsState, body[data-ws]) and for people (the [data-live] badge). */
+  /* The connection state, for tests (CH.wsState, body[data-ws]) and for people (the [data-live] badge,
+   * shown only while the sweep on the page is open: a closed sweep no longer changes, so it is not "live"). */
   showState(state) {
-    window.CH.wsState = state;
-    if (state === "open") document.body.dataset.ws = "open";
+    if (state) this.wsState = state;
+    window.CH.wsState = this.wsState;
+    if (this.wsState === "open") document.body.dataset.ws = "open";
     const words = { open: "live", connecting: "connecting…", reconnecting: "reconnecting…", closed: "offline" };
-    document.querySelectorAll("[data-live]").forEach((el) => { el.textContent = words[state]; el.dataset.state = state; });
+    document.querySelectorAll("[data-live]").forEach((el) => {
+      el.textContent = words[this.wsState];
+      el.dataset.state = this.wsState;
+      el.hidden = this.sweepOpen === false;
+    });
+  }
+
+  /* Whether the sweep on the page is still open (pending or running): the badge follows it. */
+  setOpen(open) {
+    this.sweepOpen = open;
+    this.showState();
   }
 
   onMessage(frame) {
