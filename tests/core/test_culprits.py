@@ -5,6 +5,7 @@ from itertools import combinations
 import pytest
 
 from cluster_health.core import culprits, evidence
+from tests.support.six_hosts import SIX, six_host_pairs
 
 
 def pair(a, b, status="ok", stage="bandwidth", reason=None, busbw=1.0, evidence=None):
@@ -298,34 +299,15 @@ def test_the_outlier_rules_read_a_1024_node_sweep_and_name_its_slow_node():
     assert [(f["code"], f["subject"]) for f in found] == [("slow_node", "n0500")]
 
 
-SIX = [f"host{i}" for i in range(1, 7)]
-
-
-def six_host_bed():
-    """The namespace bed's faults: a firewall between host1 and host2, host3 shaped to 200 Mbit/s, host5's
-    agent stopped (host2<->host5 timed out when it stopped; its other pairs found it offline)."""
-
-    def bad(a, b):
-        if (a, b) == ("host1", "host2"):
-            return CONNECT_TIMEOUT
-        if (a, b) == ("host2", "host5"):
-            return ("timeout", "store", "store_timeout")
-        if "host5" in (a, b):
-            return ("offline", None, "agent_offline")
-        return None
-
-    return matrix(SIX, bad, busbw=lambda a, b: 0.024 if "host3" in (a, b) else 0.42)
-
-
 def test_an_offline_node_owns_its_pairs_and_a_firewalled_pair_is_a_link():
-    found = culprits.infer(SIX, six_host_bed(), offline={"host5"})
+    found = culprits.infer(SIX, six_host_pairs(), offline={"host5"})
     assert codes(found) == [("slow_node", "host3")]
     assert not [f for f in found if f["subject"] == "host2"]
 
 
 def test_without_knowing_the_node_is_offline_its_timeouts_made_a_healthy_peer_the_common_factor():
     # What the rule said before it was told which nodes were offline: the wrong culprit the page showed.
-    assert ("node_common_factor", "host2") in codes(culprits.infer(SIX, six_host_bed()))
+    assert ("node_common_factor", "host2") in codes(culprits.infer(SIX, six_host_pairs()))
 
 
 def test_a_segment_is_still_a_segment_when_a_node_in_it_is_offline():
