@@ -95,6 +95,15 @@ def test_it_paints_every_cell_as_its_status_on_every_view_and_blames_right(page)
         assert page.evaluate(f"CH.matrix.statusOf('{a}', '{b}')") == status
         i, j = page.evaluate(f"[CH.matrix.index.get('{a}'), CH.matrix.index.get('{b}')]")
         assert f"status: <b>{status}</b>" in page.evaluate(f"CH.matrix.hoverText({i}, {j})")
+    # host3's links pass but are 17x slower: their green cells carry the finding's mark and its words.
+    marks = page.evaluate(
+        """(pairs) => pairs.map(([a, b]) => { const m = CH.matrix;
+             return document.getElementById('plot').data[0].text[m.plot.pos[m.index.get(a)]][m.plot.pos[m.index.get(b)]]; })""",
+        [["host3", "host4"], ["host1", "host3"], ["host4", "host6"]],
+    )
+    assert marks == ["!", "!", ""]
+    i, j = page.evaluate("[CH.matrix.index.get('host3'), CH.matrix.index.get('host4')]")
+    assert "every link of host3 is slow" in page.evaluate(f"CH.matrix.hoverText({i}, {j})")
     legend = page.text_content("#heatmaps .legend")
     assert "ok 9" in legend and "timeout 2" in legend and "offline 4" in legend
 

@@ -12,13 +12,6 @@
     return `${rounds}${p.pairs_done}/${p.pairs_total} pairs done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
   }
 
-  /* The cells a finding is about: the pairs it rests on, else the link or the node it names. */
-  function cellsOf(f) {
-    if (f.pairs && f.pairs.length) return { pairs: f.pairs, nodes: [] };
-    if (String(f.subject).includes("<->")) return { pairs: [f.subject], nodes: [] };
-    return { pairs: [], nodes: [f.subject] };
-  }
-
   /* A sweep's findings into list, each with its "why" link (findingUrl(sweep, id)) and the cells it lights. */
   function renderFindings(list, state, findingUrl) {
     if (!list || !state.findings) return;
@@ -28,7 +21,7 @@
       return;
     }
     list.innerHTML = state.findings.map((f) => {
-      const cells = CH.esc(JSON.stringify(cellsOf(f)));
+      const cells = CH.esc(JSON.stringify(CH.findingCells(f)));
       const why = f.id ? ` <a class="why" href="${CH.esc(findingUrl(state.sweep, f.id))}">why</a>` : "";
       return `<li class="sev-${CH.esc(f.severity)}" data-finding="${CH.esc(f.id)}" data-cells="${cells}" tabindex="0">` +
         `<span class="sev">${CH.esc(f.severity)}</span> <b class="subject">${CH.esc(f.subject)}</b> ${CH.esc(f.text)}${why}</li>`;
@@ -117,6 +110,7 @@
           verdict.className = `verdict verdict-${state.verdict}`;
           this.root.querySelector("[data-last-when]").textContent = (state.finished || "").slice(0, 19).replace("T", " ") + " UTC";
           renderFindings(this.root.querySelector("[data-last-findings]"), state, this.cfg.findingUrl);
+          this.matrix.setFindings(state.findings);
           if (state.matrix) return this.matrix.load(state.matrix);
           this.matrix.clear();
           return undefined;
@@ -154,6 +148,7 @@
         // A fleet without topology groups (every node in one group, or each in its own) has no group matrix to show.
         groupsEl.hidden = !state.matrix ? false : !state.grouped;
         renderMeta(state);
+        matrix.setFindings(state.findings);
         renderFindings(findingsEl, state, findingUrl);
         renderTrending(state.trending_down);
         lastComplete.show(open ? state.last_complete : null);

@@ -18,6 +18,12 @@ CH.STATUS_COLORS = {
 // Statuses that have no figure to plot: on the throughput and latency views their cells keep
 // their status colour, marked with a cross, so a failed pair or a dead node never turns blank.
 CH.KEPT_ON_FIGURES = ["failed", "timeout", "offline"];
+/* The cells a finding is about: the pairs it rests on, else the link ("a<->b") or the node it names. */
+CH.findingCells = function (f) {
+  if (f.pairs && f.pairs.length) return { pairs: f.pairs, nodes: [] };
+  if (String(f.subject).includes("<->")) return { pairs: [f.subject], nodes: [] };
+  return { pairs: [], nodes: [f.subject] };
+};
 CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00" };
 
 CH.decode = function (b64, Type) {
@@ -78,7 +84,7 @@ class MatrixPlot {
     // {kind: "discrete"|"continuous", codes, colors, colorscale, zmin, zmax, zmid, title, hover(i,j), click(i,j),
     //  index(i,j,n) (default CH.pairIndex), diagonal (cells (i, i) hold values: a group matrix),
     //  overlay {values, codes, colors, kept}: cells whose status is in kept drawn in that status's colour
-    //  over a continuous map (their figure is missing)}
+    //  over a continuous map (their figure is missing), mark(i, j): a glyph drawn in cell (i, j), or ""}
     this.opts = opts;
     this.lit = [];
     this.revision = 0;
@@ -147,9 +153,18 @@ class MatrixPlot {
     return this.overZ ? [this.trace(), this.overlayTrace()] : [this.trace()];
   }
 
+  /* Each cell's glyph from opts.mark, where labels fit (a glyph in a cell of a 1,000-node matrix is a speck). */
+  markText() {
+    const n = this.nodes.length, mark = this.opts.mark;
+    if (!mark || n > 64) return null;
+    return this.order.map((i) => this.order.map((j) => (i === j && !this.opts.diagonal ? "" : mark(i, j))));
+  }
+
   trace() {
     const o = this.opts;
     const t = { type: "heatmap", z: this.z, hoverinfo: "none", xgap: 0, ygap: 0 };
+    const marks = this.markText();
+    if (marks) Object.assign(t, { text: marks, texttemplate: "%{text}", textfont: { color: "#000000", size: 14 } });
     if (o.kind === "discrete") {
       Object.assign(t, { zmin: -0.5, zmax: o.codes.length - 0.5, colorscale: CH.discreteScale(o.codes, o.colors), showscale: false });
     } else {
@@ -300,9 +315,32 @@ class SweepMatrix {
     const hover = (i, j) => this.hoverText(i, j);
     const click = (i, j) => { if (this.opts.pairUrl) window.location = this.opts.pairUrl(this.nodes[i], this.nodes[j]); };
     const overlay = { values: this.status, codes: this.codes, colors: CH.STATUS_COLORS, kept: CH.KEPT_ON_FIGURES };
+    // A passing pair a finding names (a slow node's links) is marked, so its green never reads "all well".
+    const mark = (i, j) => (this.findingsAt(i, j).length && !CH.KEPT_ON_FIGURES.includes(this.codes[this.status[CH.pairIndex(i, j, this.nodes.length)]]) ? "!" : "");
     if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, hover, click };
     if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, overlay, hover, click };
-    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, hover, click };
+    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, mark, hover, click };
+  }
+
+  /* The sweep's findings, indexed by the cells they are about (CH.findingCells): read by the tooltip and the marks. */
+  setFindings(findings) {
+    this.findingsByPair = new Map();
+    this.findingsByNode = new Map();
+    const add = (map, key, f) => { if (!map.has(key)) map.set(key, []); map.get(key).push(f); };
+    for (const f of findings || []) {
+      const c = CH.findingCells(f);
+      c.pairs.forEach((p) => { const [a, b] = p.split("<->"); add(this.findingsByPair, `${a}<->${b}`, f); add(this.findingsByPair, `${b}<->${a}`, f); });
+      c.nodes.forEach((n) => add(this.findingsByNode, n, f));
+    }
+    if (this.nodes && this.status) this.renderLegend();
+  }
+
+  /* The findings about pair (i, j): those resting on it, naming its link, or naming one of its nodes. */
+  findingsAt(i, j) {
+    if (!this.findingsByPair) return [];
+    const a = this.nodes[i], b = this.nodes[j];
+    const found = [...(this.findingsByPair.get(`${a}<->${b}`) || []), ...(this.findingsByNode.get(a) || []), ...(this.findingsByNode.get(b) || [])];
+    return [...new Set(found)];
   }
 
   valuesFor(view) {
@@ -331,7 +369,11 @@ class SweepMatrix {
     for (let k = 0; k < this.status.length; k++) counts[this.codes[this.status[k]]]++;
     const swatch = (c) => `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[c]}</b></span>`;
     this.legendEl.dataset.view = this.view;
-    if (this.view === "status") { this.legendEl.innerHTML = this.codes.map(swatch).join(""); return; }
+    if (this.view === "status") {
+      const marked = this.findingsByPair && (this.findingsByPair.size || this.findingsByNode.size) ? ' <span class="muted">! a finding names this pair: hover it.</span>' : "";
+      this.legendEl.innerHTML = this.codes.map(swatch).join("") + marked;
+      return;
+    }
     const scale = this.view === "busbw"
       ? "busbw in GB/s (scale on the right): dark purple is slow, yellow is fast"
       : "latency in µs (scale on the right): yellow is quick, dark blue is slow";
@@ -372,6 +414,10 @@ class SweepMatrix {
       if (d[2]) html += `<br><span class="hint">${CH.esc(d[2])}</span>`;
     }
     html += `<br>busbw: ${CH.fmt(this.busbw[k], 2)} GB/s · latency: ${CH.fmt(this.latency[k], 1)} µs`;
+    for (const f of this.findingsAt(i, j)) {
+      const text = f.text.length > 160 ? f.text.slice(0, 159) + "…" : f.text;
+      html += `<br><span class="sev-${CH.esc(f.severity)}">finding, ${CH.esc(f.severity)}:</span> <b>${CH.esc(f.subject)}</b> ${CH.esc(text)}`;
+    }
     return html;
   }
 
