@@ -7,7 +7,8 @@ own rules make of them:
 - the findings blame the firewalled link and the offline node, never their common peer; each one's
   "why" link opens its page, and hovering it lights its cells;
 - no one-group "host" panel; the live badge only on an open sweep, whose verdict reads "running"
-  while the last complete sweep stays readable beside it.
+  while the last complete sweep stays readable beside it;
+- "Start a sweep" lists every active node, the offline one marked, as "none ticked" means.
 Screenshots go to test-artifacts/ (CLUSTER_HEALTH_TEST_ARTIFACTS).
 """
 
@@ -19,7 +20,8 @@ from django.utils import timezone
 from cluster_health.models import Finding, Node
 from cluster_health.sweeps import findings
 from tests.support.artifacts import shot
-from tests.support.dashboard_rows import make_nodes, make_sweep
+from tests.support.browser import logged_in_page
+from tests.support.dashboard_rows import PASSWORD, make_nodes, make_sweep, make_user
 from tests.support.six_hosts import SIX, six_host_pairs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -173,3 +175,17 @@ def test_a_running_sweep_reads_running_beside_the_last_complete_one(page):
     assert page.evaluate("CH.lastComplete.matrix.statusOf('host1', 'host2')") == "timeout"
     assert last.locator("[data-last-findings] li", has_text="host5 went offline").count() == 1
     assert last.locator("a.why").count() == Finding.objects.filter(sweep=done).count()
+
+
+def test_start_a_sweep_lists_every_node_that_none_ticked_means(stack, chromium):
+    make_user("operator", operator=True)
+    make_nodes(["host1", "host2", "host3"])
+    make_nodes(["host5"], online=False)
+    context, page = logged_in_page(chromium, stack.start_web(), "operator", PASSWORD)
+    try:
+        page.goto(page.url + "sweeps/new/")
+        boxes = page.locator("#start-sweep label.check")
+        assert [t.strip() for t in boxes.all_text_contents()] == ["host1", "host2", "host3", "host5 (offline)"]
+        assert "none ticked: every active node" in page.text_content("#start-sweep")
+    finally:
+        context.close()

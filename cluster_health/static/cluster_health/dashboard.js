@@ -146,7 +146,7 @@
         const open = OPEN.includes(state.status);
         live.setOpen(open);
         // A fleet without topology groups (every node in one group, or each in its own) has no group matrix to show.
-        groupsEl.hidden = !state.matrix ? false : !state.grouped;
+        groupsEl.hidden = !state.grouped;
         renderMeta(state);
         matrix.setFindings(state.findings);
         renderFindings(findingsEl, state, findingUrl);
