@@ -189,3 +189,19 @@ def test_start_a_sweep_lists_every_node_that_none_ticked_means(stack, chromium):
         assert "none ticked: every active node" in page.text_content("#start-sweep")
     finally:
         context.close()
+
+
+def test_a_group_cell_says_how_many_of_its_pairs_are_bad(page):
+    nodes = make_nodes(["rack1-n1", "rack1-n2", "rack2-n1"]) + make_nodes(["rack2-n2"], online=False)
+    down = {"status": "offline", "stage": None, "reason": "agent_offline", "busbw_gbps": None}
+    sweep = make_sweep(nodes, {(n.name, "rack2-n2"): down for n in nodes}, verdict="fail")
+    page.goto(f"{page.base}/sweeps/{sweep.pk}/")
+    page.wait_for_function(f"() => document.body.dataset.loaded === '{sweep.pk}'")
+    assert page.is_visible("#groups")
+    page.click("[data-groups-details] summary")
+    page.wait_for_function(f"() => document.getElementById('groups').dataset.loaded === '{sweep.pk}'")
+    assert page.evaluate("CH.groups.names") == ["rack1", "rack2"]
+    text = page.evaluate("document.querySelector('#groups [data-groups-plot]').data[0].text")
+    assert text == [["", "2/4"], ["2/4", "1/1"]]  # rack1 inside all ok; one node of rack2 down
+    assert "failing/probed" in page.text_content("[data-groups-legend]")
+    shot(page, "truth-groups")

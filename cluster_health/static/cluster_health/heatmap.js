@@ -164,7 +164,8 @@ class MatrixPlot {
     const o = this.opts;
     const t = { type: "heatmap", z: this.z, hoverinfo: "none", xgap: 0, ygap: 0 };
     const marks = this.markText();
-    if (marks) Object.assign(t, { text: marks, texttemplate: "%{text}", textfont: { color: "#000000", size: 14 } });
+    // Without a colour, plotly picks black or white against each cell's own colour.
+    if (marks) Object.assign(t, { text: marks, texttemplate: "%{text}", textfont: o.markColor ? { color: o.markColor, size: 14 } : { size: 12 } });
     if (o.kind === "discrete") {
       Object.assign(t, { zmin: -0.5, zmax: o.codes.length - 0.5, colorscale: CH.discreteScale(o.codes, o.colors), showscale: false });
     } else {
@@ -319,7 +320,7 @@ class SweepMatrix {
     const mark = (i, j) => (this.findingsAt(i, j).length && !CH.KEPT_ON_FIGURES.includes(this.codes[this.status[CH.pairIndex(i, j, this.nodes.length)]]) ? "!" : "");
     if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, hover, click };
     if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, overlay, hover, click };
-    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, mark, hover, click };
+    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, mark, markColor: "#000000", hover, click };
   }
 
   /* The sweep's findings, indexed by the cells they are about (CH.findingCells): read by the tooltip and the marks. */
@@ -537,7 +538,10 @@ class GroupPanel {
   show(view) {
     this.view = this.tabs.pick(view);
     if (!this.names) return Promise.resolve();
-    const common = { index: CH.groupCellIndex, diagonal: true, hover: (g, h) => this.hoverText(g, h), click: (g, h) => this.drill(g, h) };
+    // A cell's colour is its worst pair's status; its text says how many of its probed pairs are bad, so one
+    // dead node colours its cells without reading as a whole rack down.
+    const mark = (g, h) => { const k = CH.groupCellIndex(g, h, this.names.length); return this.bad[k] ? `${this.bad[k]}/${this.tested[k]}` : ""; };
+    const common = { index: CH.groupCellIndex, diagonal: true, mark, hover: (g, h) => this.hoverText(g, h), click: (g, h) => this.drill(g, h) };
     let opts = { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, ...common }, values = this.worst;
     if (view === "busbw") { opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, ...common }; values = this.median; }
     if (view === "failing") {
@@ -554,7 +558,7 @@ class GroupPanel {
   renderLegend() {
     const counts = {};
     for (const code of this.worst) counts[code] = (counts[code] || 0) + 1;
-    this.legendEl.innerHTML = `<span class="muted">${this.names.length} groups, cells by worst status:</span>` + this.codes.map((c, code) => (counts[code]
+    this.legendEl.innerHTML = `<span class="muted">${this.names.length} groups, cells by worst status, marked failing/probed pairs:</span>` + this.codes.map((c, code) => (counts[code]
       ? `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[code]}</b></span>` : "")).join("");
   }
 
