@@ -22,6 +22,7 @@ from cluster_health.sweeps import findings
 from tests.support.artifacts import shot
 from tests.support.browser import logged_in_page
 from tests.support.dashboard_rows import PASSWORD, make_nodes, make_sweep, make_user
+from tests.support.live import running_sweep_page
 from tests.support.six_hosts import SIX, six_host_pairs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
@@ -152,29 +153,35 @@ def test_it_paints_every_cell_as_its_status_on_every_view_and_blames_right(page)
     assert "host1<->host2" in page.text_content("body")
 
 
-def test_a_running_sweep_reads_running_beside_the_last_complete_one(page):
-    nodes, done = six_host_sweep()
-    running = make_sweep(nodes, {(a.name, b.name): {"status": "pending"} for a in nodes for b in nodes}, "running")
-    running.verdict = "unknown"
-    running.save(update_fields=["verdict"])
-    page.goto(f"{page.base}/")
-    page.wait_for_function(
-        f"() => document.body.dataset.loaded === '{running.pk}'"
-        f" && document.getElementById('last-complete').dataset.loaded === '{done.pk}'"
-    )
-    shot(page, "truth-overview-running")
-    assert page.text_content("[data-verdict]") == "running"
-    assert "UNKNOWN" not in page.inner_text(".page-head")
-    assert page.is_visible("#heatmaps [data-live]")
-    findings_text = page.text_content("[data-findings]")
-    assert "still running" in findings_text and "Nothing to report" not in findings_text
-    # The last complete sweep: its matrix and findings, readable while the new one runs.
-    last = page.locator("#last-complete")
-    assert last.is_visible()
-    assert last.locator("[data-last-link]").text_content() == f"#{done.pk}"
-    assert page.evaluate("CH.lastComplete.matrix.statusOf('host1', 'host2')") == "timeout"
-    assert last.locator("[data-last-findings] li", has_text="host5 went offline").count() == 1
-    assert last.locator("a.why").count() == Finding.objects.filter(sweep=done).count()
+def test_a_running_sweep_reads_running_beside_the_last_complete_one(stack, chromium):
+    _, done = six_host_sweep()
+    with running_sweep_page(stack, chromium, SIX, height=1000) as live:
+        page, running = live.page, live.sweep
+        for where in (f"/sweeps/{running.pk}/", "/"):  # the sweep page, then the overview following it
+            page.goto(base_of(page) + where)
+            page.wait_for_function(
+                f"() => document.body.dataset.loaded === '{running.pk}'"
+                f" && document.getElementById('last-complete').dataset.loaded === '{done.pk}'"
+            )
+            assert page.text_content("[data-verdict]") == "running"
+            assert "unknown" not in page.inner_text(".page-head").lower()
+            assert page.is_visible("#heatmaps [data-live]")
+            findings_text = page.text_content("[data-findings]")
+            assert "still running" in findings_text and "Nothing to report" not in findings_text
+            # The last complete sweep: its matrix and findings, readable while the new one runs.
+            last = page.locator("#last-complete")
+            assert last.is_visible()
+            assert last.locator("[data-last-link]").text_content() == f"#{done.pk}"
+            assert page.evaluate("CH.lastComplete.matrix.statusOf('host1', 'host2')") == "timeout"
+            assert last.locator("[data-last-findings] li", has_text="host5 went offline").count() == 1
+            assert last.locator("a.why").count() == Finding.objects.filter(sweep=done).count()
+        shot(page, "truth-overview-running")
+
+
+def base_of(page) -> str:
+    """The server's URL, from the page's own."""
+    scheme, rest = page.url.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
 def test_start_a_sweep_lists_every_node_that_none_ticked_means(stack, chromium):
