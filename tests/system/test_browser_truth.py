@@ -212,3 +212,13 @@ def test_a_group_cell_says_how_many_of_its_pairs_are_bad(page):
     assert text == [["", "2/4"], ["2/4", "1/1"]]  # rack1 inside all ok; one node of rack2 down
     assert "failing/probed" in page.text_content("[data-groups-legend]")
     shot(page, "truth-groups")
+    # Median busbw: rack2's inside measured nothing and keeps its status colour; the scale has its own legend.
+    page.click("#groups [data-group-view=busbw]")
+    plot = "document.querySelector('#groups [data-groups-plot]')"
+    page.wait_for_function(f"() => CH.groups.view === 'busbw' && ({plot}.data || []).length === 2")
+    over = page.evaluate(
+        f"{plot}.data[1].z.map((row) => Array.from(row, (v) => (v === null || Number.isNaN(v) ? null : CH.groups.codes[v])))"
+    )
+    assert over == [[None, None], [None, "offline"]]
+    legend = page.text_content("[data-groups-legend]")
+    assert "GB/s" in legend and page.locator("[data-groups-legend] [data-status=ok]").count() == 0

@@ -543,7 +543,13 @@ class GroupPanel {
     const mark = (g, h) => { const k = CH.groupCellIndex(g, h, this.names.length); return this.bad[k] ? `${this.bad[k]}/${this.tested[k]}` : ""; };
     const common = { index: CH.groupCellIndex, diagonal: true, mark, hover: (g, h) => this.hoverText(g, h), click: (g, h) => this.drill(g, h) };
     let opts = { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, ...common }, values = this.worst;
-    if (view === "busbw") { opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, ...common }; values = this.median; }
+    if (view === "busbw") {
+      // A cell with no busbw (its pairs all failed, timed out or went offline) keeps its worst status's colour.
+      const unmeasured = Uint8Array.from(this.worst, (w, k) => (Number.isNaN(this.median[k]) ? w : 0));
+      const overlay = { values: unmeasured, codes: this.codes, colors: CH.STATUS_COLORS, kept: CH.KEPT_ON_FIGURES };
+      opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, ...common };
+      values = this.median;
+    }
     if (view === "failing") {
       opts = { kind: "continuous", colorscale: [[0, "#f7f7f7"], [1, CH.STATUS_COLORS.failed]], unit: "failing", zmin: 0, zmax: 1, ...common };
       values = this.failing;
@@ -555,11 +561,22 @@ class GroupPanel {
     return this.plot.draw().then(() => { this.root.dataset.loaded = String(this.sweepId); });
   }
 
+  /* Each view its own legend: the worst statuses on the status view, what the scale means on the others. */
   renderLegend() {
     const counts = {};
     for (const code of this.worst) counts[code] = (counts[code] || 0) + 1;
-    this.legendEl.innerHTML = `<span class="muted">${this.names.length} groups, cells by worst status, marked failing/probed pairs:</span>` + this.codes.map((c, code) => (counts[code]
-      ? `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[code]}</b></span>` : "")).join("");
+    const swatches = (codes) => codes.map((c) => { const code = this.codes.indexOf(c); return counts[code]
+      ? `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[code]}</b></span>` : ""; }).join("");
+    this.legendEl.dataset.view = this.view;
+    const head = `<span class="muted">${this.names.length} groups, cells marked failing/probed pairs;</span> `;
+    if (this.view === "busbw") {
+      this.legendEl.innerHTML = head + '<span class="scale-note" data-scale>median busbw in GB/s (scale on the right): dark purple is slow, yellow is fast.</span> ' +
+        '<span class="muted">No busbw, worst status kept (×):</span> ' + swatches(CH.KEPT_ON_FIGURES);
+    } else if (this.view === "failing") {
+      this.legendEl.innerHTML = head + '<span class="scale-note" data-scale>the share of probed pairs failing, timed out or offline (scale on the right): white none, vermillion all.</span>';
+    } else {
+      this.legendEl.innerHTML = head + '<span class="muted">colour by worst status:</span>' + swatches(this.codes);
+    }
   }
 
   hoverText(g, h) {
