@@ -560,18 +560,35 @@ def infer(
     pairs: list[dict[str, Any]],
     pattern: str | None = None,
     declared: Mapping[str, str] | None = None,
+    offline: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """Every matrix-wide finding: inbound-blocked nodes, failing segments, a common node, lossy nodes, outliers.
 
     pattern: the hostname pattern (DEFAULT_GROUP_PATTERN when None); declared: node name -> its
-    declared topology group, which wins over the pattern for that node.
+    declared topology group, which wins over the pattern for that node; offline: nodes whose agent
+    was silent (offline when planned, or as the sweep ends): their bad pairs are theirs, and no
+    segment, inbound or common-factor rule counts them.
     """
     nodes = list(nodes)
-    found = segments(pairs, pattern, declared)
-    found += inbound_blocked(nodes, pairs, {name for f in found for name in f["pairs"]})
+    failing = without_offline_pairs(pairs, offline)
+    found = segments(failing, pattern, declared)
+    found += inbound_blocked(nodes, failing, {name for f in found for name in f["pairs"]})
     explained = {name for f in found for name in f["pairs"]}
-    found += common_node(pairs, explained)
+    found += common_node(failing, explained)
     return found + lossy_nodes(pairs) + outliers(pairs, pattern, declared)
+
+
+def without_offline_pairs(pairs: list[dict[str, Any]], offline: Iterable[str]) -> list[dict[str, Any]]:
+    """The pairs less the bad ones of an offline node: those are the node's (its own finding names it).
+
+    A peer's pair with a node whose agent stopped times out or goes offline on the node's account;
+    counted against the peer, they would make it the "common factor" of a firewalled link and a
+    dead node together.
+    """
+    gone = set(offline)
+    if not gone:
+        return pairs
+    return [p for p in pairs if not (p["status"] in BAD and (p["a"] in gone or p["b"] in gone))]
 
 
 def explained_pairs(found: list[dict[str, Any]]) -> set[str]:

@@ -93,7 +93,7 @@ def sweep_json(
     if with_progress:
         out["progress"] = sweep.progress()
     findings = list(Finding.objects.filter(sweep=sweep))
-    out["findings"] = [f.as_dict() for f in findings]
+    out["findings"] = [{**f.as_dict(), "id": f.pk} for f in findings]
     out["trending_down"] = trending_down(findings)
     return out
 

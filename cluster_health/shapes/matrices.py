@@ -326,6 +326,17 @@ def build_group_text(sweep: Sweep, arrays: matrix.MatrixArrays) -> str:
     return _text({**head, **payload})
 
 
+def has_groups(sweep: Sweep) -> bool:
+    """Whether the sweep's nodes fall into groups worth a group matrix: at least two, one with several nodes.
+
+    A fleet without topology (every name "host<N>", one group "host"; or names without a shared
+    stem, each its own group) has none: its one cell would stand for the whole fleet.
+    """
+    nodes = list(sweep.nodes)
+    distinct = len(set(sweep_groups(sweep, nodes).values())) if nodes else 0
+    return 2 <= distinct < len(nodes)
+
+
 def group_matrix_text(sweep: Sweep) -> str:
     """The sweep's group matrix (cluster_health.core.groupmatrix) as JSON text.
 

@@ -102,7 +102,7 @@ def _matrix_findings(
 
     declared: node name -> its declared topology group; the others are grouped by CLUSTER_HEALTH_GROUP_PATTERN.
     """
-    inferred = culprits.infer(nodes, pairs, settings.GROUP_PATTERN, declared)
+    inferred = culprits.infer(nodes, pairs, settings.GROUP_PATTERN, declared, offline | set(absent))
     explained = culprits.explained_pairs(inferred)
     blamed = {f["subject"] for f in inferred if f["code"] == "inbound_blocked"}
     kept = []

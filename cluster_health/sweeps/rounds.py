@@ -142,8 +142,8 @@ def _dispatch_group(sweep: Sweep, online: set, now, offline_hint) -> bool:
             status="offline",
             reason="agent_offline",
             finished=now,
-            hint=f"{offline_hint(offline[:10])}: rank(s) "
-            f"{', '.join(str(members.index(n)) for n in offline[:10])} would never join",
+            hint=f"{offline_hint(offline[:10])}: "
+            f"{', '.join(f'{n} (rank {members.index(n)})' for n in offline[:10])} would never join",
         )
         return False
     commands, wait_s = group_commands(sweep, group)

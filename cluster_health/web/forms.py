@@ -43,8 +43,13 @@ class StartSweepForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        online = Node.objects.filter(Node.online_q(), active=True).values_list("name", flat=True)
-        self.fields["nodes"].choices = [(n, n) for n in matrix.natural_sorted(online)]
+        # Every active node, as "none ticked" means: an offline one is listed too, marked, since a sweep
+        # over it fails on it rather than leaving it out.
+        active = set(Node.objects.filter(active=True).values_list("name", flat=True))
+        online = set(Node.objects.filter(Node.online_q(), active=True).values_list("name", flat=True))
+        self.fields["nodes"].choices = [
+            (n, n if n in online else f"{n} (offline)") for n in matrix.natural_sorted(active)
+        ]
 
     def request(self) -> dict:
         """The sweep request the form asks for (sweeps.request_sweep bounds it)."""

@@ -50,15 +50,35 @@ def sweep_state(request, sweep_id: int):
     sweep = get_object_or_404(Sweep, pk=sweep_id)
     summary = documents.sweep_json(sweep, with_pairs=False, with_progress=True)
     summary["node_matrix_max_nodes"] = settings.NODE_MATRIX_MAX_NODES
+    # Beside an open sweep, the page keeps the last complete one readable (its matrix and findings).
+    summary["last_complete"] = _last_complete(before=sweep.created) if sweep.is_open else None
     if matrices.node_matrix_shown(sweep):
+        summary["grouped"] = matrices.has_groups(sweep)
         views = {"matrix": matrices.matrix_text(sweep)}
-    else:
+    else:  # the group matrix stands in for the node matrix
+        summary["grouped"] = True
         views = {"matrix": "null", "groups": matrices.group_matrix_text(sweep)}
     return HttpResponse(documents.json_object(summary, views), content_type="application/json")
 
 
 def _latest_sweep():
     return Sweep.objects.order_by("-created").first()
+
+
+def _grouped(sweep: Sweep) -> bool:
+    """Whether the page shows the sweep's group matrix: when it stands in for the node matrix, or there are groups."""
+    return not matrices.node_matrix_shown(sweep) or matrices.has_groups(sweep)
+
+
+def _last_complete(before) -> int | None:
+    """The newest finished sweep created before ``before``: what the fleet looked like last time."""
+    return (
+        Sweep.objects.filter(status="finished", created__lt=before)
+        .exclude(kind__in=(*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"))
+        .order_by("-created")
+        .values_list("pk", flat=True)
+        .first()
+    )
 
 
 NODE_POLL_MS = 5000  # how often the overview re-reads its node table
@@ -161,6 +181,7 @@ def overview(request):
             "node_total": table["total"],
             "retired_total": table["retired_total"],
             "sweep": latest,
+            "grouped": bool(latest) and _grouped(latest),
             "findings": findings,
             "last_closed": last_closed,
             "node_poll_ms": NODE_POLL_MS,
@@ -188,6 +209,7 @@ def sweep_detail(request, sweep_id: int):
             "findings": findings,
             "trending_down": documents.trending_down(findings),
             "groups": GroupProbe.objects.filter(sweep=sweep),
+            "grouped": _grouped(sweep),
             "previous": previous,
             "plan": documents.plan_json(sweep),
             "group_refresh_ms": GROUP_REFRESH_MS,

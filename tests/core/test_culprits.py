@@ -5,6 +5,7 @@ from itertools import combinations
 import pytest
 
 from cluster_health.core import culprits, evidence
+from tests.support.six_hosts import SIX, six_host_pairs
 
 
 def pair(a, b, status="ok", stage="bandwidth", reason=None, busbw=1.0, evidence=None):
@@ -296,3 +297,27 @@ def test_the_outlier_rules_read_a_1024_node_sweep_and_name_its_slow_node():
             pairs.append({"a": a, "b": b, "status": "ok", "busbw_gbps": bw, "sizes": sizes})
     found = culprits.outliers(pairs)
     assert [(f["code"], f["subject"]) for f in found] == [("slow_node", "n0500")]
+
+
+def test_an_offline_node_owns_its_pairs_and_a_firewalled_pair_is_a_link():
+    found = culprits.infer(SIX, six_host_pairs(), offline={"host5"})
+    assert codes(found) == [("slow_node", "host3")]
+    assert not [f for f in found if f["subject"] == "host2"]
+
+
+def test_without_knowing_the_node_is_offline_its_timeouts_made_a_healthy_peer_the_common_factor():
+    # What the rule said before it was told which nodes were offline: the wrong culprit the page showed.
+    assert ("node_common_factor", "host2") in codes(culprits.infer(SIX, six_host_pairs()))
+
+
+def test_a_segment_is_still_a_segment_when_a_node_in_it_is_offline():
+    nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+
+    def bad(a, b):
+        if "rack2-n2" in (a, b):
+            return ("offline", None, "agent_offline")
+        return CONNECT_TIMEOUT if a[:5] != b[:5] else None
+
+    found = culprits.infer(nodes, matrix(nodes, bad), offline={"rack2-n2"})
+    assert codes(found) == [("segment", "rack1<->rack2")]
+    assert sorted(found[0]["pairs"]) == ["rack1-n1<->rack2-n1", "rack1-n2<->rack2-n1"]

@@ -65,7 +65,7 @@ def test_it_makes_the_group_collective_offline_when_a_member_is_offline(driver):
     group = GroupProbe.objects.get(sweep=sweep)
     assert group.nodes == ["n0", "n1", "n2"]
     assert (group.status, group.reason) == ("offline", "agent_offline")
-    assert group.hint.startswith("n2 offline: last heartbeat") and "rank(s) 2 would never join" in group.hint
+    assert group.hint.startswith("n2 offline: last heartbeat") and "n2 (rank 2) would never join" in group.hint
     assert fail_subjects(sweep) == [("node_offline", "n2")]
 
 

@@ -15,6 +15,15 @@ CH.STATUS_COLORS = {
   untested: "#eeeeee", pending: "#bbbbbb", running: "#56b4e9", ok: "#009e73",
   degraded: "#f0e442", failed: "#d55e00", timeout: "#cc79a7", offline: "#000000", skipped: "#0072b2",
 };
+// Statuses that have no figure to plot: on the throughput and latency views their cells keep
+// their status colour, marked with a cross, so a failed pair or a dead node never turns blank.
+CH.KEPT_ON_FIGURES = ["failed", "timeout", "offline"];
+/* The cells a finding is about: the pairs it rests on, else the link ("a<->b") or the node it names. */
+CH.findingCells = function (f) {
+  if (f.pairs && f.pairs.length) return { pairs: f.pairs, nodes: [] };
+  if (String(f.subject).includes("<->")) return { pairs: [f.subject], nodes: [] };
+  return { pairs: [], nodes: [f.subject] };
+};
 CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00" };
 
 CH.decode = function (b64, Type) {
@@ -73,8 +82,11 @@ class MatrixPlot {
   constructor(el, opts) {
     this.el = el;
     // {kind: "discrete"|"continuous", codes, colors, colorscale, zmin, zmax, zmid, title, hover(i,j), click(i,j),
-    //  index(i,j,n) (default CH.pairIndex), diagonal (cells (i, i) hold values: a group matrix)}
+    //  index(i,j,n) (default CH.pairIndex), diagonal (cells (i, i) hold values: a group matrix),
+    //  overlay {values, codes, colors, kept}: cells whose status is in kept drawn in that status's colour
+    //  over a continuous map (their figure is missing), mark(i, j): a glyph drawn in cell (i, j), or ""}
     this.opts = opts;
+    this.lit = [];
     this.revision = 0;
     this.tooltip = document.createElement("div");
     this.tooltip.className = "tooltip";
@@ -89,30 +101,71 @@ class MatrixPlot {
     this.bounds = bounds || [];
     const n = nodes.length;
     const index = this.opts.index || CH.pairIndex, diagonal = !!this.opts.diagonal;
+    const over = this.opts.overlay;
     this.z = [];
+    this.overZ = over ? [] : null;
     for (let r = 0; r < n; r++) {
       const row = new Float32Array(n);
+      const overRow = over ? new Float32Array(n) : null;
       const i = order[r];
       for (let c = 0; c < n; c++) {
         const j = order[c];
-        row[c] = i === j && !diagonal ? NaN : values[index(i, j, n)];
+        const off = i === j && !diagonal;
+        row[c] = off ? NaN : values[index(i, j, n)];
+        if (over) overRow[c] = off ? NaN : this.overValue(over.values[index(i, j, n)]);
       }
       this.z.push(row);
+      if (over) this.overZ.push(overRow);
     }
     this.pos = new Int32Array(n);
     order.forEach((node, r) => { this.pos[node] = r; });
   }
 
-  /* Write one pair's value into z without rebuilding it. */
-  setCell(i, j, value) {
+  /* A status code as the overlay draws it: itself where the status is kept, else NaN (transparent). */
+  overValue(code) {
+    const over = this.opts.overlay;
+    return over.kept.includes(over.codes[code]) ? code : NaN;
+  }
+
+  /* Write one pair's value (and, over a figure, its status code) into z without rebuilding it. */
+  setCell(i, j, value, status) {
     const r = this.pos[i], c = this.pos[j];
     this.z[r][c] = value;
     this.z[c][r] = value;
+    if (this.overZ && status !== undefined) {
+      const v = this.overValue(status);
+      this.overZ[r][c] = v;
+      this.overZ[c][r] = v;
+    }
+  }
+
+  /* The overlay trace: kept statuses in their colours, each marked with a cross where labels fit. */
+  overlayTrace() {
+    const o = this.opts.overlay;
+    const marks = this.nodes.length <= 64 ? this.overZ.map((row) => Array.from(row, (v) => (Number.isNaN(v) ? "" : "×"))) : null;
+    const t = { type: "heatmap", z: this.overZ, hoverinfo: "none", xgap: 0, ygap: 0, name: "status",
+      zmin: -0.5, zmax: o.codes.length - 0.5, colorscale: CH.discreteScale(o.codes, o.colors), showscale: false };
+    if (marks) Object.assign(t, { text: marks, texttemplate: "%{text}", textfont: { color: "#ffffff", size: 13 } });
+    return t;
+  }
+
+  traces() {
+    return this.overZ ? [this.trace(), this.overlayTrace()] : [this.trace()];
+  }
+
+  /* Each cell's glyph from opts.mark, where labels fit (a glyph in a cell of a 1,000-node matrix is a speck). */
+  markText() {
+    const n = this.nodes.length, mark = this.opts.mark;
+    if (!mark || n > 64) return null;
+    return this.order.map((i) => this.order.map((j) => (i === j && !this.opts.diagonal ? "" : mark(i, j))));
   }
 
   trace() {
     const o = this.opts;
     const t = { type: "heatmap", z: this.z, hoverinfo: "none", xgap: 0, ygap: 0 };
+    const marks = this.markText();
+    // Without a colour, plotly picks black or white against each cell's own colour.
+    if (marks) Object.assign(t, { text: marks, texttemplate: "%{text}", textfont: o.markColor ? { color: o.markColor, size: 14 } : { size: 12 } });
     if (o.kind === "discrete") {
       Object.assign(t, { zmin: -0.5, zmax: o.codes.length - 0.5, colorscale: CH.discreteScale(o.codes, o.colors), showscale: false });
     } else {
@@ -133,7 +186,7 @@ class MatrixPlot {
     const shapes = this.bounds.map((b) => [
       { type: "line", x0: b - 0.5, x1: b - 0.5, y0: -0.5, y1: n - 0.5, line: { color: "#333", width: 1 } },
       { type: "line", y0: b - 0.5, y1: b - 0.5, x0: -0.5, x1: n - 0.5, line: { color: "#333", width: 1 } },
-    ]).flat();
+    ]).flat().concat(this.litShapes());
     // The colour bar of a continuous map takes 80 px beside the square: both fit the div, so the page never scrolls sideways.
     const bar = this.opts.kind === "discrete" ? 0 : 80;
     const side = Math.max(200, Math.min(560, (this.el.clientWidth || 560 + bar) - bar));
@@ -146,10 +199,26 @@ class MatrixPlot {
     };
   }
 
+  /* Outlines around the lit cells (a finding's pairs), both halves of the symmetric matrix. */
+  litShapes() {
+    return this.lit.flatMap(([i, j]) => {
+      const r = this.pos[i], c = this.pos[j];
+      const box = (x, y) => ({ type: "rect", name: "lit", x0: x - 0.5, x1: x + 0.5, y0: y - 0.5, y1: y + 0.5,
+        line: { color: "#0072b2", width: 3 }, fillcolor: "rgba(0, 114, 178, 0.15)" });
+      return r === c ? [box(c, r)] : [box(c, r), box(r, c)];
+    });
+  }
+
+  /* Light these cells (pairs of node indexes), or none, and redraw. */
+  light(cells) {
+    this.lit = cells;
+    return this.draw();
+  }
+
   draw() {
     this.revision++;
     const started = performance.now();
-    const done = Plotly.react(this.el, [this.trace()], this.layout(), { displaylogo: false, responsive: false,
+    const done = Plotly.react(this.el, this.traces(), this.layout(), { displaylogo: false, responsive: false,
       modeBarButtonsToRemove: ["select2d", "lasso2d"] });
     if (!this.bound) {
       this.bound = true;
@@ -246,9 +315,33 @@ class SweepMatrix {
   plotOptions(view) {
     const hover = (i, j) => this.hoverText(i, j);
     const click = (i, j) => { if (this.opts.pairUrl) window.location = this.opts.pairUrl(this.nodes[i], this.nodes[j]); };
-    if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, hover, click };
-    if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, hover, click };
-    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, hover, click };
+    const overlay = { values: this.status, codes: this.codes, colors: CH.STATUS_COLORS, kept: CH.KEPT_ON_FIGURES };
+    // A passing pair a finding names (a slow node's links) is marked, so its green never reads "all well".
+    const mark = (i, j) => (this.findingsAt(i, j).length && !CH.KEPT_ON_FIGURES.includes(this.codes[this.status[CH.pairIndex(i, j, this.nodes.length)]]) ? "!" : "");
+    if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, hover, click };
+    if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, overlay, hover, click };
+    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, mark, markColor: "#000000", hover, click };
+  }
+
+  /* The sweep's findings, indexed by the cells they are about (CH.findingCells): read by the tooltip and the marks. */
+  setFindings(findings) {
+    this.findingsByPair = new Map();
+    this.findingsByNode = new Map();
+    const add = (map, key, f) => { if (!map.has(key)) map.set(key, []); map.get(key).push(f); };
+    for (const f of findings || []) {
+      const c = CH.findingCells(f);
+      c.pairs.forEach((p) => { const [a, b] = p.split("<->"); add(this.findingsByPair, `${a}<->${b}`, f); add(this.findingsByPair, `${b}<->${a}`, f); });
+      c.nodes.forEach((n) => add(this.findingsByNode, n, f));
+    }
+    if (this.nodes && this.status) this.renderLegend();
+  }
+
+  /* The findings about pair (i, j): those resting on it, naming its link, or naming one of its nodes. */
+  findingsAt(i, j) {
+    if (!this.findingsByPair) return [];
+    const a = this.nodes[i], b = this.nodes[j];
+    const found = [...(this.findingsByPair.get(`${a}<->${b}`) || []), ...(this.findingsByNode.get(a) || []), ...(this.findingsByNode.get(b) || [])];
+    return [...new Set(found)];
   }
 
   valuesFor(view) {
@@ -260,18 +353,55 @@ class SweepMatrix {
   show(view) {
     this.view = this.tabs.pick(view);
     if (this.plot) Plotly.purge(this.plotEl);
+    if (this.plot) this.plot.tooltip.remove();
     this.plot = new MatrixPlot(this.plotEl, this.plotOptions(view));
     this.plot.setData(this.nodes, this.valuesFor(view), this.order, this.bounds);
+    this.plot.lit = this.litCells || [];
     this.renderLegend();
     return this.plot.draw();
   }
 
+  /* Each view its own legend: the statuses with their counts on the status view; on a figure view,
+   * what its colour scale means and the statuses that keep their colour there. */
   renderLegend() {
     if (!this.legendEl) return;
     const counts = {};
     this.codes.forEach((c) => { counts[c] = 0; });
     for (let k = 0; k < this.status.length; k++) counts[this.codes[this.status[k]]]++;
-    this.legendEl.innerHTML = this.codes.map((c) => `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[c]}</b></span>`).join("");
+    const swatch = (c) => `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[c]}</b></span>`;
+    this.legendEl.dataset.view = this.view;
+    if (this.view === "status") {
+      const marked = this.findingsByPair && (this.findingsByPair.size || this.findingsByNode.size) ? ' <span class="muted">! a finding names this pair: hover it.</span>' : "";
+      this.legendEl.innerHTML = this.codes.map(swatch).join("") + marked;
+      return;
+    }
+    const scale = this.view === "busbw"
+      ? "busbw in GB/s (scale on the right): dark purple is slow, yellow is fast"
+      : "latency in µs (scale on the right): yellow is quick, dark blue is slow";
+    const kept = CH.KEPT_ON_FIGURES.filter((c) => counts[c]);
+    this.legendEl.innerHTML = `<span class="scale-note" data-scale>${scale}.</span>` +
+      (kept.length ? ` <span class="muted">No figure, status colour kept (×):</span> ${kept.map(swatch).join("")}` : "") +
+      ' <span class="muted">Blank: not measured.</span>';
+  }
+
+  /* Light a finding's cells: "a<->b" pair names, or a node's every pair. Unknown names are left out. */
+  light(pairNames, nodes) {
+    const cells = [];
+    if (this.nodes) {
+      for (const name of pairNames || []) {
+        const [a, b] = name.split("<->");
+        const i = this.index.get(a), j = this.index.get(b);
+        if (i !== undefined && j !== undefined && i !== j) cells.push([i, j]);
+      }
+      for (const node of nodes || []) {
+        const i = this.index.get(node);
+        if (i === undefined) continue;
+        this.nodes.forEach((_, j) => { if (j !== i) cells.push([i, j]); });
+      }
+    }
+    this.litCells = cells;
+    this.root.dataset.lit = cells.map(([i, j]) => `${this.nodes[i]}<->${this.nodes[j]}`).join(" ");
+    return this.plot ? this.plot.light(cells) : Promise.resolve();
   }
 
   hoverText(i, j) {
@@ -285,6 +415,10 @@ class SweepMatrix {
       if (d[2]) html += `<br><span class="hint">${CH.esc(d[2])}</span>`;
     }
     html += `<br>busbw: ${CH.fmt(this.busbw[k], 2)} GB/s · latency: ${CH.fmt(this.latency[k], 1)} µs`;
+    for (const f of this.findingsAt(i, j)) {
+      const text = f.text.length > 160 ? f.text.slice(0, 159) + "…" : f.text;
+      html += `<br><span class="sev-${CH.esc(f.severity)}">finding, ${CH.esc(f.severity)}:</span> <b>${CH.esc(f.subject)}</b> ${CH.esc(text)}`;
+    }
     return html;
   }
 
@@ -307,7 +441,7 @@ class SweepMatrix {
       this.latency[k] = p.latency_us == null ? NaN : p.latency_us;
       if ((p.status !== "ok" && !this.open.has(p.status)) || p.hint) this.details[k] = [p.stage, p.reason, p.hint];
       else delete this.details[k];
-      if (this.plot) this.plot.setCell(i, j, this.valuesFor(this.view)[k]);
+      if (this.plot) this.plot.setCell(i, j, this.valuesFor(this.view)[k], code);
     }
     this.scheduleDraw();
     return true;
@@ -404,9 +538,18 @@ class GroupPanel {
   show(view) {
     this.view = this.tabs.pick(view);
     if (!this.names) return Promise.resolve();
-    const common = { index: CH.groupCellIndex, diagonal: true, hover: (g, h) => this.hoverText(g, h), click: (g, h) => this.drill(g, h) };
+    // A cell's colour is its worst pair's status; its text says how many of its probed pairs are bad, so one
+    // dead node colours its cells without reading as a whole rack down.
+    const mark = (g, h) => { const k = CH.groupCellIndex(g, h, this.names.length); return this.bad[k] ? `${this.bad[k]}/${this.tested[k]}` : ""; };
+    const common = { index: CH.groupCellIndex, diagonal: true, mark, hover: (g, h) => this.hoverText(g, h), click: (g, h) => this.drill(g, h) };
     let opts = { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, ...common }, values = this.worst;
-    if (view === "busbw") { opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, ...common }; values = this.median; }
+    if (view === "busbw") {
+      // A cell with no busbw (its pairs all failed, timed out or went offline) keeps its worst status's colour.
+      const unmeasured = Uint8Array.from(this.worst, (w, k) => (Number.isNaN(this.median[k]) ? w : 0));
+      const overlay = { values: unmeasured, codes: this.codes, colors: CH.STATUS_COLORS, kept: CH.KEPT_ON_FIGURES };
+      opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, ...common };
+      values = this.median;
+    }
     if (view === "failing") {
       opts = { kind: "continuous", colorscale: [[0, "#f7f7f7"], [1, CH.STATUS_COLORS.failed]], unit: "failing", zmin: 0, zmax: 1, ...common };
       values = this.failing;
@@ -418,11 +561,22 @@ class GroupPanel {
     return this.plot.draw().then(() => { this.root.dataset.loaded = String(this.sweepId); });
   }
 
+  /* Each view its own legend: the worst statuses on the status view, what the scale means on the others. */
   renderLegend() {
     const counts = {};
     for (const code of this.worst) counts[code] = (counts[code] || 0) + 1;
-    this.legendEl.innerHTML = `<span class="muted">${this.names.length} groups, cells by worst status:</span>` + this.codes.map((c, code) => (counts[code]
-      ? `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[code]}</b></span>` : "")).join("");
+    const swatches = (codes) => codes.map((c) => { const code = this.codes.indexOf(c); return counts[code]
+      ? `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[code]}</b></span>` : ""; }).join("");
+    this.legendEl.dataset.view = this.view;
+    const head = `<span class="muted">${this.names.length} groups, cells marked failing/probed pairs;</span> `;
+    if (this.view === "busbw") {
+      this.legendEl.innerHTML = head + '<span class="scale-note" data-scale>median busbw in GB/s (scale on the right): dark purple is slow, yellow is fast.</span> ' +
+        '<span class="muted">No busbw, worst status kept (×):</span> ' + swatches(CH.KEPT_ON_FIGURES);
+    } else if (this.view === "failing") {
+      this.legendEl.innerHTML = head + '<span class="scale-note" data-scale>the share of probed pairs failing, timed out or offline (scale on the right): white none, vermillion all.</span>';
+    } else {
+      this.legendEl.innerHTML = head + '<span class="muted">colour by worst status:</span>' + swatches(this.codes);
+    }
   }
 
   hoverText(g, h) {
@@ -505,12 +659,24 @@ class LiveSweep {
     };
   }
 
-  /* The connection state, for tests (CH.wsState, body[data-ws]) and for people (the [data-live] badge). */
+  /* The connection state, for tests (CH.wsState, body[data-ws]) and for people (the [data-live] badge,
+   * shown only while the sweep on the page is open: a closed sweep no longer changes, so it is not "live"). */
   showState(state) {
-    window.CH.wsState = state;
-    if (state === "open") document.body.dataset.ws = "open";
+    if (state) this.wsState = state;
+    window.CH.wsState = this.wsState;
+    if (this.wsState === "open") document.body.dataset.ws = "open";
     const words = { open: "live", connecting: "connecting…", reconnecting: "reconnecting…", closed: "offline" };
-    document.querySelectorAll("[data-live]").forEach((el) => { el.textContent = words[state]; el.dataset.state = state; });
+    document.querySelectorAll("[data-live]").forEach((el) => {
+      el.textContent = words[this.wsState];
+      el.dataset.state = this.wsState;
+      el.hidden = this.sweepOpen === false;
+    });
+  }
+
+  /* Whether the sweep on the page is still open (pending or running): the badge follows it. */
+  setOpen(open) {
+    this.sweepOpen = open;
+    this.showState();
   }
 
   onMessage(frame) {
