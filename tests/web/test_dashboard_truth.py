@@ -203,3 +203,13 @@ def test_a_large_fleet_lists_its_problems_first_and_counts_the_rest(viewer, monk
     assert re.findall(r'<tr data-node="(\w+)"', html) == ["l3", "l4", "l0"]
     assert "2 more nodes" in html and "5 of 5 online" in html
     assert len(re.findall(r'<tr data-node="', viewer.get(reverse("nodes"), {"all": "1"}).content.decode())) == 5
+
+
+def test_the_overview_and_sweep_header_use_the_one_format_and_live_ages(viewer):
+    nodes = make_nodes(["t1", "t2"])
+    sweep = make_sweep(nodes, {})
+    overview = viewer.get(reverse("overview")).content.decode()
+    # The node table's heartbeat age is kept current by times.js from its first render, titled in the one format.
+    assert re.search(r'<time datetime="[^"]+" data-ago title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">', overview)
+    header = viewer.get(reverse("sweep", args=[sweep.pk])).content.decode()
+    assert re.search(r'<time datetime="[^"]+">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>', header)
