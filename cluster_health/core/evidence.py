@@ -151,6 +151,9 @@ def summary(ev: dict[str, Any] | None) -> dict[str, Any] | None:
         "largest_ok_bytes": ev.get("largest_ok_bytes"),
         "stalled_bytes": ev.get("stalled_bytes"),
         "connections": ev.get("connections") or [],
+        # What the pair was compared with in its sweep, and what the confirmation pass saw (sweeps/confirming.py).
+        "peers": ev.get("peers"),
+        "confirmation": ev.get("confirmation"),
     }
     for role in ("a", "b"):
         side = ev.get(role)

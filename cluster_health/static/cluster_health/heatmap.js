@@ -14,6 +14,7 @@ const CH = (window.CH = window.CH || {});
 CH.STATUS_COLORS = {
   untested: "#eeeeee", pending: "#bbbbbb", running: "#56b4e9", ok: "#009e73",
   degraded: "#f0e442", failed: "#d55e00", timeout: "#cc79a7", offline: "#000000", skipped: "#0072b2",
+  transient: "#e69f00", contended: "#999999",
 };
 CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00" };
 
