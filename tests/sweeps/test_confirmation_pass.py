@@ -1,0 +1,103 @@
+"""The confirmation pass inside a sweep: planned after its rounds, shown as ``confirming``, folded into its pairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster_health.actions import slurm
+from cluster_health.models import PairProbe, Sweep
+from cluster_health.shapes import documents
+from devtools.sweep_driver import heartbeat, result_for
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
+NODES = [f"n{i}" for i in range(1, 7)]
+
+
+def fleet():
+    for n in NODES:
+        heartbeat(n)
+
+
+def names(cmd):
+    """The two nodes of a pair probe's command, and its round (a group collective's command: nobody, None)."""
+    if cmd["kind"] != "pair":
+        return set(), None
+    probe = PairProbe.objects.select_related("node_a", "node_b").get(pk=cmd["probe_id"])
+    return {probe.node_a.name, probe.node_b.name}, probe.round
+
+
+def drive(driver, sweep, reply):
+    """Answer every command; returns the sweep's phase seen at each round it was in."""
+    phases = {}
+    for _ in range(100):
+        pending = driver.take()
+        if not pending:
+            break
+        sweep.refresh_from_db()
+        phases[sweep.current_round] = documents.sweep_json(sweep, with_pairs=False)["phase"]
+        for cmd in pending:
+            driver.ingest(reply(cmd))
+    sweep.refresh_from_db()
+    return phases
+
+
+def test_a_clean_sweep_has_no_confirmation_rounds(driver):
+    fleet()
+    sweep = driver.sweep(kind="pairs", nodes=NODES, pairs=[[a, b] for a in NODES for b in NODES if a < b])
+    planned = Sweep.objects.get(pk=sweep.pk).total_rounds
+    phases = drive(driver, sweep, lambda cmd: result_for(cmd, busbw=1.0 + cmd["probe_id"] % 3 / 50))
+    assert (sweep.status, sweep.verdict) == ("finished", "pass")
+    assert sweep.total_rounds == planned and sweep.params["confirm_rounds"] == 0
+    assert sweep.params["confirm_first"] is None and set(phases.values()) == {"probing"}
+    assert documents.sweep_json(sweep)["confirmation"] == {"first_round": None, "rounds": 0}
+
+
+def test_a_node_ten_times_slower_on_a_first_hand_run_sweep_has_its_cells_degraded_and_is_named(driver):
+    fleet()
+    sweep = driver.sweep(kind="full", nodes=NODES)
+    assert sweep.baseline_id is None  # a new deployment: no history to judge against
+
+    def reply(cmd):
+        pair, _ = names(cmd)
+        return result_for(cmd, busbw=0.1 if "n3" in pair else 1.0 + cmd["probe_id"] % 3 / 50)
+
+    phases = drive(driver, sweep, reply)
+    assert "confirming" in phases.values()
+    report = documents.sweep_json(sweep)
+    slow = [p for p in report["pairs"] if "n3" in (p["a"], p["b"])]
+    assert len(slow) == 5 and {(p["status"], p["reason"]) for p in slow} == {("degraded", "below_peers")}
+    for p in slow:  # the figures, and what they were compared with
+        assert "busbw 0.1 GB/s" in p["hint"] and "links without it" in p["hint"]
+        assert p["evidence"]["peers"]["subject"] == "n3"
+    confirmed = [p for p in slow if p["evidence"]["confirmation"]]
+    assert confirmed and all(p["evidence"]["confirmation"]["outcome"] == "confirmed" for p in confirmed)
+    assert {p["status"] for p in report["pairs"] if "n3" not in (p["a"], p["b"])} == {"ok"}
+    named = [f for f in report["findings"] if f["code"] == "slow_node"]
+    assert [f["subject"] for f in named] == ["n3"]
+    assert report["verdict"] == "warn"
+    assert len(report["pairs"]) == 15  # the pass's own probes are folded into the pairs they confirm
+
+
+def test_a_pair_bad_once_and_fine_again_is_transient_and_blames_nobody(driver):
+    fleet()
+    sweep = driver.sweep(kind="full", nodes=NODES)
+
+    def reply(cmd):
+        pair, rnd = names(cmd)
+        first = Sweep.objects.get(pk=cmd["sweep_id"]).params.get("confirm_first")
+        if pair == {"n2", "n5"} and first is None:
+            return result_for(cmd, status="timeout", stage="connect", reason="connect_timeout", hint="no answer")
+        return result_for(cmd, busbw=1.0)
+
+    phases = drive(driver, sweep, reply)
+    assert "confirming" in phases.values()
+    report = documents.sweep_json(sweep)
+    [p] = [p for p in report["pairs"] if {p["a"], p["b"]} == {"n2", "n5"}]
+    assert p["status"] == "transient" and p["reason"] == "connect_timeout"
+    record = p["evidence"]["confirmation"]
+    assert record["first"]["status"] == "timeout" and record["again"]["status"] == "ok"
+    assert "transient, not acted on" in p["hint"]
+    assert report["verdict"] == "pass"
+    assert [f["code"] for f in report["findings"] if f["severity"] != "info"] == []
+    assert [f["code"] for f in report["findings"]] == ["transient"]
+    assert slurm.blamed_nodes(sweep) == {}
