@@ -89,14 +89,13 @@ def plan(nodes: list[str], pairs: list[dict[str, Any]]) -> list[tuple[str, str]]
     bad = suspects(pairs)
     if not bad:
         return []
-    troubled = {n for p in pairs if p["status"] not in ("ok", "skipped") for n in (p["a"], p["b"])}
-    healthy = [n for n in nodes if n not in troubled]
+    healthy = [n for n in nodes if n not in _troubled(pairs)]
     load: dict[str, int] = defaultdict(int)
     out: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
 
-    def add(a: str, b: str) -> bool:
-        if key(a, b) in seen or load[a] >= PER_NODE or load[b] >= PER_NODE:
+    def add(a: str, b: str, cap: int = PER_NODE) -> bool:
+        if key(a, b) in seen or load[a] >= cap or load[b] >= cap:
             return False
         seen.add(key(a, b))
         load[a] += 1
@@ -105,7 +104,7 @@ def plan(nodes: list[str], pairs: list[dict[str, Any]]) -> list[tuple[str, str]]
         return True
 
     for p in bad:
-        add(p["a"], p["b"])
+        add(p["a"], p["b"], PER_NODE - PARTNERS)  # a slot left for each side's healthy partner
     partnered: dict[str, int] = defaultdict(int)
     for p in bad:
         for side in (p["a"], p["b"]):
@@ -114,6 +113,25 @@ def plan(nodes: list[str], pairs: list[dict[str, Any]]) -> list[tuple[str, str]]
                     break
                 if h != side and add(side, h):
                     partnered[side] += 1
+    return out
+
+
+def _troubled(pairs: list[dict[str, Any]]) -> set[str]:
+    """Nodes not healthy in this sweep: in a pair that did not pass, unless the other side is in more of them.
+
+    A slow or dead node's peers each have one bad pair, with it: they are healthy partners for
+    everyone else (and for the node itself), while both sides of a lone bad link are suspect.
+    """
+    bad = [p for p in pairs if p["status"] not in ("ok", "skipped")]
+    count: dict[str, int] = defaultdict(int)
+    for p in bad:
+        count[p["a"]] += 1
+        count[p["b"]] += 1
+    out = set()
+    for p in bad:
+        for side, other in ((p["a"], p["b"]), (p["b"], p["a"])):
+            if count[other] <= count[side]:
+                out.add(side)
     return out
 
 

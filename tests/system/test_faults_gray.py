@@ -66,7 +66,9 @@ def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
     assert len(named) == len(lossy[0]["pairs"]), (named, lossy[0]["pairs"])
     assert {(p["status"], p["reason"]) for p in named} == {("degraded", "lossy")}, mine
     assert all(p["evidence"]["a" if p["a"] == "rack2-n1" else "b"]["retrans_pct"] >= 1.0 for p in named)
-    assert {p["status"] for p in mine if p not in named} <= {"ok"}, mine
+    # A pair the loss hit at connect once (a lost SYN) and spared when probed again is transient, never a failure.
+    assert {p["status"] for p in mine if p not in named} <= {"ok", "transient"}, mine
+    assert report["verdict"] == "warn", report["findings"]
     others = [p for p in report["pairs"] if "rack2-n1" not in (p["a"], p["b"])]
     assert {p["status"] for p in others} == {"ok"}, others
     shown = f"{len(named)} pairs degraded (lossy); warn finding: {text[:90]}"
@@ -196,5 +198,12 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert len(slow[0]["pairs"]) == 3
     assert rc == 1 and report["verdict"] == "warn", report["findings"]
     mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
+    # The cells agree with the finding: degraded next to their peers, with the figures, and confirmed by
+    # the confirmation pass (probed again, slow again); the links without rack1-n1 stay ok.
+    assert {(p["status"], p["reason"]) for p in mine} == {("degraded", "below_peers")}, mine
+    assert all("links without it" in p["hint"] for p in mine), mine
+    assert {p["evidence"]["confirmation"]["outcome"] for p in mine if p["evidence"]["confirmation"]} == {"confirmed"}
+    assert {p["status"] for p in report["pairs"] if p not in mine} == {"ok"}, report["pairs"]
+    assert report["confirmation"]["rounds"] >= 1
     shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
     record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
