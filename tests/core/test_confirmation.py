@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from cluster_health.core import confirmation, verdicts
+from cluster_health.core import confirmation, history, verdicts
 from tests.core.test_culprits import pair as matrix_pair
 
 
@@ -118,3 +118,11 @@ def test_a_transient_pair_passes_the_sweep_and_blames_nobody():
     found = verdicts.culprit_findings([f"n{i}" for i in range(1, 7)], pairs) + verdicts.degraded_findings(pairs)
     assert found == []
     assert verdicts.verdict([p["status"] for p in pairs], found) == "pass"
+
+
+def test_a_node_transient_night_after_night_is_named_flapping_but_not_its_partners():
+    nights = [[("n4", "n1")], [], [("n2", "n4")], [("n4", "n6")], [("n3", "n5")]]
+    [found] = history.transient_nodes(nights)
+    assert (found["severity"], found["code"], found["subject"]) == ("warn", "flapping", "n4")
+    assert "transient in 3 of the last 5 sweeps" in found["text"]
+    assert history.transient_nodes(nights[:3]) == []  # twice is not yet a pattern

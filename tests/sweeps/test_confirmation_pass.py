@@ -101,3 +101,21 @@ def test_a_pair_bad_once_and_fine_again_is_transient_and_blames_nobody(driver):
     assert [f["code"] for f in report["findings"] if f["severity"] != "info"] == []
     assert [f["code"] for f in report["findings"]] == ["transient"]
     assert slurm.blamed_nodes(sweep) == {}
+
+
+def test_a_node_transient_every_night_is_named_flapping_and_still_drained_by_nobody(driver):
+    fleet()
+    for partner in ("n1", "n2", "n5"):
+        sweep = driver.sweep(kind="pairs", nodes=NODES, pairs=[[a, b] for a in NODES for b in NODES if a < b])
+
+        def reply(cmd, partner=partner):
+            pair, _ = names(cmd)
+            first = Sweep.objects.get(pk=cmd["sweep_id"]).params.get("confirm_first")
+            if pair == {"n3", partner} and first is None:
+                return result_for(cmd, status="failed", stage="init", reason="transport", hint="reset")
+            return result_for(cmd, busbw=1.0)
+
+        drive(driver, sweep, reply)
+    report = documents.sweep_json(sweep)
+    assert [(f["severity"], f["subject"]) for f in report["findings"] if f["code"] == "flapping"] == [("warn", "n3")]
+    assert report["verdict"] == "warn" and slurm.blamed_nodes(sweep) == {}
