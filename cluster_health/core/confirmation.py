@@ -7,7 +7,9 @@ every pair that is not ``ok`` is probed again, and each side of it with a partne
 that was healthy in this sweep. The pair then keeps both outcomes:
 
 - bad again: ``confirmed``, its status stays and the culprit rules act on it;
-- fine the second time: ``transient``, reported, never acted on.
+- fine the second time: ``transient``, reported, never acted on;
+- slow each time while its node was busy with other traffic or work: ``contended``,
+  reported with the figures, never acted on.
 
 The partners tell node from link: a node that fails with its healthy partner too is
 the node; a pair whose two sides each work with someone else is the link.
@@ -33,6 +35,13 @@ PARTNERS = 1  # healthy partners each side of a suspect pair is probed with
 # A slow pair is slow again when its second busbw is under this share of what it was compared with
 # the first time: a second look halfway to normal is not normal.
 SLOW_AGAIN_RATIO = 0.5
+# A side was busy while it measured (``busy``): other traffic on its interface at this share of the pair's
+# busbw, other work on this share of its cores, or this share of its CPU time stolen by the hypervisor.
+CONTENDED_NIC_SHARE = 0.5
+# Nearly every core: on a namespace bed all hosts share the machine's CPUs, and a probe's peer rank
+# (another host's process there) counts as other work, so a lower share would call a bed busy always.
+CONTENDED_CPU = 0.9
+CONTENDED_STEAL = 0.1
 MAX_TOLD = 50  # confirmation findings, at most (the pairs' own rows say the rest)
 
 
@@ -197,14 +206,19 @@ def judge(
                 sides.append({"node": side, "partner": other, "status": r["status"], "busbw_gbps": r.get("busbw_gbps")})
                 if worse:
                     side_bad.append(side)
+        load = busy(p) if p["status"] not in BAD else None
         if second is not None:
             confirmed = bad_again(p, second)
-        elif side_bad:
+        elif side_bad or load:
             confirmed = True
         else:
             continue  # not looked at again: it stays as it was
+        if confirmed and load and (second is None or busy(second)):
+            outcome = "contended"  # slow each time it was measured, and each time beside other work
+        else:
+            outcome = "confirmed" if confirmed else "transient"
         record = {
-            "outcome": "confirmed" if confirmed else "transient",
+            "outcome": outcome,
             "first": {
                 "round": p.get("round"),
                 "status": p["status"],
@@ -221,24 +235,55 @@ def judge(
             "partners": sides,
             "culprit": _culprit(p, side_bad, sides),
         }
-        text = _text(p, second, sides, side_bad, confirmed)
+        if outcome == "contended":
+            record["load"] = load
+            text = f"{_text(p, second, sides, side_bad, True).rsplit(': ', 1)[0]}; {load}: contended, not acted on"
+        else:
+            text = _text(p, second, sides, side_bad, confirmed)
         fields: dict[str, Any] = {"confirmation": record}
-        if not confirmed:
-            fields.update(status="transient", hint=text)
+        if outcome != "confirmed":
+            fields.update(status=outcome, hint=text)
         updates[k] = fields
         if len(told) < MAX_TOLD:
-            code = "confirmed" if confirmed else "transient"
             told.append(
                 {
                     "severity": "info",
-                    "code": code,
+                    "code": outcome,
                     "subject": link(p["a"], p["b"]),
                     "text": text,
                     "pairs": [link(p["a"], p["b"])],
-                    "detail": {"evidence": [record], "next_step": "" if confirmed else "nothing: not acted on"},
+                    "detail": {
+                        "evidence": [record],
+                        "next_step": "" if outcome == "confirmed" else "nothing: not acted on",
+                    },
                 }
             )
     return updates, told
+
+
+def busy(p: Mapping[str, Any]) -> str | None:
+    """What else kept a side of the pair busy while it measured, in words with the figures; None when neither was.
+
+    Busy: the side's interface carried other traffic at CONTENDED_NIC_SHARE of the pair's own
+    busbw or more, or other work kept CONTENDED_CPU of its cores busy, or CONTENDED_STEAL of its
+    CPU time was stolen (agents/evidence.py, ``load_delta``, around the bandwidth stage).
+    """
+    ev = p.get("evidence") or {}
+    bw = p.get("busbw_gbps") or 0.0
+    said = []
+    for role in ("a", "b"):
+        load = (ev.get(role) or {}).get("load") or {}
+        why = []
+        other = load.get("other_gbps")
+        if other is not None and bw and other >= CONTENDED_NIC_SHARE * bw:
+            why.append(f"other traffic {other:.3g} GB/s on its interface")
+        if (load.get("cpu_other") or 0) >= CONTENDED_CPU:
+            why.append(f"other work on {load['cpu_other']:.0%} of its CPU")
+        if (load.get("cpu_steal") or 0) >= CONTENDED_STEAL:
+            why.append(f"{load['cpu_steal']:.0%} of its CPU stolen")
+        if why:
+            said.append(f"{p[role]} was busy ({', '.join(why)})")
+    return "; ".join(said) or None
 
 
 def _culprit(p: Mapping[str, Any], side_bad: list[str], sides: list[dict[str, Any]]) -> str | None:

@@ -126,3 +126,33 @@ def test_a_node_transient_night_after_night_is_named_flapping_but_not_its_partne
     assert (found["severity"], found["code"], found["subject"]) == ("warn", "flapping", "n4")
     assert "transient in 3 of the last 5 sweeps" in found["text"]
     assert history.transient_nodes(nights[:3]) == []  # twice is not yet a pattern
+
+
+def busy_side(node, other_gbps=0.0, cpu_other=0.1, cpu_steal=0.0):
+    return {
+        "node": node,
+        "load": {"seconds": 3.0, "other_gbps": other_gbps, "cpu_other": cpu_other, "cpu_steal": cpu_steal},
+    }
+
+
+def test_a_pair_slow_each_time_beside_a_network_hog_is_contended_with_the_figures():
+    _, pairs = fleet()
+    slow = pair("n1", "n2", "degraded", 0.2, "below_peers", round_=2)
+    slow["evidence"] = {"a": busy_side("n1", other_gbps=0.9), "b": busy_side("n2"), "peers": {"reference_gbps": 1.0}}
+    pairs = [p for p in pairs if (p["a"], p["b"]) != ("n1", "n2")] + [slow]
+    second = {**pair("n1", "n2", "ok", 0.25, round_=16), "evidence": {"a": busy_side("n1", cpu_other=0.95)}}
+    updates, [told] = confirmation.judge(pairs, [second])
+    change = updates[("n1", "n2")]
+    assert change["status"] == "contended" and change["confirmation"]["outcome"] == "contended"
+    assert "n1 was busy (other traffic 0.9 GB/s on its interface)" in change["hint"]
+    assert change["hint"].endswith("contended, not acted on") and told["code"] == "contended"
+    assert verdicts.verdict([p["status"] for p in pairs[:-1]] + ["contended"], [told]) == "pass"
+
+
+def test_a_pair_slow_again_on_quiet_hosts_stays_degraded():
+    _, pairs = fleet()
+    slow = pair("n1", "n2", "degraded", 0.2, "below_peers", round_=2)
+    slow["evidence"] = {"a": busy_side("n1"), "b": busy_side("n2"), "peers": {"reference_gbps": 1.0}}
+    pairs = [p for p in pairs if (p["a"], p["b"]) != ("n1", "n2")] + [slow]
+    updates, _ = confirmation.judge(pairs, [pair("n1", "n2", "ok", 0.21, round_=16)])
+    assert "status" not in updates[("n1", "n2")] and updates[("n1", "n2")]["confirmation"]["outcome"] == "confirmed"

@@ -203,7 +203,8 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert {(p["status"], p["reason"]) for p in mine} == {("degraded", "below_peers")}, mine
     assert all("links without it" in p["hint"] for p in mine), mine
     assert {p["evidence"]["confirmation"]["outcome"] for p in mine if p["evidence"]["confirmation"]} == {"confirmed"}
-    assert {p["status"] for p in report["pairs"] if p not in mine} == {"ok"}, report["pairs"]
+    # A link slow once next to the others (a loaded host) and normal when probed again is transient, not slow.
+    assert {p["status"] for p in report["pairs"] if p not in mine} <= {"ok", "transient"}, report["pairs"]
     assert report["confirmation"]["rounds"] >= 1
     shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
     record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
