@@ -9,7 +9,9 @@
     if (!p) return "";
     const rounds = p.rounds ? `round ${p.round}/${p.rounds} · ` : "";
     const scope = p.scope === "round" ? " in this round" : "";
-    return `${rounds}${p.pairs_done}/${p.pairs_total} pairs done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
+    // The confirmation pass: the sweep's suspects probed again before its verdict.
+    const phase = p.phase === "confirming" ? "confirming · " : "";
+    return `${phase}${rounds}${p.pairs_done}/${p.pairs_total} pairs done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
   }
 
   function renderFindings(findings) {
