@@ -119,3 +119,17 @@ def test_a_node_transient_every_night_is_named_flapping_and_still_drained_by_nob
     report = documents.sweep_json(sweep)
     assert [(f["severity"], f["subject"]) for f in report["findings"] if f["code"] == "flapping"] == [("warn", "n3")]
     assert report["verdict"] == "warn" and slurm.blamed_nodes(sweep) == {}
+
+
+def test_a_hand_run_sweep_teaches_the_rolling_baseline_of_sweeps_measured_the_same_way(driver):
+    fleet()
+    first = driver.sweep(kind="full", nodes=NODES)  # by hand: source "command"
+    drive(driver, first, lambda cmd: result_for(cmd, busbw=1.0))
+    assert (first.source, first.verdict) == ("command", "pass")
+    same = driver.sweep(kind="full", nodes=NODES)
+    same.refresh_from_db()
+    assert same.baseline is not None and same.baseline.sweeps_used == [first.pk]
+    drive(driver, same, lambda cmd: result_for(cmd, busbw=1.0))
+    other_sizes = driver.sweep(kind="full", nodes=NODES, sizes=[1 << 20])
+    other_sizes.refresh_from_db()
+    assert other_sizes.baseline is None  # measured at other sizes: not comparable
