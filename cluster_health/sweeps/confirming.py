@@ -111,6 +111,12 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
     return rounds
 
 
+def drop_pass(sweep: Sweep) -> None:
+    """Delete the pass's rows of a sweep cancelled during it: nothing was decided, and each pair stays one row."""
+    if confirm_first(sweep) is not None:
+        PairProbe.objects.filter(sweep=sweep, round__gte=confirm_first(sweep)).delete()
+
+
 def fold(sweep: Sweep) -> list[dict[str, Any]]:
     """Write the pass's outcomes into the planned pairs, delete the pass's rows; the findings it adds."""
     if confirm_first(sweep) is None:
@@ -129,5 +135,5 @@ def fold(sweep: Sweep) -> list[dict[str, Any]]:
             row.update(status=p["status"], hint=p["hint"])
         fields[p["id"]] = row
     bulk.conditional_update(PairProbe, fields)
-    PairProbe.objects.filter(sweep=sweep, round__gte=confirm_first(sweep)).delete()
+    drop_pass(sweep)
     return found

@@ -350,7 +350,9 @@ def cancel(sweep_id: int) -> bool:
             model.objects.filter(sweep_id=sweep_id, status__in=OPEN_PAIR_STATUSES).update(
                 status="skipped", reason="cancelled", finished=now
             )
-        broadcast.sweep_update(Sweep.objects.get(pk=sweep_id))
+        sweep = Sweep.objects.get(pk=sweep_id)
+        confirming.drop_pass(sweep)  # cut short: its pairs keep their first outcome, each shown once
+        broadcast.sweep_update(sweep)
         transaction.on_commit(start_queued)
     return True
 

@@ -133,3 +133,19 @@ def test_a_hand_run_sweep_teaches_the_rolling_baseline_of_sweeps_measured_the_sa
     other_sizes = driver.sweep(kind="full", nodes=NODES, sizes=[1 << 20])
     other_sizes.refresh_from_db()
     assert other_sizes.baseline is None  # measured at other sizes: not comparable
+
+
+def test_a_sweep_cancelled_during_the_pass_keeps_each_pair_once_as_first_seen(driver):
+    from cluster_health import sweeps
+
+    fleet()
+    sweep = driver.sweep(kind="pairs", nodes=NODES, pairs=[["n1", "n2"], ["n3", "n4"]])
+    for cmd in driver.take():
+        pair, _ = names(cmd)
+        failing = pair == {"n1", "n2"}
+        driver.ingest(result_for(cmd, status="failed", reason="refused") if failing else result_for(cmd))
+    sweep.refresh_from_db()
+    assert sweep.phase == "confirming" and driver.take()
+    assert driver.run(sweeps.cancel, sweep.pk)
+    rows = sorted(PairProbe.objects.filter(sweep=sweep).values_list("node_a__name", "node_b__name", "status"))
+    assert rows == [("n1", "n2", "failed"), ("n3", "n4", "ok")]
