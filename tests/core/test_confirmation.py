@@ -129,10 +129,10 @@ def test_a_node_transient_night_after_night_is_named_flapping_but_not_its_partne
 
 
 def busy_side(node, other_gbps=0.0, cpu_other=0.1, cpu_steal=0.0):
-    return {
-        "node": node,
-        "load": {"seconds": 3.0, "other_gbps": other_gbps, "cpu_other": cpu_other, "cpu_steal": cpu_steal},
-    }
+    """A side's evidence with its load over 3 s: the probe's own 1.5 GB, other traffic at ``other_gbps``."""
+    own = 1_500_000_000
+    load = {"seconds": 3.0, "own_bytes": own, "nic_bytes": own + int(other_gbps * 3e9), "other_gbps": other_gbps}
+    return {"node": node, "interface": "eth0", "load": {**load, "cpu_other": cpu_other, "cpu_steal": cpu_steal}}
 
 
 def test_a_pair_slow_each_time_beside_a_network_hog_is_contended_with_the_figures():
@@ -140,11 +140,11 @@ def test_a_pair_slow_each_time_beside_a_network_hog_is_contended_with_the_figure
     slow = pair("n1", "n2", "degraded", 0.2, "below_peers", round_=2)
     slow["evidence"] = {"a": busy_side("n1", other_gbps=0.9), "b": busy_side("n2"), "peers": {"reference_gbps": 1.0}}
     pairs = [p for p in pairs if (p["a"], p["b"]) != ("n1", "n2")] + [slow]
-    second = {**pair("n1", "n2", "ok", 0.25, round_=16), "evidence": {"a": busy_side("n1", cpu_other=0.95)}}
+    second = {**pair("n1", "n2", "ok", 0.25, round_=16), "evidence": {"a": busy_side("n1", cpu_steal=0.3)}}
     updates, [told] = confirmation.judge(pairs, [second])
     change = updates[("n1", "n2")]
     assert change["status"] == "contended" and change["confirmation"]["outcome"] == "contended"
-    assert "n1 was busy (other traffic 0.9 GB/s on its interface)" in change["hint"]
+    assert "n1 was busy (other traffic 0.9 GB/s on its interface beside the probe's own)" in change["hint"]
     assert change["hint"].endswith("contended, not acted on") and told["code"] == "contended"
     assert verdicts.verdict([p["status"] for p in pairs[:-1]] + ["contended"], [told]) == "pass"
 
@@ -156,3 +156,13 @@ def test_a_pair_slow_again_on_quiet_hosts_stays_degraded():
     pairs = [p for p in pairs if (p["a"], p["b"]) != ("n1", "n2")] + [slow]
     updates, _ = confirmation.judge(pairs, [pair("n1", "n2", "ok", 0.21, round_=16)])
     assert "status" not in updates[("n1", "n2")] and updates[("n1", "n2")]["confirmation"]["outcome"] == "confirmed"
+
+
+def test_a_busy_cpu_or_loopback_traffic_alone_is_not_contention():
+    loopback = {**busy_side("n1", other_gbps=3.0), "interface": "lo"}  # both ranks' bytes, twice
+    assert (
+        confirmation.busy({"a": "n1", "b": "n2", "evidence": {"a": loopback, "b": busy_side("n2", cpu_other=1.0)}})
+        is None
+    )
+    retrans = busy_side("n1", other_gbps=0.05)  # a tenth of the probe's own: retransmissions, headers
+    assert confirmation.busy({"a": "n1", "b": "n2", "evidence": {"a": retrans}}) is None
