@@ -212,29 +212,29 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
 
 
 @pytest.mark.timeout(240)
-def test_a_link_slowed_for_one_round_only_is_transient_and_drains_nothing(bed, stack):
+def test_a_node_slowed_until_the_pass_is_transient_and_drains_nothing(bed, stack):
     from cluster_health.actions import slurm
-    from cluster_health.models import PairProbe, Sweep
+    from cluster_health.models import Sweep
 
     with fault(NAMES, lambda: bed.shape("rack2-n2", 200), lambda: bed.unshape("rack2-n2")) as injected:
         run = TimedSweep(stack, "--wait", "--timeout", "150", *BANDWIDTH, *all_pairs(), injected_at=injected)
         sid = run.sweep_id()
-        # The shaper stays for round 1 only: lifted as soon as the round has closed, while round 2's
-        # probes are still on their way through resolve, store and init to their bandwidth stage.
+        # The shaper stays for the planned rounds only: lifted the moment the confirmation pass is planned,
+        # while its first probes are still on their way through resolve, store and init to their bandwidth stage.
         deadline = time.monotonic() + 120
-        while Sweep.objects.get(pk=sid).current_round < 2 and time.monotonic() < deadline:
+        while Sweep.objects.get(pk=sid).phase != "confirming" and time.monotonic() < deadline:
             time.sleep(0.02)
         bed.unshape("rack2-n2")  # idempotent: the fault's clear runs it again
-        first = list(PairProbe.objects.filter(sweep_id=sid, round=1).values_list("node_a__name", "node_b__name"))
         rc, report = run.report(timeout=210)
-    [slowed] = [pair for pair in first if "rack2-n2" in pair]
-    p = cell(report, *slowed)
-    record = p["evidence"]["confirmation"]
-    assert p["status"] == "transient", (p, report["findings"])
-    assert record["first"]["round"] == 1 and record["again"]["status"] == "ok", record
-    assert record["again"]["busbw_gbps"] > 5 * record["first"]["busbw_gbps"], record
-    assert "transient, not acted on" in p["hint"], p["hint"]
-    assert {q["status"] for q in report["pairs"] if q is not p} <= {"ok", "transient"}, report["pairs"]
-    assert rc == 0 and report["verdict"] == "pass", report["findings"]
+    mine = [p for p in report["pairs"] if "rack2-n2" in (p["a"], p["b"])]
+    passed = [p for p in mine if p["status"] == "transient"]
+    assert passed and {p["status"] for p in mine} <= {"transient", "degraded"}, (mine, report["findings"])
+    for p in passed:
+        record = p["evidence"]["confirmation"]
+        assert record["first"]["status"] == "degraded" and record["again"]["status"] == "ok", record
+        assert record["again"]["busbw_gbps"] > 3 * record["first"]["busbw_gbps"], record
+        assert "transient, not acted on" in p["hint"], p["hint"]
+    assert {q["status"] for q in report["pairs"] if q not in mine} <= {"ok", "transient"}, report["pairs"]
+    assert rc in (0, 1) and not [f for f in report["findings"] if f["severity"] == "fail"], report["findings"]
     assert slurm.blamed_nodes(Sweep.objects.get(pk=sid)) == {}
-    record_cell("rack2-n2 shaped to 200 Mbit/s for round 1 only (tc tbf)", run.elapsed(), p, p["hint"][:110])
+    record_cell("rack2-n2 shaped to 200 Mbit/s until the confirmation pass (tc tbf)", run.elapsed(), passed[0])
