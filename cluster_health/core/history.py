@@ -16,6 +16,9 @@ from cluster_health import vocabulary
 HISTORY_SWEEPS = 8  # sweeps of a link looked back over
 MIN_FLAPS = 2  # failures within the window that make a link flapping (with passes between them)
 MIN_TRANSIENT_SWEEPS = 3  # sweeps within the window in which a node came out transient before it is named flapping
+# ... as a warning only when that is nearly every sweep of a full window: on a loaded healthy bed the busiest
+# host comes out transient in up to 5 of 8 nightly sweeps (benchmarks/false_alarms.py), which is noted, not raised.
+WARN_TRANSIENT_SWEEPS = 6
 # Drift: a robust trend line (Theil-Sen) through the link's busbw, judged against the link's own scatter.
 MIN_DRIFT_POINTS = 5
 REFERENCE_POINTS = 3  # the early sweeps whose median is the link's level
@@ -39,7 +42,8 @@ def transient_nodes(per_sweep: list[Iterable[tuple[str, str]]]) -> list[dict[str
 
     ``per_sweep``: each sweep's transient pairs (oldest first, this one last). A node is named when
     it is in a transient pair in at least MIN_TRANSIENT_SWEEPS of them and in more sweeps than any
-    of its partners there (the node common to them, not each peer it met).
+    of its partners there (the node common to them, not each peer it met): an ``info`` finding,
+    a ``warn`` from WARN_TRANSIENT_SWEEPS on. Never a failure: nothing is drained for it.
     """
     seen: dict[str, int] = {}
     partners: dict[str, set[str]] = {}
@@ -57,7 +61,7 @@ def transient_nodes(per_sweep: list[Iterable[tuple[str, str]]]) -> list[dict[str
             continue
         out.append(
             {
-                "severity": "warn",
+                "severity": "warn" if count >= WARN_TRANSIENT_SWEEPS else "info",
                 "code": "flapping",
                 "subject": node,
                 "text": (

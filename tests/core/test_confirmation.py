@@ -123,9 +123,12 @@ def test_a_transient_pair_passes_the_sweep_and_blames_nobody():
 def test_a_node_transient_night_after_night_is_named_flapping_but_not_its_partners():
     nights = [[("n4", "n1")], [], [("n2", "n4")], [("n4", "n6")], [("n3", "n5")]]
     [found] = history.transient_nodes(nights)
-    assert (found["severity"], found["code"], found["subject"]) == ("warn", "flapping", "n4")
+    assert (found["severity"], found["code"], found["subject"]) == ("info", "flapping", "n4")
     assert "transient in 3 of the last 5 sweeps" in found["text"]
     assert history.transient_nodes(nights[:3]) == []  # twice is not yet a pattern
+    every_night = [[("n4", f"n{i % 3 + 1}")] for i in range(7)] + [[]]
+    [raised] = history.transient_nodes(every_night)
+    assert (raised["severity"], raised["subject"]) == ("warn", "n4") and "7 of the last 8" in raised["text"]
 
 
 def busy_side(node, other_gbps=0.0, cpu_other=0.1, cpu_steal=0.0):

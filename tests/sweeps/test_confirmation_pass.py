@@ -105,7 +105,7 @@ def test_a_pair_bad_once_and_fine_again_is_transient_and_blames_nobody(driver):
 
 def test_a_node_transient_every_night_is_named_flapping_and_still_drained_by_nobody(driver):
     fleet()
-    for partner in ("n1", "n2", "n5"):
+    for partner in ("n1", "n2", "n5", "n6", "n1", "n2"):
         sweep = driver.sweep(kind="pairs", nodes=NODES, pairs=[[a, b] for a in NODES for b in NODES if a < b])
 
         def reply(cmd, partner=partner):
@@ -119,6 +119,9 @@ def test_a_node_transient_every_night_is_named_flapping_and_still_drained_by_nob
     report = documents.sweep_json(sweep)
     assert [(f["severity"], f["subject"]) for f in report["findings"] if f["code"] == "flapping"] == [("warn", "n3")]
     assert report["verdict"] == "warn" and slurm.blamed_nodes(sweep) == {}
+    assert "transient in 6 of the last 6 sweeps" in next(
+        f["text"] for f in report["findings"] if f["code"] == "flapping"
+    )
 
 
 def test_a_hand_run_sweep_teaches_the_rolling_baseline_of_sweeps_measured_the_same_way(driver):
