@@ -55,7 +55,7 @@ def transient_nodes(per_sweep: list[Iterable[tuple[str, str]]]) -> list[dict[str
             partners.setdefault(b, set()).add(a)
         for n in nodes:
             seen[n] = seen.get(n, 0) + 1
-    out = []
+    out: list[dict[str, Any]] = []
     for node, count in sorted(seen.items()):
         if count < MIN_TRANSIENT_SWEEPS or any(seen[p] >= count for p in partners[node]):
             continue
