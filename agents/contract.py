@@ -63,6 +63,7 @@ REASONS = (
     "size_stall",  # small messages pass, transfers from some size on never complete (MTU, black hole)
     "inbound_blocked",  # a node accepts no inbound connection while it connects out fine
     "segment",  # every pair between two groups of nodes fails or slows, each group fine inside
+    "below_peers",  # set by the server: far below the same sweep's links of the same kind
 )
 BACKENDS = ("gloo", "nccl")
 PROBE_KINDS = ("pair", "group", "discover", "preflight")

@@ -7,10 +7,14 @@ fleet): other traffic of the node adds to them, which makes them noisy but real.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
+import time
 from typing import Any
 
+NET_DEV_PATH = "/proc/net/dev"
+STAT_PATH = "/proc/stat"
 SNMP_PATH = "/proc/net/snmp"
 TCP_TABLE_PATH = "/proc/net/tcp"
 # The Tcp counters of /proc/net/snmp worth keeping, by the kernel's names.
@@ -66,6 +70,69 @@ def tcp_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> di
     out: dict[str, Any] = {k: max(0, after[k] - before[k]) for k in TCP_COUNTERS if k in before and k in after}
     sent = out.get("OutSegs", 0)
     out["retrans_pct"] = round(100.0 * out.get("RetransSegs", 0) / sent, 2) if sent else 0.0
+    return out
+
+
+def nic_bytes(interface: str | None, path: str = NET_DEV_PATH) -> int | None:
+    """Bytes received plus sent by one interface so far, or None where it cannot be read."""
+    if not interface:
+        return None
+    try:
+        with open(path) as f:
+            for line in f:
+                name, sep, rest = line.partition(":")
+                if sep and name.strip() == interface:
+                    fields = rest.split()
+                    return int(fields[0]) + int(fields[8])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cpu_jiffies(path: str = STAT_PATH) -> tuple[int, int, int] | None:
+    """The host's cumulative CPU time in clock ticks: (all, idle including iowait, stolen), or None."""
+    try:
+        with open(path) as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 8:
+        return None
+    return sum(fields[:8]), fields[3] + fields[4], fields[7]
+
+
+def load_snapshot(interface: str | None, net_dev: str = NET_DEV_PATH, stat: str = STAT_PATH) -> dict[str, Any]:
+    """What the host and the probe's interface had done by now, and this process's own CPU time."""
+    own = os.times()
+    return {
+        "t": time.monotonic(),
+        "nic": nic_bytes(interface, net_dev),
+        "cpu": cpu_jiffies(stat),
+        "own_cpu_s": own.user + own.system,
+    }
+
+
+def load_delta(before: dict[str, Any], after: dict[str, Any], own_bytes: int) -> dict[str, Any] | None:
+    """What else the host did while the probe measured: the interface's bytes that were not the probe's
+    (``other_gbps``), the cores busy with other work (``cpu_other``, a share of all) and stolen (``cpu_steal``)."""
+    seconds = after["t"] - before["t"]
+    if seconds <= 0:
+        return None
+    out: dict[str, Any] = {"seconds": round(seconds, 3)}
+    if before["nic"] is not None and after["nic"] is not None:
+        other = max(0, after["nic"] - before["nic"] - own_bytes)
+        out.update(
+            nic_bytes=after["nic"] - before["nic"], own_bytes=own_bytes, other_gbps=round(other / seconds / 1e9, 6)
+        )
+    if before["cpu"] and after["cpu"]:
+        total = after["cpu"][0] - before["cpu"][0]
+        if total > 0:
+            ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+            cores = os.cpu_count() or 1
+            busy_s = (total - (after["cpu"][1] - before["cpu"][1])) / ticks
+            own_s = after["own_cpu_s"] - before["own_cpu_s"]
+            out["cpu_other"] = round(min(1.0, max(0.0, (busy_s - own_s) / (seconds * cores))), 3)
+            out["cpu_steal"] = round((after["cpu"][2] - before["cpu"][2]) / total, 3)
     return out
 
 

@@ -14,12 +14,15 @@ the rolling baseline and each link's history (flapping, drift) build up over the
 run as they do in production. Every alarm on this bed is a false one:
 
 - ``false_alarm_sweeps``: sweeps whose verdict is not ``pass`` (or that did not finish);
-- ``false_pairs``: pair rows whose status is not ``ok``, over all the sweeps;
+- ``false_pairs``: pair rows whose status is neither ``ok`` nor ``transient``, over all the sweeps
+  (a ``transient`` pair, bad once and fine when the confirmation pass probed it again, is
+  reported and never acted on: ``transient_pairs`` counts them apart);
 - ``findings_by_code``: findings of severity warn or fail, counted by code.
 
 ``alarms`` lists the first of them (sweep, what, text); ``seconds`` is the time of
 the sweeps from the first request to the last sweep closed, and ``sweep_s`` the
-median and worst server-side durations. Target: none in 20 sweeps.
+median and worst server-side durations; ``confirm_rounds`` the extra rounds the
+confirmation pass took, over all the sweeps. Target: none in 20 sweeps.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def one_sweep(system) -> dict:
         + (f" at {r.stage} ({r.reason})" if r.reason else "")
         + (f" {r.hint}" if r.hint else "")
         for r in rows
-        if r.status != "ok"
+        if r.status not in ("ok", "transient")
     ]
     findings = [
         (f.code, f"[{f.severity}] {f.subject}: {f.text}")
@@ -99,6 +102,8 @@ def one_sweep(system) -> dict:
         "sweep_s": sweep.duration_s(),
         "pairs": len(rows),
         "bad_pairs": bad,
+        "transient_pairs": sum(r.status == "transient" for r in rows),
+        "confirm_rounds": sweep.params.get("confirm_rounds", 0),
         "findings": findings,
     }
 
@@ -124,6 +129,8 @@ def summarize(records: list[dict], seconds: float, cores: int) -> dict:
         "pairs": sum(r["pairs"] for r in records),
         "false_alarm_sweeps": false_sweeps,
         "false_pairs": false_pairs,
+        "transient_pairs": sum(r.get("transient_pairs", 0) for r in records),
+        "confirm_rounds": sum(r.get("confirm_rounds") or 0 for r in records),
         "findings_by_code": dict(sorted(by_code.items())),
         "verdicts": [r["verdict"] for r in records],
         "seconds": round(seconds, 1),

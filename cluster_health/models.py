@@ -21,7 +21,7 @@ from agents import contract, gpu_contract
 from cluster_health import vocabulary
 from cluster_health.core import topology
 
-PAIR_STATUS_CHOICES = [(s, s) for s in (*vocabulary.OPEN_STATUSES, *contract.STATUSES)]
+PAIR_STATUS_CHOICES = [(s, s) for s in vocabulary.PAIR_STATUSES]
 OPEN_PAIR_STATUSES = vocabulary.OPEN_STATUSES
 STAGE_CHOICES = [(s, s) for s in contract.STAGES]
 REASON_CHOICES = [(r, r) for r in contract.REASONS]
@@ -192,6 +192,21 @@ class Sweep(models.Model):
         """Passing pair rows retention deleted (``manage.py prune``); their results live in the stored matrix."""
         return int((self.params.get("collapsed") or {}).get("ok_rows", 0))
 
+    @property
+    def phase(self) -> str:
+        """``confirming`` while a running sweep is in its confirmation pass (rounds from ``confirm_first``), else
+        ``probing`` (cluster_health/sweeps/confirming.py)."""
+        first = self.params.get("confirm_first")
+        if self.status == "running" and first is not None and self.current_round >= first:
+            return "confirming"
+        return "probing"
+
+    def confirmation(self) -> dict | None:
+        """The confirmation pass as the sweep JSON shows it, once planned: its first round and how many it took."""
+        if "confirm_first" not in self.params:
+            return None
+        return {"first_round": self.params["confirm_first"], "rounds": self.params.get("confirm_rounds", 0)}
+
     def progress(self, round_only: bool = False) -> dict:
         """Counts by pair status (a gpu sweep's: by check status), rounds and failures: what a progress line
         or a browser shows.
@@ -218,6 +233,7 @@ class Sweep(models.Model):
             "counts": counts,
             "scope": "round" if round_only else "sweep",
             "unit": "checks" if self.kind in vocabulary.GPU_SWEEP_KINDS else "pairs",  # what pairs_* count
+            "phase": self.phase,
         }
 
 

@@ -8,6 +8,8 @@ docs/VOCABULARY.md says what each word means.
 
 from __future__ import annotations
 
+from agents import contract
+
 # The queue of the server's own tasks (sweeps, the reaper, actions); agents write only to
 # contract.INGEST_QUEUE.
 SERVER_QUEUE = "server"
@@ -25,6 +27,13 @@ TASK_OFFLINE = "cluster_health.actions.check_offline"  # alerts for agents gone 
 
 OPEN_STATUSES = ("pending", "running")  # a probe row before it has its final status
 BAD_STATUSES = ("failed", "timeout", "offline")  # a pair that did not work: fails the sweep
+# A pair's final status after the confirmation pass (cluster_health/core/confirmation.py), set by the server
+# only: ``transient`` (bad once, fine when probed again) and ``contended`` (slow while its node was busy).
+# Both are reported and never acted on.
+CONFIRMATION_STATUSES = ("transient", "contended")
+PAIR_STATUSES = (*OPEN_STATUSES, *contract.STATUSES, *CONFIRMATION_STATUSES)  # every status a pair row can hold
+# A sweep's phase while it runs: its planned rounds, then the confirmation pass's extra rounds.
+SWEEP_PHASES = ("probing", "confirming")
 
 VERDICTS = ("pass", "warn", "fail", "unknown")
 VERDICT_EXIT_CODES = {"pass": 0, "warn": 1, "fail": 2, "unknown": 3}  # the Nagios convention

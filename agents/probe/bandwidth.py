@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from agents import contract
+from agents import contract, evidence
 from agents.probe.collective import agree, check_sum, run_collective
 from agents.probe.state import ProbeState
 
@@ -21,6 +21,9 @@ def bandwidth(p: ProbeState) -> None:
     factor = contract.busbw_factor(p.n)
     rows, skipped = [], []
     last = None  # (bytes, seconds per iteration)
+    # What else the host does meanwhile: a slow pair on a busy node is contended, not degraded.
+    before = evidence.load_snapshot(p.interface)
+    own_bytes = 0
     for size in cmd["sizes"]:
         if last is not None:
             estimate = last[1] * size / last[0] * (cmd["warmup"] + cmd["iterations"] + 1)
@@ -53,9 +56,12 @@ def bandwidth(p: ProbeState) -> None:
             }
         )
         last = (nbytes, per_iter)
+        # Each rank sends and receives 2(n-1)/n of the buffer per all_reduce (a ring): both directions count.
+        own_bytes += int(4 * (p.n - 1) / p.n * nbytes * (cmd["warmup"] + cmd["iterations"] + 1))
         p.evidence["largest_ok_bytes"] = max(nbytes, p.evidence.get("largest_ok_bytes") or 0)
         p.evidence.pop("size_in_flight", None)
         p.log.emit(event="size", bytes=nbytes, time_us=rows[-1]["time_us"])
+    p.evidence["load"] = evidence.load_delta(before, evidence.load_snapshot(p.interface), own_bytes)
     p.measured["sizes"] = rows
     p.measured["algbw_gbps"] = rows[-1]["algbw_gbps"]
     p.measured["busbw_gbps"] = rows[-1]["busbw_gbps"]

@@ -17,12 +17,13 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from cluster_health import vocabulary
 from cluster_health.actions.models import Alert, AlertChannel, AlertDelivery
 from cluster_health.models import Node, PairProbe, Sweep
 
 log = logging.getLogger(__name__)
 VERDICT_RANK = {"pass": 0, "warn": 1, "fail": 2}  # unknown compares with nothing
-MEASURED_STATUSES = ("ok", "degraded", "failed", "timeout", "offline")
+MEASURED_STATUSES = ("ok", "degraded", *vocabulary.CONFIRMATION_STATUSES, "failed", "timeout", "offline")
 SEVERITY_RANK = {"info": 0, "warn": 1, "fail": 2}
 
 

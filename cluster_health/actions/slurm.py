@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from cluster_health import vocabulary
 from cluster_health.actions.alerts import newer_coverage
 from cluster_health.actions.models import SlurmDrain
 from cluster_health.models import PairProbe, Sweep
@@ -23,7 +24,7 @@ from cluster_health.models import PairProbe, Sweep
 log = logging.getLogger(__name__)
 REASON_PREFIX = "cluster-health sweep #"
 MAX_REASON = 200  # characters: Slurm keeps the reason in its state files and prints it in sinfo
-OK_STATUSES = ("ok", "degraded")
+OK_STATUSES = ("ok", "degraded", *vocabulary.CONFIRMATION_STATUSES)  # worked: never a reason to drain
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 

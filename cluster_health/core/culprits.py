@@ -368,7 +368,7 @@ def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: Ref
     chain = [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in mine] + [
         f"links without {node}: median {ref:.3g} GB/s over {without.count}"
     ]
-    return _finding(
+    found = _finding(
         "warn",
         "slow_node",
         node,
@@ -377,6 +377,8 @@ def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: Ref
         chain,
         f"compare {node}'s link speed (ethtool), its qdisc (tc) and NIC counters with a peer's",
     )
+    found["detail"]["reference_gbps"] = ref  # what its links were compared with
+    return found
 
 
 def _slow_links(rest: list[tuple[dict[str, Any], float]]) -> list[dict[str, Any]]:
@@ -388,17 +390,17 @@ def _slow_links(rest: list[tuple[dict[str, Any], float]]) -> list[dict[str, Any]
     ref = links.median
     for p, bw in rest:
         if bw < OUTLIER_LINK_RATIO * ref and links.without([bw]).far_below(bw):
-            out.append(
-                _finding(
-                    "warn",
-                    "slow_link",
-                    pair_name(p),
-                    f"{pair_name(p)} runs at {bw:.3g} GB/s, {bw / ref:.2f} x the sweep's median {ref:.3g} GB/s",
-                    [p],
-                    [f"{pair_name(p)}: {bw:.3g} GB/s"],
-                    f"check the cabling and ports between {p['a']} and {p['b']}",
-                )
+            found = _finding(
+                "warn",
+                "slow_link",
+                pair_name(p),
+                f"{pair_name(p)} runs at {bw:.3g} GB/s, {bw / ref:.2f} x the sweep's median {ref:.3g} GB/s",
+                [p],
+                [f"{pair_name(p)}: {bw:.3g} GB/s"],
+                f"check the cabling and ports between {p['a']} and {p['b']}",
             )
+            found["detail"]["reference_gbps"] = ref
+            out.append(found)
     return out
 
 
@@ -538,20 +540,20 @@ def _slow_segments(
         mid = median(bw for _, bw in links)
         named |= {pair_name(p) for p, _ in links}
         sources = _group_sources(g, h, placed)
-        out.append(
-            _finding(
-                "warn",
-                "segment",
-                f"{g}<->{h}",
-                f"every link between {g} and {h} is slow ({len(links)} links, median {mid:.3g} GB/s, {mid / ref:.2f} x "
-                f"the {ref:.3g} GB/s inside the groups; {sources}): check the uplink between {g} and {h}",
-                [p for p, _ in links],
-                [sources]
-                + [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in links]
-                + [f"inside {g} and {h}: median {ref:.3g} GB/s"],
-                f"test the uplink between {g} and {h}: port speed, errors, cabling",
-            )
+        slow = _finding(
+            "warn",
+            "segment",
+            f"{g}<->{h}",
+            f"every link between {g} and {h} is slow ({len(links)} links, median {mid:.3g} GB/s, {mid / ref:.2f} x "
+            f"the {ref:.3g} GB/s inside the groups; {sources}): check the uplink between {g} and {h}",
+            [p for p, _ in links],
+            [sources]
+            + [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in links]
+            + [f"inside {g} and {h}: median {ref:.3g} GB/s"],
+            f"test the uplink between {g} and {h}: port speed, errors, cabling",
         )
+        slow["detail"]["reference_gbps"] = ref
+        out.append(slow)
     return out, named
 
 

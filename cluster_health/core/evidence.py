@@ -21,6 +21,7 @@ LOSSY_MIN_SEGMENTS = 200
 # Stages after which a timeout with messages already through is a size stall rather than a dead peer.
 STALL_STAGES = ("bandwidth",)
 HALF_KEYS = (
+    "load",
     "interface",
     "mtu",
     "peer_address",
@@ -151,6 +152,9 @@ def summary(ev: dict[str, Any] | None) -> dict[str, Any] | None:
         "largest_ok_bytes": ev.get("largest_ok_bytes"),
         "stalled_bytes": ev.get("stalled_bytes"),
         "connections": ev.get("connections") or [],
+        # What the pair was compared with in its sweep, and what the confirmation pass saw (sweeps/confirming.py).
+        "peers": ev.get("peers"),
+        "confirmation": ev.get("confirmation"),
     }
     for role in ("a", "b"):
         side = ev.get(role)
@@ -170,6 +174,7 @@ def summary(ev: dict[str, Any] | None) -> dict[str, Any] | None:
             "in_errs": tcp.get("InErrs"),
             "stuck_sockets": sum(1 for s in side.get("sockets") or [] if s.get("tx_queue")),
             "stage_times": side.get("stage_times"),
+            "load": side.get("load"),
             "stack": side.get("stack"),
         }
     return out

@@ -31,7 +31,19 @@ from cluster_health.core import matrix
 
 # Worst last. A block still pending or running shows that until it is done, unless a
 # result already in it is worse; "untested" only where nothing of the block was probed.
-WORST_ORDER = ("untested", "ok", "skipped", "pending", "running", "degraded", "timeout", "failed", "offline")
+WORST_ORDER = (
+    "untested",
+    "ok",
+    "transient",
+    "skipped",
+    "pending",
+    "running",
+    "contended",
+    "degraded",
+    "timeout",
+    "failed",
+    "offline",
+)
 _RANK = {matrix.CODE[name]: rank for rank, name in enumerate(WORST_ORDER)}
 _BY_RANK = [matrix.CODE[name] for name in WORST_ORDER]
 _BAD_CODES = frozenset(matrix.CODE[name] for name in matrix.BAD_STATUSES)

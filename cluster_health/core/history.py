@@ -15,6 +15,10 @@ from cluster_health import vocabulary
 
 HISTORY_SWEEPS = 8  # sweeps of a link looked back over
 MIN_FLAPS = 2  # failures within the window that make a link flapping (with passes between them)
+MIN_TRANSIENT_SWEEPS = 3  # sweeps within the window in which a node came out transient before it is named flapping
+# ... as a warning only when that is nearly every sweep of a full window: on a loaded healthy bed the busiest
+# host comes out transient in up to 5 of 8 nightly sweeps (benchmarks/false_alarms.py), which is noted, not raised.
+WARN_TRANSIENT_SWEEPS = 6
 # Drift: a robust trend line (Theil-Sen) through the link's busbw, judged against the link's own scatter.
 MIN_DRIFT_POINTS = 5
 REFERENCE_POINTS = 3  # the early sweeps whose median is the link's level
@@ -31,6 +35,45 @@ def flapping(series: list[str]) -> bool:
         return False
     first, last = bad.index(True), len(bad) - 1 - bad[::-1].index(True)
     return any(not b for b in bad[first : last + 1])
+
+
+def transient_nodes(per_sweep: list[Iterable[tuple[str, str]]]) -> list[dict[str, Any]]:
+    """Warn findings for nodes that come out ``transient`` sweep after sweep: flapping, named though never acted on.
+
+    ``per_sweep``: each sweep's transient pairs (oldest first, this one last). A node is named when
+    it is in a transient pair in at least MIN_TRANSIENT_SWEEPS of them and in more sweeps than any
+    of its partners there (the node common to them, not each peer it met): an ``info`` finding,
+    a ``warn`` from WARN_TRANSIENT_SWEEPS on. Never a failure: nothing is drained for it.
+    """
+    seen: dict[str, int] = {}
+    partners: dict[str, set[str]] = {}
+    for pairs in per_sweep:
+        nodes: set[str] = set()
+        for a, b in pairs:
+            nodes |= {a, b}
+            partners.setdefault(a, set()).add(b)
+            partners.setdefault(b, set()).add(a)
+        for n in nodes:
+            seen[n] = seen.get(n, 0) + 1
+    out: list[dict[str, Any]] = []
+    for node, count in sorted(seen.items()):
+        if count < MIN_TRANSIENT_SWEEPS or any(seen[p] >= count for p in partners[node]):
+            continue
+        out.append(
+            {
+                "severity": "warn" if count >= WARN_TRANSIENT_SWEEPS else "info",
+                "code": "flapping",
+                "subject": node,
+                "text": (
+                    f"{node} came out transient in {count} of the last {len(per_sweep)} sweeps (bad once, fine when "
+                    f"probed again, with {', '.join(sorted(partners[node])[:8])}): never acted on, but it keeps "
+                    "happening; check its NIC, cable and what else runs on it"
+                ),
+                "pairs": [],
+                "detail": {"evidence": [count, len(per_sweep)], "next_step": "watch its NIC counters across sweeps"},
+            }
+        )
+    return out
 
 
 def trend_fall(series: list[float]) -> tuple[float, float, float] | None:

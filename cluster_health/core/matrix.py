@@ -18,11 +18,10 @@ from array import array
 from collections.abc import Iterable
 from typing import Any
 
-from agents import contract
 from cluster_health import vocabulary
 
 # Status codes in the typed arrays; order is what the legend shows.
-STATUS_CODES = ("untested", *vocabulary.OPEN_STATUSES, *contract.STATUSES)
+STATUS_CODES = ("untested", *vocabulary.PAIR_STATUSES)  # appended to only: stored matrices hold these indices
 CODE = {name: i for i, name in enumerate(STATUS_CODES)}
 BAD_STATUSES = vocabulary.BAD_STATUSES
 # A pair's result only moves forward: a late "running" never overwrites a final result.

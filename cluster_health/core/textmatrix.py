@@ -14,10 +14,12 @@ SYMBOLS = {
     "timeout": "T",
     "offline": "O",
     "skipped": "-",
+    "transient": "t",
+    "contended": "c",
     "pending": "?",
     "running": "?",
 }
-LEGEND = ". ok   d degraded   X failed   T timeout   O offline   - skipped   ? not finished"
+LEGEND = ". ok   d degraded   X failed   T timeout   O offline   - skipped   t transient   c contended   ? not finished"
 MAX_MATRIX_NODES = 64
 
 

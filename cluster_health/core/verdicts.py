@@ -18,7 +18,7 @@ from cluster_health.core.culprits import pairs_by_node
 from cluster_health.core.finding_row import finding
 
 BAD = vocabulary.BAD_STATUSES
-MEASURED = ("ok", "degraded", *BAD)
+MEASURED = ("ok", "degraded", *vocabulary.CONFIRMATION_STATUSES, *BAD)
 MAX_LINK_FINDINGS = 50
 
 
@@ -132,7 +132,9 @@ def culprit_findings(
 
 
 def degraded_findings(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    slow = [p for p in pairs if p["status"] == "degraded"]
+    """A warn finding per link below its own baseline (a link slow next to its peers has the outlier finding that
+    marked it: culprits.outliers, the slow node, segment or link, with the figures it was compared with)."""
+    slow = [p for p in pairs if p["status"] == "degraded" and p.get("reason") != "below_peers"]
     return _link_findings("warn", "below_baseline", slow, "links below baseline")
 
 

@@ -72,6 +72,9 @@ def sweep_json(
         "duration_s": sweep.duration_s(),
         "round": sweep.current_round,
         "rounds": sweep.total_rounds,
+        # "confirming" while the confirmation pass probes the sweep's suspects again, else "probing".
+        "phase": sweep.phase,
+        "confirmation": sweep.confirmation(),
         "baseline": sweep.baseline_id,
         "error": sweep.error or None,
         # Pending behind these running sweeps over some of its nodes (one sweep per node at a time).

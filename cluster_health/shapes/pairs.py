@@ -10,7 +10,6 @@ from typing import Any
 
 from django.db.models import F
 
-from agents import contract
 from cluster_health import vocabulary
 from cluster_health.core import evidence
 from cluster_health.models import PairProbe
@@ -33,7 +32,7 @@ PAIR_FIELDS = (
 )
 PAIR_MODEL_FIELDS = tuple(f for f in PAIR_FIELDS if f not in ("a", "b"))  # read as they are; a, b via the nodes
 # Status codes of the /metrics pair gauge (the matrix has its own, with "untested", in core.matrix).
-STATUS_CODES = {s: i for i, s in enumerate((*vocabulary.OPEN_STATUSES, *contract.STATUSES))}
+STATUS_CODES = {s: i for i, s in enumerate(vocabulary.PAIR_STATUSES)}
 
 
 def pair_dict(row: Mapping[str, Any]) -> dict:

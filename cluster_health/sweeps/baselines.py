@@ -1,4 +1,10 @@
-"""Baselines: the busbw a pair is expected to reach, from one sweep or the rolling median of good nightly sweeps."""
+"""Baselines: the busbw a pair is expected to reach, from one sweep or the rolling median of recent clean sweeps.
+
+The rolling median takes every clean sweep that measured the pairs the same way (the same
+backend and message sizes), whatever started it: a hand-run sweep or a new deployment's
+first sweeps teach it as the nightly ones do. Only ``ok`` probes count: a ``transient``,
+``contended`` or ``degraded`` one is not what the link usually does.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,11 @@ from cluster_health.core.expected_busbw import median_and_mad
 from cluster_health.models import Baseline, BaselinePair, PairProbe, Sweep, pair_key
 from cluster_health.shapes import matrices
 
-ROLLING_BASELINE_SWEEPS = 5  # good nightly sweeps the rolling median is taken over
+ROLLING_BASELINE_SWEEPS = 5  # clean sweeps the rolling median is taken over
+CANDIDATE_SWEEPS = 50  # recent sweeps looked through for comparable ones
 # The scheduled kinds that measure every pair they run (a nightly sampled or topology sweep
 # meets only some pairs: each pair's median is taken over the nights that met it).
-ROLLING_KINDS = ("full", "sampled", "topology")
+ROLLING_KINDS = ("full", "pairs", "sampled", "topology")
 INSERT_BATCH = 5000  # baseline rows per INSERT
 READ_CHUNK = 10000  # pair rows read per round trip
 
@@ -31,13 +38,21 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
     return base
 
 
-def rolling_baseline(last: int = ROLLING_BASELINE_SWEEPS) -> Baseline | None:
-    """Median busbw per pair over the last good nightly sweeps, with its spread (MAD); None if there is none yet."""
-    good = list(
-        Sweep.objects.filter(kind__in=ROLLING_KINDS, source="schedule", status="finished", verdict__in=("pass", "warn"))
-        .order_by("-finished")
-        .values_list("pk", flat=True)[:last]
-    )
+def rolling_baseline(
+    last: int = ROLLING_BASELINE_SWEEPS, backend: str | None = None, sizes: list | None = None
+) -> Baseline | None:
+    """Median busbw per pair over the last clean comparable sweeps, with its spread (MAD); None if there is none yet.
+
+    Comparable: the same backend (when given) and the same message sizes (None: the defaults).
+    """
+    candidates = Sweep.objects.filter(kind__in=ROLLING_KINDS, status="finished", verdict__in=("pass", "warn"))
+    if backend:
+        candidates = candidates.filter(backend=backend)
+    good = [
+        pk
+        for pk, params in candidates.order_by("-finished").values_list("pk", "params")[:CANDIDATE_SWEEPS]
+        if (params or {}).get("sizes") == sizes
+    ][:last]
     if not good:
         return None
     samples: dict[tuple[str, str], list[float]] = {}
@@ -47,7 +62,7 @@ def rolling_baseline(last: int = ROLLING_BASELINE_SWEEPS) -> Baseline | None:
     for a, b, bw in rows.iterator(chunk_size=READ_CHUNK):
         samples.setdefault(pair_key(a, b), []).append(bw)
     base = Baseline.objects.create(
-        name=f"rolling median of {len(good)} nightly sweeps", source="rolling", sweeps_used=good
+        name=f"rolling median of {len(good)} clean sweeps", source="rolling", sweeps_used=good
     )
     rows = []
     for k, v in samples.items():
@@ -57,9 +72,11 @@ def rolling_baseline(last: int = ROLLING_BASELINE_SWEEPS) -> Baseline | None:
     return base
 
 
-def resolve_baseline(spec: str | None) -> Baseline | None:
+def resolve_baseline(spec: str | None, backend: str | None = None, sizes: list | None = None) -> Baseline | None:
+    """The baseline a sweep is judged against: ``rolling`` (the default, over sweeps of its backend and sizes),
+    ``none``, ``baseline:PK`` or ``sweep:PK``."""
     if spec is None or spec == "rolling":
-        return rolling_baseline()
+        return rolling_baseline(backend=backend, sizes=sizes)
     if spec == "none":
         return None
     what, pk = spec.split(":", 1)

@@ -134,6 +134,14 @@ def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
     )
     if not earlier:
         return []
+    transient: dict[int, list[tuple[str, str]]] = {pk: [] for pk in earlier}
+    for sid, a, b in PairProbe.objects.filter(sweep_id__in=earlier, status="transient").values_list(
+        "sweep_id", "node_a__name", "node_b__name"
+    ):
+        transient[sid].append((a, b))
+    found: list[dict] = history.transient_nodes(
+        [transient[pk] for pk in sorted(earlier)] + [[(p["a"], p["b"]) for p in pairs if p["status"] == "transient"]]
+    )
     links = {(p["a"], p["b"]): p for p in pairs}
     past: dict[tuple[str, str], list[tuple[int, str, float | None, int | None]]] = {}
     rows = (
@@ -145,7 +153,6 @@ def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
         key = (a, b) if (a, b) in links else (b, a)
         if key in links:
             past.setdefault(key, []).append((sid, status, bw, _largest(sizes)))
-    found: list[dict] = []
     for key, now in links.items():
         series = sorted(past.get(key, []))
         statuses = [st for _, st, _, _ in series if st != "skipped"] + [now["status"]]

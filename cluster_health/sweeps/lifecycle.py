@@ -24,7 +24,7 @@ from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GpuCheck, GroupPr
 from cluster_health.nodes import groups_of
 from cluster_health.queues import dispatch
 from cluster_health.shapes import broadcast, matrices
-from cluster_health.sweeps import baselines, findings, gpus, rounds, statistics
+from cluster_health.sweeps import baselines, confirming, findings, gpus, rounds, statistics
 
 log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
@@ -101,7 +101,7 @@ def start_sweep(sweep_id: int) -> bool:
         if sweep.kind == "bisect":
             sweep.params["bisect_phase"] = 1
         if sweep.kind in vocabulary.BANDWIDTH_SWEEP_KINDS or params.get("baseline"):
-            sweep.baseline = baselines.resolve_baseline(params.get("baseline"))
+            sweep.baseline = baselines.resolve_baseline(params.get("baseline"), sweep.backend, params.get("sizes"))
         sweep.save(update_fields=["nodes", "total_rounds", "params", "baseline"])
         broadcast.sweep_update(sweep)
     advance_or_fail(sweep_id)
@@ -209,6 +209,13 @@ def advance(sweep_id: int) -> None:
                         return  # another worker planned the next phase
                     if extended:
                         continue
+                first = sweep.total_rounds + 1
+                extra = confirming.plan_pass(sweep)
+                if extra is None:
+                    return  # another worker planned the confirmation pass
+                if extra:
+                    _create_probes(sweep, sweep.nodes, planner.Plan(sweep.nodes, extra), first_round=first)
+                    continue
                 finish(sweep)
                 return
             if not Sweep.objects.filter(pk=sweep_id, status="running", current_round=k).update(current_round=k + 1):
@@ -304,7 +311,7 @@ def _isolated(sweep_id: int, doing: str, step: Callable[[], bool]) -> bool:
 
 
 def _round_open(sweep: Sweep, k: int) -> bool:
-    if k <= sweep.params.get("pair_rounds", 0):
+    if rounds.is_pair_round(sweep, k):
         return PairProbe.objects.filter(sweep=sweep, round=k, status__in=OPEN_PAIR_STATUSES).exists()
     if sweep.kind in vocabulary.GPU_SWEEP_KINDS:
         return gpus.any_open(sweep)
@@ -316,7 +323,9 @@ def finish(sweep: Sweep) -> bool:
     now = timezone.now()
     if not Sweep.objects.filter(pk=sweep.pk, status="running").update(status="finished", finished=now):
         return False
+    told = confirming.fold(sweep)  # before the findings: they read each pair's final status
     found, statuses = findings.sweep_findings(sweep)
+    found += told
     verdict = verdicts.verdict(statuses, found)
     Finding.objects.bulk_create([Finding(sweep=sweep, **f) for f in found])
     Sweep.objects.filter(pk=sweep.pk).update(verdict=verdict)
@@ -345,7 +354,9 @@ def cancel(sweep_id: int) -> bool:
             model.objects.filter(sweep_id=sweep_id, status__in=OPEN_PAIR_STATUSES).update(
                 status="skipped", reason="cancelled", finished=now
             )
-        broadcast.sweep_update(Sweep.objects.get(pk=sweep_id))
+        sweep = Sweep.objects.get(pk=sweep_id)
+        confirming.drop_pass(sweep)  # cut short: its pairs keep their first outcome, each shown once
+        broadcast.sweep_update(sweep)
         transaction.on_commit(start_queued)
     return True
 

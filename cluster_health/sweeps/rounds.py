@@ -57,7 +57,7 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
 
     if sweep.kind in vocabulary.GPU_SWEEP_KINDS:
         return gpus.dispatch_checks(sweep, online, now, offline_hint)
-    if k > sweep.params.get("pair_rounds", 0):
+    if not is_pair_round(sweep, k):
         return _dispatch_group(sweep, online, now, offline_hint)
     kind, settings_ = pair_settings(sweep)
     wait = timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
@@ -88,6 +88,12 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
     transaction.on_commit(lambda: dispatch.send_probe_commands(PairProbe, running, commands))
     broadcast.sweep_update(sweep, [pairs.pair_dict_of(p) for p in updated], throttle=True)
     return bool(running)
+
+
+def is_pair_round(sweep: Sweep, k: int) -> bool:
+    """Whether round k runs pair probes: a planned pair round, or one of the confirmation pass's (after the group's)."""
+    first = sweep.params.get("confirm_first")
+    return k <= sweep.params.get("pair_rounds", 0) or (first is not None and k >= first)
 
 
 def pair_settings(sweep: Sweep) -> tuple[str, dict]:

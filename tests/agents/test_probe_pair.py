@@ -19,6 +19,9 @@ def test_it_measures_busbw_at_every_size(redis_url):
             # two ranks: busbw = algbw * 2(n-1)/n = algbw
             assert size["busbw_gbps"] == pytest.approx(size["algbw_gbps"] * contract.busbw_factor(2), rel=1e-3)
         assert result["busbw_gbps"] == result["sizes"][-1]["busbw_gbps"]
+        # What else the host did while it measured: the interface's other bytes, other work on the CPUs.
+        load = result["evidence"]["load"]
+        assert load["seconds"] > 0 and load["own_bytes"] > 0 and 0 <= load["cpu_other"] <= 1
         assert 0 < result["latency_us_p50"] <= result["latency_us_p99"]
         assert set(result["timings"]) >= {"spawn_s", "import_s", "rendezvous_s", "collectives_s"}
         assert result["versions"]["torch"] == result["peer_versions"]["torch"]

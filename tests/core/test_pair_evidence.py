@@ -84,3 +84,25 @@ def test_a_link_is_judged_by_its_own_noise_where_history_exists():
     assert expected_busbw.threshold(1.0, 0.0, 2, 0.9) == 0.75
     mid, mad = expected_busbw.median_and_mad([1.0, 1.2, 0.8, 1.1, 5.0])
     assert (mid, round(mad, 6)) == (1.1, 0.1)
+
+
+def test_the_load_beside_a_probe_is_read_from_the_interface_and_cpu_counters(tmp_path):
+    dev, stat = tmp_path / "dev", tmp_path / "stat"
+    head = "Inter-|   Receive ...\n face |bytes packets errs drop fifo frame compressed multicast|bytes ...\n"
+
+    def write(rx, tx, busy, idle, steal):
+        dev.write_text(
+            head + f"  eth0: {rx} 0 0 0 0 0 0 0 {tx} 0 0 0 0 0 0 0\n    lo: 5 0 0 0 0 0 0 0 5 0 0 0 0 0 0 0\n"
+        )
+        stat.write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8\n")
+
+    write(1_000, 2_000, 100, 100, 0)
+    before = agent_evidence.load_snapshot("eth0", str(dev), str(stat))
+    assert before["nic"] == 3_000 and before["cpu"] == (200, 100, 0)
+    write(1_000 + 3_000_000_000, 2_000 + 1_000_000_000, 1_000, 120, 30)
+    after = {**agent_evidence.load_snapshot("eth0", str(dev), str(stat)), "t": before["t"] + 2.0}
+    load = agent_evidence.load_delta(before, after, own_bytes=2_000_000_000)
+    assert load["nic_bytes"] == 4_000_000_000 and load["own_bytes"] == 2_000_000_000
+    assert load["other_gbps"] == 1.0  # 2 GB that were not the probe's, in 2 s
+    assert load["cpu_steal"] == round(30 / 950, 3) and 0 <= load["cpu_other"] <= 1
+    assert agent_evidence.nic_bytes("eth9", str(dev)) is None and agent_evidence.nic_bytes(None) is None

@@ -72,7 +72,7 @@ def test_a_nul_in_a_stderr_tail_does_not_lose_the_half(driver, open_pair):
     half = result_for(a, status="failed", reason="refused", stderr_tail=stderr, hint="h\x00int")
     assert driver.ingest(half) == "applied"
     assert driver.ingest(result_for(b, stage_times={"items": 0.5, "init": 0.1}, extra={"why": "\x00"})) == "final"
-    probe = PairProbe.objects.get(sweep=sweep)
+    probe = PairProbe.objects.get(pk=a["probe_id"])
     assert probe.status == "failed" and "\x00" not in probe.half_a["stderr_tail"] and probe.hint
     assert RejectedMessage.objects.count() == 0
 

@@ -25,10 +25,18 @@ def test_it_times_out_a_probe_past_its_deadline_keeping_the_half_that_arrived(dr
     later = timezone.now() + timedelta(seconds=dispatch.server_deadline_s(a["deadline_s"]) + 1)
     Node.objects.update(last_heartbeat=later)
     assert driver.reap(later)["timeout"] == 1
-    probe = PairProbe.objects.get(sweep=sweep)
+    probe = PairProbe.objects.get(pk=a["probe_id"])
     assert (probe.status, probe.stage, probe.reason) == ("timeout", "store", "store_timeout")
+    # Probed again by the confirmation pass, it times out again: confirmed, and the sweep fails.
+    again = driver.take()
+    assert {c["probe_id"] for c in again} != {a["probe_id"]}
+    for c in again:
+        driver.ingest(result_for(c, status="failed", stage="store", reason="store_timeout", hint="store unreachable"))
     sweep.refresh_from_db()
     assert sweep.status == "finished" and sweep.verdict == "fail"
+    probe.refresh_from_db()
+    assert probe.evidence["confirmation"]["outcome"] == "confirmed"
+    assert PairProbe.objects.filter(sweep=sweep).count() == 1  # the pass's own row folded into the pair's
 
 
 def test_it_marks_pairs_of_a_silent_node_offline_and_blames_the_node(driver):

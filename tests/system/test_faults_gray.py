@@ -7,6 +7,7 @@ finding that names the culprit, its hint and the pairs that support it. (This ke
 sch_netem, so loss is an nft rule on the host's bridge port.)
 """
 
+import time
 from functools import partial
 
 import pytest
@@ -66,7 +67,9 @@ def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
     assert len(named) == len(lossy[0]["pairs"]), (named, lossy[0]["pairs"])
     assert {(p["status"], p["reason"]) for p in named} == {("degraded", "lossy")}, mine
     assert all(p["evidence"]["a" if p["a"] == "rack2-n1" else "b"]["retrans_pct"] >= 1.0 for p in named)
-    assert {p["status"] for p in mine if p not in named} <= {"ok"}, mine
+    # A pair the loss hit at connect once (a lost SYN) and spared when probed again is transient, never a failure.
+    assert {p["status"] for p in mine if p not in named} <= {"ok", "transient"}, mine
+    assert report["verdict"] == "warn", report["findings"]
     others = [p for p in report["pairs"] if "rack2-n1" not in (p["a"], p["b"])]
     assert {p["status"] for p in others} == {"ok"}, others
     shown = f"{len(named)} pairs degraded (lossy); warn finding: {text[:90]}"
@@ -196,5 +199,42 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert len(slow[0]["pairs"]) == 3
     assert rc == 1 and report["verdict"] == "warn", report["findings"]
     mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
+    # The cells agree with the finding: degraded next to their peers, with the figures, and confirmed by
+    # the confirmation pass (probed again, slow again); the links without rack1-n1 stay ok.
+    assert {(p["status"], p["reason"]) for p in mine} == {("degraded", "below_peers")}, mine
+    assert all("links without it" in p["hint"] for p in mine), mine
+    assert {p["evidence"]["confirmation"]["outcome"] for p in mine if p["evidence"]["confirmation"]} == {"confirmed"}
+    # A link slow once next to the others (a loaded host) and normal when probed again is transient, not slow.
+    assert {p["status"] for p in report["pairs"] if p not in mine} <= {"ok", "transient"}, report["pairs"]
+    assert report["confirmation"]["rounds"] >= 1
     shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
     record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
+
+
+@pytest.mark.timeout(240)
+def test_a_node_slowed_until_the_pass_is_transient_and_drains_nothing(bed, stack):
+    from cluster_health.actions import slurm
+    from cluster_health.models import Sweep
+
+    with fault(NAMES, lambda: bed.shape("rack2-n2", 200), lambda: bed.unshape("rack2-n2")) as injected:
+        run = TimedSweep(stack, "--wait", "--timeout", "150", *BANDWIDTH, *all_pairs(), injected_at=injected)
+        sid = run.sweep_id()
+        # The shaper stays for the planned rounds only: lifted the moment the confirmation pass is planned,
+        # while its first probes are still on their way through resolve, store and init to their bandwidth stage.
+        deadline = time.monotonic() + 120
+        while Sweep.objects.get(pk=sid).phase != "confirming" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        bed.unshape("rack2-n2")  # idempotent: the fault's clear runs it again
+        rc, report = run.report(timeout=210)
+    mine = [p for p in report["pairs"] if "rack2-n2" in (p["a"], p["b"])]
+    passed = [p for p in mine if p["status"] == "transient"]
+    assert passed and {p["status"] for p in mine} <= {"transient", "degraded"}, (mine, report["findings"])
+    for p in passed:
+        record = p["evidence"]["confirmation"]
+        assert record["first"]["status"] == "degraded" and record["again"]["status"] == "ok", record
+        assert record["again"]["busbw_gbps"] > 3 * record["first"]["busbw_gbps"], record
+        assert "transient, not acted on" in p["hint"], p["hint"]
+    assert {q["status"] for q in report["pairs"] if q not in mine} <= {"ok", "transient"}, report["pairs"]
+    assert rc in (0, 1) and not [f for f in report["findings"] if f["severity"] == "fail"], report["findings"]
+    assert slurm.blamed_nodes(Sweep.objects.get(pk=sid)) == {}
+    record_cell("rack2-n2 shaped to 200 Mbit/s until the confirmation pass (tc tbf)", run.elapsed(), passed[0])

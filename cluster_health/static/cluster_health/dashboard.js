@@ -9,7 +9,9 @@
     if (!p) return "";
     const rounds = p.rounds ? `round ${p.round}/${p.rounds} · ` : "";
     const scope = p.scope === "round" ? " in this round" : "";
-    return `${rounds}${p.pairs_done}/${p.pairs_total} ${p.unit || "pairs"} done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
+    // The confirmation pass: the sweep's suspects probed again before its verdict.
+    const phase = p.phase === "confirming" ? "confirming · " : "";
+    return `${phase}${rounds}${p.pairs_done}/${p.pairs_total} ${p.unit || "pairs"} done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
   }
 
   /* A sweep's findings into list, each with its "why" link (findingUrl(sweep, id)) and the cells it lights. */

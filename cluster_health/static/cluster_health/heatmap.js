@@ -14,6 +14,7 @@ const CH = (window.CH = window.CH || {});
 CH.STATUS_COLORS = {
   untested: "#eeeeee", pending: "#bbbbbb", running: "#56b4e9", ok: "#009e73",
   degraded: "#f0e442", failed: "#d55e00", timeout: "#cc79a7", offline: "#000000", skipped: "#0072b2",
+  transient: "#e69f00", contended: "#999999",
 };
 // Statuses that have no figure to plot: on the throughput and latency views their cells keep
 // their status colour, marked with a cross, so a failed pair or a dead node never turns blank.

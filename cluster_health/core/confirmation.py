@@ -1,0 +1,323 @@
+"""The confirmation pass: slow next to its peers, what to probe again, and what the second look decided. Pure.
+
+A pair judged bad once is not yet a fault: a busy host, a burst of someone else's
+traffic or a probe scheduled beside a backup makes a healthy link look slow, and a
+tool that drains nodes must not act on that. So when a sweep's planned rounds end,
+every pair that is not ``ok`` is probed again, and each side of it with a partner
+that was healthy in this sweep. The pair then keeps both outcomes:
+
+- bad again: ``confirmed``, its status stays and the culprit rules act on it;
+- fine the second time: ``transient``, reported, never acted on;
+- slow each time while its node was busy with other traffic or work: ``contended``,
+  reported with the figures, never acted on.
+
+The partners tell node from link: a node that fails with its healthy partner too is
+the node; a pair whose two sides each work with someone else is the link.
+
+Pairs are dicts with ``a``, ``b``, ``status``, ``stage``, ``reason``, ``hint``,
+``busbw_gbps``, ``sizes``, ``evidence`` and ``round`` (cluster_health.sweeps.findings).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cluster_health import vocabulary
+from cluster_health.core import culprits
+
+BAD = vocabulary.BAD_STATUSES
+SLOW_CODES = ("slow_node", "slow_link", "segment")  # outlier findings whose pairs are slow next to their peers
+MAX_ROUNDS = 3  # extra rounds a confirmation pass may take, at most
+PER_NODE = 3  # probes one node takes part in during the pass, at most (a dead node's N-1 pairs are not all redone)
+PARTNERS = 1  # healthy partners each side of a suspect pair is probed with
+# A slow pair is slow again when its second busbw is under this share of what it was compared with
+# the first time: a second look halfway to normal is not normal.
+SLOW_AGAIN_RATIO = 0.5
+# A side was busy while it measured (``busy``): other bytes on its interface at this share of the probe's
+# own (retransmissions and headers stay well under it), or this share of its CPU time stolen by the hypervisor.
+CONTENDED_NIC_SHARE = 0.5
+CONTENDED_STEAL = 0.1
+MAX_TOLD = 50  # confirmation findings, at most (the pairs' own rows say the rest)
+
+
+def link(a: str, b: str) -> str:
+    return f"{a}<->{b}"
+
+
+def key(a: str, b: str) -> tuple[str, str]:
+    return (a, b) if a <= b else (b, a)
+
+
+def peer_marks(
+    pairs: list[dict[str, Any]], pattern: str | None = None, declared: Mapping[str, str] | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Pairs that passed as ``ok`` but run far below the same sweep's links of the same kind: their new fields.
+
+    The comparison is culprits.outliers' (a slow node against the links without it, a slow
+    segment against the links inside its groups, a single link against the rest), so the
+    cell, the pair's hint and the finding name the same figures. Needs no history: a
+    first sweep of a new deployment judges its links this way.
+    """
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    by_name = {culprits.pair_name(p): p for p in pairs}
+    for found in culprits.outliers(pairs, pattern, declared):
+        if found["code"] not in SLOW_CODES:
+            continue
+        reference = found["detail"].get("reference_gbps")
+        for name in found["pairs"]:
+            p = by_name.get(name)
+            if p is None or p["status"] != "ok" or key(p["a"], p["b"]) in out:
+                continue
+            bw = p.get("busbw_gbps")
+            figure = f"busbw {bw:.3g} GB/s" if bw is not None else "busbw unknown"
+            out[key(p["a"], p["b"])] = {
+                "status": "degraded",
+                "reason": "below_peers",
+                "hint": f"{figure}, slow next to its peers in this sweep: {found['text']}",
+                "peers": {"code": found["code"], "subject": found["subject"], "reference_gbps": reference},
+            }
+    return out
+
+
+def suspects(pairs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pairs the pass looks at again: failed, timed out or slow. An offline agent is known from its heartbeats."""
+    return [p for p in pairs if p["status"] in ("degraded", "failed", "timeout")]
+
+
+def plan(nodes: list[str], pairs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The probes of the pass, most telling first: each suspect pair again, then each side with a healthy partner.
+
+    Bounded: a node takes part in at most PER_NODE of them (the caller keeps the first
+    MAX_ROUNDS rounds of their schedule). Nothing when every pair is ok.
+    """
+    bad = suspects(pairs)
+    if not bad:
+        return []
+    healthy = [n for n in nodes if n not in _troubled(pairs)]
+    load: dict[str, int] = defaultdict(int)
+    out: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(a: str, b: str, cap: int = PER_NODE) -> bool:
+        if key(a, b) in seen or load[a] >= cap or load[b] >= cap:
+            return False
+        seen.add(key(a, b))
+        load[a] += 1
+        load[b] += 1
+        out.append((a, b))
+        return True
+
+    for p in bad:
+        add(p["a"], p["b"], PER_NODE - PARTNERS)  # a slot left for each side's healthy partner
+    partnered: dict[str, int] = defaultdict(int)
+    for p in bad:
+        for side in (p["a"], p["b"]):
+            for h in sorted(healthy, key=lambda n: load[n]):
+                if partnered[side] >= PARTNERS:
+                    break
+                if h != side and add(side, h):
+                    partnered[side] += 1
+    return out
+
+
+def _troubled(pairs: list[dict[str, Any]]) -> set[str]:
+    """Nodes not healthy in this sweep: in a pair that did not pass, unless the other side is in more of them.
+
+    A slow or dead node's peers each have one bad pair, with it: they are healthy partners for
+    everyone else (and for the node itself), while both sides of a lone bad link are suspect.
+    """
+    bad = [p for p in pairs if p["status"] not in ("ok", "skipped")]
+    count: dict[str, int] = defaultdict(int)
+    for p in bad:
+        count[p["a"]] += 1
+        count[p["b"]] += 1
+    out = set()
+    for p in bad:
+        for side, other in ((p["a"], p["b"]), (p["b"], p["a"])):
+            if count[other] <= count[side]:
+                out.add(side)
+    return out
+
+
+def _bw(p: Mapping[str, Any] | None) -> str:
+    bw = (p or {}).get("busbw_gbps")
+    return f"{bw:.3g} GB/s" if bw is not None else "no busbw"
+
+
+def _what(p: Mapping[str, Any]) -> str:
+    """How a probe went, in a few words: "slow (0.18 GB/s)", "timeout at connect (connect_timeout)", "normal (..)"."""
+    if p["status"] in BAD:
+        where = f" at {p['stage']}" if p.get("stage") else ""
+        why = f" ({p['reason']})" if p.get("reason") else ""
+        return f"{p['status']}{where}{why}"
+    if p["status"] == "degraded":
+        return f"slow ({_bw(p)})"
+    return f"normal ({_bw(p)})"
+
+
+def bad_again(first: Mapping[str, Any], second: Mapping[str, Any]) -> bool:
+    """Whether a second probe shows the same trouble as the first (a failure, or a slow link slow again)."""
+    if second["status"] in BAD:
+        return True
+    if first["status"] in BAD:
+        return False  # it worked this time, whatever its speed
+    if second["status"] == "degraded":
+        return True
+    reference = ((first.get("evidence") or {}).get("peers") or {}).get("reference_gbps")
+    bw = second.get("busbw_gbps")
+    return bool(reference and bw is not None and bw < SLOW_AGAIN_RATIO * reference)
+
+
+def judge(
+    pairs: list[dict[str, Any]], again: list[dict[str, Any]]
+) -> tuple[dict[tuple[str, str], dict[str, Any]], list[dict[str, Any]]]:
+    """What the second pass changed: new fields of the suspect pairs, and a finding for each.
+
+    ``pairs``: the planned rounds' pairs (after peer_marks); ``again``: the pass's probes.
+    A suspect probed again and bad again is confirmed (its status stays); fine again, it
+    is ``transient``. One not probed again (its nodes were at their PER_NODE bound) is
+    confirmed when a side failed with its healthy partner too, else it stays as it was.
+    """
+    bad = suspects(pairs)
+    if not bad:
+        return {}, []
+    suspect_keys = {key(p["a"], p["b"]): p for p in bad}
+    redone = {key(r["a"], r["b"]): r for r in again if key(r["a"], r["b"]) in suspect_keys}
+    with_partner: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in again:
+        if key(r["a"], r["b"]) not in suspect_keys:
+            with_partner[r["a"]].append(r)
+            with_partner[r["b"]].append(r)
+    updates: dict[tuple[str, str], dict[str, Any]] = {}
+    told: list[dict[str, Any]] = []
+    for k, p in suspect_keys.items():
+        second = redone.get(k)
+        sides = []
+        side_bad = []
+        for side in (p["a"], p["b"]):
+            for r in with_partner.get(side, []):
+                other = r["b"] if r["a"] == side else r["a"]
+                worse = bad_again(p, r)
+                sides.append({"node": side, "partner": other, "status": r["status"], "busbw_gbps": r.get("busbw_gbps")})
+                if worse:
+                    side_bad.append(side)
+        load = busy(p) if p["status"] not in BAD else None
+        if second is not None:
+            confirmed = bad_again(p, second)
+        elif side_bad or load:
+            confirmed = True
+        else:
+            continue  # not looked at again: it stays as it was
+        if confirmed and load and (second is None or busy(second)):
+            outcome = "contended"  # slow each time it was measured, and each time beside other work
+        else:
+            outcome = "confirmed" if confirmed else "transient"
+        record = {
+            "outcome": outcome,
+            "first": {
+                "round": p.get("round"),
+                "status": p["status"],
+                "reason": p.get("reason"),
+                "busbw_gbps": p.get("busbw_gbps"),
+            },
+            "again": second
+            and {
+                "round": second.get("round"),
+                "status": second["status"],
+                "reason": second.get("reason"),
+                "busbw_gbps": second.get("busbw_gbps"),
+            },
+            "partners": sides,
+            "culprit": _culprit(p, side_bad, sides),
+        }
+        if outcome == "contended":
+            record["load"] = load
+            text = f"{_text(p, second, sides, side_bad, True).rsplit(': ', 1)[0]}; {load}: contended, not acted on"
+        else:
+            text = _text(p, second, sides, side_bad, confirmed)
+        fields: dict[str, Any] = {"confirmation": record}
+        if outcome != "confirmed":
+            fields.update(status=outcome, hint=text)
+        updates[k] = fields
+        if len(told) < MAX_TOLD:
+            told.append(
+                {
+                    "severity": "info",
+                    "code": outcome,
+                    "subject": link(p["a"], p["b"]),
+                    "text": text,
+                    "pairs": [link(p["a"], p["b"])],
+                    "detail": {
+                        "evidence": [record],
+                        "next_step": "" if outcome == "confirmed" else "nothing: not acted on",
+                    },
+                }
+            )
+    return updates, told
+
+
+def busy(p: Mapping[str, Any]) -> str | None:
+    """What else kept a side of the pair busy while it measured, in words with the figures; None when neither was.
+
+    Busy: the side's interface carried other bytes at CONTENDED_NIC_SHARE of the probe's own or
+    more (not on loopback, where both ranks' bytes cross one interface twice), or CONTENDED_STEAL
+    of its CPU time was stolen (agents/evidence.py, ``load_delta``, around the bandwidth stage).
+    Other work on the CPUs is recorded with the figures but decides nothing: where hosts share
+    a machine's cores (a namespace bed, containers), the peer rank itself counts as other work.
+    """
+    ev = p.get("evidence") or {}
+    said = []
+    for role in ("a", "b"):
+        side = ev.get(role) or {}
+        load = side.get("load") or {}
+        why = []
+        own, total = load.get("own_bytes"), load.get("nic_bytes")
+        if own and total is not None and side.get("interface") != "lo" and total - own >= CONTENDED_NIC_SHARE * own:
+            why.append(f"other traffic {load.get('other_gbps', 0):.3g} GB/s on its interface beside the probe's own")
+        if (load.get("cpu_steal") or 0) >= CONTENDED_STEAL:
+            why.append(f"{load['cpu_steal']:.0%} of its CPU stolen")
+        if why:
+            said.append(f"{p[role]} was busy ({', '.join(why)})")
+    return "; ".join(said) or None
+
+
+def _culprit(p: Mapping[str, Any], side_bad: list[str], sides: list[dict[str, Any]]) -> str | None:
+    """The node the partners point at (it failed with a healthy partner too), or the link when both sides were fine."""
+    blamed = sorted(set(side_bad))
+    if len(blamed) == 1:
+        return blamed[0]
+    if not blamed and {s["node"] for s in sides} == {p["a"], p["b"]}:
+        return link(p["a"], p["b"])
+    return None
+
+
+def _text(
+    p: Mapping[str, Any],
+    second: Mapping[str, Any] | None,
+    sides: list[dict[str, Any]],
+    side_bad: list[str],
+    confirmed: bool,
+) -> str:
+    """The issue's sentence: "n4<->n8 slow in round 3 (0.18 GB/s), normal when probed again (0.41 GB/s) and
+    with n2 and n6: transient, not acted on"."""
+    name = link(p["a"], p["b"])
+    first = _what(p).replace(" (", f" in round {p.get('round')} (", 1) if p.get("round") else _what(p)
+    parts = [f"{name} {first}"]
+    if second is not None:
+        again = _what(second) if bad_again(p, second) else f"normal ({_bw(second)})"
+        parts.append(f"{again} when probed again")
+    fine = sorted({s["partner"] for s in sides if s["node"] not in side_bad})
+    worse = [f"{s['node']} with {s['partner']}" for s in sides if s["node"] in side_bad]
+    tail = ""
+    if fine:
+        tail += f" and with {' and '.join(fine)}" if second is not None else f"; fine with {' and '.join(fine)}"
+    if worse:
+        tail += f"; bad again: {', '.join(worse)}"
+    if confirmed:
+        culprit = _culprit(p, side_bad, sides)
+        verdict = f"confirmed{f', {culprit}' if culprit else ''}"
+    else:
+        verdict = "transient, not acted on"
+    return ", ".join(parts) + tail + f": {verdict}"

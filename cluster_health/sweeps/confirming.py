@@ -1,0 +1,139 @@
+"""The confirmation pass of a sweep: planned after its last round, folded into its pairs before the verdict.
+
+After the planned rounds, ``plan_pass`` marks the pairs far below their peers in this
+sweep (``degraded``/``below_peers``), then plans the pass (core.confirmation.plan):
+extra pair rounds numbered after the sweep's last, recorded in its params as
+``confirm_first`` (the first extra round; None when there was nothing to confirm).
+``fold`` then writes what the second look decided into the planned pairs (their
+``evidence["confirmation"]``, ``transient`` where it was fine again) and deletes the
+pass's own rows, so every reader of the sweep sees each pair once, with both outcomes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+
+from cluster_health import bulk, vocabulary
+from cluster_health.core import confirmation, planner
+from cluster_health.models import PairProbe, Sweep
+from cluster_health.nodes import declared_groups
+
+log = logging.getLogger(__name__)
+READ_FIELDS = ("id", "round", "node_a__name", "node_b__name", "status", "stage", "reason", "hint", "busbw_gbps")
+READ_CHUNK = 10000
+
+
+def confirm_first(sweep: Sweep) -> int | None:
+    """The first round of the sweep's confirmation pass, if it has one."""
+    return sweep.params.get("confirm_first")
+
+
+def _pairs(sweep: Sweep, confirming: bool) -> list[dict[str, Any]]:
+    rows = PairProbe.objects.filter(sweep=sweep)
+    first = confirm_first(sweep)
+    if first is not None:
+        rows = rows.filter(round__gte=first) if confirming else rows.filter(round__lt=first)
+    elif confirming:
+        return []
+    out = []
+    for pk, rnd, a, b, status, stage, reason, hint, bw, sizes, ev in rows.values_list(
+        *READ_FIELDS, "sizes", "evidence"
+    ).iterator(chunk_size=READ_CHUNK):
+        out.append(
+            {
+                "id": pk,
+                "round": rnd,
+                "a": a,
+                "b": b,
+                "status": status,
+                "stage": stage,
+                "reason": reason,
+                "hint": hint,
+                "busbw_gbps": bw,
+                "sizes": sizes,
+                "evidence": ev,
+            }
+        )
+    return out
+
+
+def confirms(sweep: Sweep) -> bool:
+    """Whether this sweep's kind gets a confirmation pass (a discover sweep tries interfaces, not links)."""
+    return sweep.kind not in vocabulary.DISCOVER_SWEEP_KINDS and bool(sweep.params.get("pair_rounds"))
+
+
+def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
+    """After the last planned round: judge the pairs against their peers and plan the pass.
+
+    The pass's rounds (the caller creates their probes, numbered from ``confirm_first``);
+    empty when there is nothing (more) to confirm, None when another worker planned it
+    first. Runs inside advance()'s transaction; the sweep's params and rounds are updated.
+    """
+    if "confirm_first" in sweep.params or not confirms(sweep):
+        return []
+    pairs = _pairs(sweep, confirming=False)
+    marks = confirmation.peer_marks(pairs, settings.GROUP_PATTERN, declared_groups(sweep.nodes))
+    for p in pairs:
+        mark = marks.get(confirmation.key(p["a"], p["b"]))
+        if mark:
+            p.update(
+                status=mark["status"],
+                reason=mark["reason"],
+                hint=mark["hint"],
+                evidence={**(p["evidence"] or {}), "peers": mark["peers"]},
+            )
+    todo = confirmation.plan(sweep.nodes, pairs)
+    rounds = planner.schedule_pairs(todo, sweep.nodes)[: confirmation.MAX_ROUNDS]
+    first = sweep.total_rounds + 1
+    params = {**sweep.params, "confirm_first": first if rounds else None, "confirm_rounds": len(rounds)}
+    if not Sweep.objects.filter(pk=sweep.pk, status="running", total_rounds=sweep.total_rounds).update(
+        total_rounds=sweep.total_rounds + len(rounds), params=params
+    ):
+        return None
+    bulk.conditional_update(
+        PairProbe,
+        {
+            p["id"]: {"status": p["status"], "reason": p["reason"], "hint": p["hint"][:4000], "evidence": p["evidence"]}
+            for p in pairs
+            if confirmation.key(p["a"], p["b"]) in marks
+        },
+        where="t.status = %s",
+        where_params=["ok"],
+    )
+    sweep.params, sweep.total_rounds = params, sweep.total_rounds + len(rounds)
+    if rounds:
+        log.info(
+            "sweep %s: confirming %d pair(s) in %d round(s)", sweep.pk, len(confirmation.suspects(pairs)), len(rounds)
+        )
+    return rounds
+
+
+def drop_pass(sweep: Sweep) -> None:
+    """Delete the pass's rows of a sweep cancelled during it: nothing was decided, and each pair stays one row."""
+    if confirm_first(sweep) is not None:
+        PairProbe.objects.filter(sweep=sweep, round__gte=confirm_first(sweep)).delete()
+
+
+def fold(sweep: Sweep) -> list[dict[str, Any]]:
+    """Write the pass's outcomes into the planned pairs, delete the pass's rows; the findings it adds."""
+    if confirm_first(sweep) is None:
+        return []
+    pairs = _pairs(sweep, confirming=False)
+    again = _pairs(sweep, confirming=True)
+    updates, found = confirmation.judge(pairs, again)
+    by_key = {confirmation.key(p["a"], p["b"]): p for p in pairs}
+    fields = {}
+    for k, change in updates.items():
+        p = by_key[k]
+        row: dict[str, Any] = {"evidence": {**(p["evidence"] or {}), "confirmation": change["confirmation"]}}
+        if "status" in change:
+            row.update(status=change["status"], hint=change["hint"][:4000])
+        else:
+            row.update(status=p["status"], hint=p["hint"])
+        fields[p["id"]] = row
+    bulk.conditional_update(PairProbe, fields)
+    drop_pass(sweep)
+    return found
