@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from agents.hangs import procs, sockets, stacks
+from agents.hangs import flight, procs, sockets, stacks
 
 MAX_OUTPUT_BYTES = 512 * 1024
 
@@ -35,13 +35,21 @@ def _sample(ranks: list[procs.RankProcess]) -> dict[int, dict[str, Any]]:
             "stack_error": dumped.get("error"),
             "where": stacks.where(threads),
             "connections": conns.get(r.pid, []),
+            "flight": flight.read(r.pid, r.rank, r.launch),
         }
     return out
+
+
+def _completed(summary: dict[str, Any] | None) -> Any:
+    """What a rank's Flight Recorder says it finished (None without one): it moved if that changed."""
+    return None if not summary or "error" in summary else [g["last_completed"] for g in summary["groups"]]
 
 
 def _moved(first: dict[str, Any], second: dict[str, Any]) -> bool:
     """Whether a rank did anything between two samples: another place in its code, or bytes moved."""
     if first["where"] != second["where"]:
+        return True
+    if _completed(first.get("flight")) != _completed(second.get("flight")):
         return True
 
     def received(sample: dict[str, Any]) -> dict[tuple[str, str], int | None]:

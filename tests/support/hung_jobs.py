@@ -4,9 +4,11 @@ devtools/hung_job.py, launched by torchrun or one process per rank as srun launc
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,18 +21,30 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
 @contextmanager
-def job(mode: str, tmp_path: Path, launcher: str = "torchrun"):
+def job(mode: str, tmp_path: Path, launcher: str = "torchrun", flight: bool = False):
     """A two-rank Gloo job on loopback, launched by torchrun or, as srun launches, one process per rank
-    with its launch variables; every process in its own process group, killed afterwards."""
+    with its launch variables; every process in its own process group, killed afterwards. With
+    ``flight``, its Flight Recorder on and each rank's worker server on a socket of its own (so only
+    as srun launches: torchrun would give every rank the same path)."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "A_SECRET_OF_THE_JOB": "do-not-leak"}
+    sockets: dict[str, str] = {}
+    if flight:
+        assert launcher == "direct", "one worker server socket per rank: launched as srun launches"
+        folder = tempfile.mkdtemp(prefix="fr-", dir="/tmp")  # a socket's address is at most 107 bytes
+        env["TORCH_FR_BUFFER_SIZE"] = "2000"
+        sockets = {str(r): f"{folder}/rank{r}.sock" for r in (0, 1)}
     if launcher == "torchrun":
         argv = [str(TORCHRUN), "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
         commands = [(argv + ["--master-port", str(port), str(JOB), mode], env)]
     else:
         launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "SLURM_JOB_ID": f"j{port}"}
         commands = [
-            ([sys.executable, str(JOB), mode], {**env, **launch, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in (0, 1)
+            (
+                [sys.executable, str(JOB), mode],
+                {**env, **launch, "RANK": str(r), "LOCAL_RANK": str(r), **_socket_of(sockets, r)},
+            )
+            for r in (0, 1)
         ]
     log_path = tmp_path / f"{mode}-{launcher}.log"
     log = log_path.open("wb")
@@ -55,3 +69,9 @@ def job(mode: str, tmp_path: Path, launcher: str = "torchrun"):
                     pass
             p.wait(10)
         log.close()
+        if sockets:
+            shutil.rmtree(Path(sockets["0"]).parent, ignore_errors=True)
+
+
+def _socket_of(sockets: dict[str, str], rank: int) -> dict[str, str]:
+    return {"TORCH_WORKER_SERVER_SOCKET": sockets[str(rank)]} if sockets else {}
