@@ -50,5 +50,7 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    with worker_main():
+    server = worker_main()  # torchelastic's worker server, when TORCH_WORKER_SERVER_SOCKET names its socket
+    assert server is not None
+    with server:
         main(sys.argv[1])

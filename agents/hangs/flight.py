@@ -17,11 +17,13 @@ own user owns them, bounded in size and time, and what comes back is checked fie
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,11 +178,11 @@ def summarize(doc: Any) -> dict[str, Any]:
 def read(pid: int, rank: int | None, launch: dict[str, str], proc_root: str = "/proc") -> dict[str, Any] | None:
     """The rank's Flight Recorder summary ({"source", ...}), {"error": why} when it is there but unreadable,
     or None when the job exposes none (no worker server socket, no JSON dump)."""
-    sources = []
+    sources: list[tuple[str, Callable[[], bytes]]] = []
     if launch.get(SOCKET_VARIABLE):
-        sources.append(("worker server", lambda: _from_socket(launch[SOCKET_VARIABLE], pid, proc_root)))
+        sources.append(("worker server", functools.partial(_from_socket, launch[SOCKET_VARIABLE], pid, proc_root)))
     if launch.get(DUMP_VARIABLE) and rank is not None:
-        sources.append(("dump file", lambda: _from_file(launch[DUMP_VARIABLE], rank, pid, proc_root)))
+        sources.append(("dump file", functools.partial(_from_file, launch[DUMP_VARIABLE], rank, pid, proc_root)))
     errors = []
     for source, fetch in sources:
         try:
