@@ -163,7 +163,7 @@ def test_real_gloo_jobs_with_the_flight_recorder_on_carry_sequence_numbers_and_t
     out = diagnose(ranks, world_size=2)
     assert (out["verdict"], out["culprits"][0]["ranks"], EXIT_CODES[out["verdict"]]) == ("application", [1], 2)
     assert "not in `all_reduce` #2 on default_pg" in out["culprits"][0]["text"]
-    with job("groups", tmp_path, launcher="direct", flight=True) as selector:
+    with job("groups", tmp_path, launcher="torchrun", flight=True) as selector:
         groups = diagnose(node_view(selector), world_size=2)
     (c,) = groups["culprits"]
     assert (groups["verdict"], c["kind"], c["evidence"]["groups"]) == ("application", "mismatch", ["data", "experts"])

@@ -24,19 +24,23 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 def job(mode: str, tmp_path: Path, launcher: str = "torchrun", flight: bool = False):
     """A two-rank Gloo job on loopback, launched by torchrun or, as srun launches, one process per rank
     with its launch variables; every process in its own process group, killed afterwards. With
-    ``flight``, its Flight Recorder on and each rank's worker server on a socket of its own (so only
-    as srun launches: torchrun would give every rank the same path)."""
+    ``flight``, its Flight Recorder on and each rank's worker server on a socket of its own (under
+    torchrun, a shell wrapper names it by LOCAL_RANK, as a job script does: torchrun gives every rank
+    the same environment)."""
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "A_SECRET_OF_THE_JOB": "do-not-leak"}
     sockets: dict[str, str] = {}
     if flight:
-        assert launcher == "direct", "one worker server socket per rank: launched as srun launches"
         folder = tempfile.mkdtemp(prefix="fr-", dir="/tmp")  # a socket's address is at most 107 bytes
         env["TORCH_FR_BUFFER_SIZE"] = "2000"
         sockets = {str(r): f"{folder}/rank{r}.sock" for r in (0, 1)}
     if launcher == "torchrun":
         argv = [str(TORCHRUN), "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1"]
-        commands = [(argv + ["--master-port", str(port), str(JOB), mode], env)]
+        script = [str(JOB), mode]
+        if sockets:
+            wrapper = f'TORCH_WORKER_SERVER_SOCKET={Path(sockets["0"]).parent}/rank$LOCAL_RANK.sock exec "$0" "$@"'
+            script = ["--no-python", "/bin/sh", "-c", wrapper, sys.executable, *script]
+        commands = [(argv + ["--master-port", str(port), *script], env)]
     else:
         launch = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "SLURM_JOB_ID": f"j{port}"}
         commands = [
