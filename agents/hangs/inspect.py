@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -134,10 +135,9 @@ def _ask_socket(path: str, request: dict[str, Any]) -> list[dict[str, Any]]:
     return ranks
 
 
-def serve_stdio() -> int:
-    """One request on standard input, its answer on standard output: how systemd's socket activation
-    (Accept=yes) runs the helper for each connection, with the privileges its unit grants."""
-    line = sys.stdin.buffer.readline(MAX_REQUEST_BYTES)
+def _answer(line: bytes) -> str:
+    """The helper's whole interface: one JSON request line (a job selector and an interval) in, one
+    bounded JSON answer out; a request with anything else is refused with the reason."""
     try:
         request = json.loads(line)
         if not isinstance(request, dict):
@@ -146,11 +146,51 @@ def serve_stdio() -> int:
         interval = float(request.get("interval_s", 2.0))
         if not 0.0 <= interval <= 10.0:
             raise ValueError("interval_s: between 0 and 10")
-        text = _bounded_text(inspect(selector, interval))
+        return _bounded_text(inspect(selector, interval))
     except (ValueError, TypeError, KeyError) as exc:
-        text = json.dumps({"error": f"bad request: {exc}"})
-    sys.stdout.write(text + "\n")
+        return json.dumps({"error": f"bad request: {exc}"})
+
+
+def serve_stdio() -> int:
+    """One request on standard input, its answer on standard output: how systemd's socket activation
+    (Accept=yes) runs the helper for each connection, with the privileges its unit grants."""
+    sys.stdout.write(_answer(sys.stdin.buffer.readline(MAX_REQUEST_BYTES)) + "\n")
     return 0
+
+
+MAX_CONNECTIONS = 4
+
+
+def serve_socket(path: str) -> int:
+    """Listen on a Unix socket and answer each connection as ``--stdio`` does, at most MAX_CONNECTIONS
+    at a time: the helper as a container of its own beside the agent's (deploy/kubernetes), the socket
+    on a volume only the two share."""
+    if os.path.exists(path):
+        os.unlink(path)
+    slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        os.chmod(path, 0o660)
+        server.listen(MAX_CONNECTIONS)
+        while True:
+            conn, _ = server.accept()
+            if not slots.acquire(blocking=False):
+                conn.close()  # as systemd's MaxConnections does
+                continue
+            threading.Thread(target=_serve_one, args=(conn, slots), daemon=True).start()
+
+
+def _serve_one(conn: socket.socket, slots: threading.BoundedSemaphore) -> None:
+    try:
+        with conn:
+            conn.settimeout(HELPER_TIMEOUT_S)
+            with conn.makefile("rb") as requests:
+                line = requests.readline(MAX_REQUEST_BYTES)
+            conn.sendall(_answer(line).encode() + b"\n")
+    except OSError:
+        pass
+    finally:
+        slots.release()
 
 
 def _bounded_text(report: dict[str, Any]) -> str:
@@ -166,12 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.hangs.inspect", description=__doc__.splitlines()[0])
     chosen = parser.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--stdio", action="store_true", help="one JSON request on stdin (systemd socket activation)")
+    chosen.add_argument("--listen", metavar="PATH", help="answer requests on this Unix socket (a helper container)")
     chosen.add_argument("--master", metavar="ADDR:PORT", help="the job's MASTER_ADDR:MASTER_PORT")
     chosen.add_argument("--slurm-job", metavar="ID", help="the job's SLURM_JOB_ID")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between the two samples")
     args = parser.parse_args(argv)
     if args.stdio:
         return serve_stdio()
+    if args.listen:
+        return serve_socket(args.listen)
     try:
         selector = (
             procs.JobSelector.parse_master(args.master) if args.master else procs.JobSelector(slurm_job=args.slurm_job)
