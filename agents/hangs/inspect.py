@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from agents.hangs import flight, procs, sockets, stacks
+from agents.hangs import flight, procs, ras, sockets, stacks
 
 MAX_OUTPUT_BYTES = 512 * 1024
 
@@ -70,6 +70,12 @@ def inspect(selector: procs.JobSelector, interval_s: float = 2.0) -> dict[str, A
     for r in ranks:
         a, b = first[r.pid], second[r.pid]
         out.append({**r.as_dict(), **b, "state": b["state"], "moved": _moved(a, b) if b["state"] != "gone" else False})
+    # NCCL RAS, once per port the ranks name (it answers for the whole job), when something answers there.
+    pids = {r.pid for r in ranks}
+    ports = {port for r in ranks if (port := ras.port_of(r.launch)) is not None}
+    views: dict[int | None, dict[str, Any] | None] = {port: ras.query(port, pids) for port in ports}
+    for rank, r in zip(out, ranks, strict=True):
+        rank["ras"] = views.get(ras.port_of(r.launch))
     return {"ranks": out, "interval_s": interval_s}
 
 

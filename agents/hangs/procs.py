@@ -26,6 +26,7 @@ LAUNCH_VARIABLES = (
     "TORCH_WORKER_SERVER_SOCKET",
     "TORCH_FR_DUMP_TEMP_FILE",
     "NCCL_RAS_ENABLE",
+    "NCCL_RAS_ADDR",
 )
 MAX_VALUE = 256  # characters of one launch variable kept
 MAX_RANKS = 256  # rank processes reported per node (a node runs a handful)

@@ -3,12 +3,13 @@
 Input: each rank as its node's agent saw it (agents/hangs: rank, node, pid, state, where it
 is: the collective its main thread waits in and the innermost frame of the job's own code,
 whether it moved between two samples, its TCP connections, and its Flight Recorder summary
-when the job exposes one), the job's world size, and the
+when the job exposes one, and NCCL RAS's view when its port answered), the job's world size, and the
 live probe's pairs between the job's nodes (the sweep JSON's shape). Output: the verdict and
 the culprits, most likely first, each with the evidence it rests on and a hint.
 
 - ``node``: a rank is stopped, dead or in uninterruptible disk wait, or ranks are missing
-  (their node's agent is silent, or they exited);
+  (their node's agent is silent, or they exited), or NCCL RAS reports ranks missing (unresponsive,
+  considered dead) or failing (an asynchronous error, an abort);
 - ``application``: ranks wait in a collective that others never entered (those others are in
   the job's own code), or ranks wait in different collectives (a mismatch);
 - ``network``: every rank waits in the same collective and a path is at fault (a live probe
@@ -122,6 +123,56 @@ def _dead_ranks(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _ras(ranks: list[dict[str, Any]], blamed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """NCCL RAS's missing ranks (unresponsive, considered dead) and ranks reporting an error or an abort,
+    each communicator once (every node's RAS answers for the whole job)."""
+    comms: dict[str, dict[str, Any]] = {}
+    for r in ranks:
+        view = r.get("ras")
+        if isinstance(view, dict) and isinstance(view.get("communicators"), list):
+            comms.update({str(c.get("hash")): c for c in view["communicators"] if isinstance(c, dict)})
+    node_of = {(r.get("pid")): r.get("node") for r in ranks}
+    named = {c["evidence"].get("pid") for c in blamed if isinstance(c.get("evidence"), dict)}
+    out = []
+    for comm_hash, comm in sorted(comms.items()):
+        where = f"communicator {comm_hash[:24]} ({comm.get('size')} ranks)"
+        for m in comm.get("missing") or []:
+            if not isinstance(m, dict) or m.get("pid") in named:
+                continue
+            node = node_of.get(m.get("pid")) or str(m.get("host"))[:64]
+            what = "considered dead" if m.get("dead") else "unresponsive" if m.get("unresponsive") else "missing"
+            out.append(
+                _culprit(
+                    "rank",
+                    f"rank {m.get('rank')}",
+                    [node],
+                    [_number(m.get("rank"))],
+                    f"NCCL RAS reports rank {m.get('rank')} of {where} on {node} (pid {m.get('pid')}) {what}",
+                    "that process or its node is gone or frozen: check the node (dmesg, its GPU, its agent) "
+                    "and restart the job without it",
+                    {"ras": m, "communicator": comm_hash[:24], "pid": m.get("pid")},
+                )
+            )
+        for f in comm.get("failing") or []:
+            if not isinstance(f, dict) or f.get("pid") in named:
+                continue
+            node = node_of.get(f.get("pid")) or str(f.get("host"))[:64]
+            what = "aborted its communicator" if f.get("abort") else f"reports NCCL error {f.get('async_error')}"
+            out.append(
+                _culprit(
+                    "rank",
+                    f"rank {f.get('rank')}",
+                    [node],
+                    [_number(f.get("rank"))],
+                    f"NCCL RAS: rank {f.get('rank')} of {where} on {node} {what}",
+                    "the communicator is broken on that rank: its NCCL log (NCCL_DEBUG=WARN) names the failing "
+                    "peer or device",
+                    {"ras": f, "communicator": comm_hash[:24], "pid": f.get("pid")},
+                )
+            )
+    return out
+
+
 def _missing(ranks: list[dict[str, Any]], world_size: int | None, silent_nodes: list[str]) -> list[dict[str, Any]]:
     seen = {r.get("rank") for r in ranks}
     missing = sorted(set(range(world_size)) - seen) if world_size else []
@@ -192,7 +243,8 @@ def diagnose(
         why += f" (nodes not heard from: {', '.join(silent_nodes)})" if silent_nodes else ""
         return {"hung": None, "verdict": "unknown", "culprits": [], "why": why}
     world_size = world_size or max((r.get("world_size") or 0 for r in ranks), default=0) or None
-    found = _dead_ranks(ranks) + _missing(ranks, world_size, silent_nodes)
+    dead = _dead_ranks(ranks)
+    found = dead + _ras(ranks, dead) + _missing(ranks, world_size, silent_nodes)
     if found:
         return {"hung": True, "verdict": "node", "culprits": found}
     unread = [r for r in ranks if r.get("stack_error")]
