@@ -136,39 +136,25 @@ def _ras(ranks: list[dict[str, Any]], blamed: list[dict[str, Any]]) -> list[dict
     out = []
     for comm_hash, comm in sorted(comms.items()):
         where = f"communicator {comm_hash[:24]} ({comm.get('size')} ranks)"
-        for m in comm.get("missing") or []:
-            if not isinstance(m, dict) or m.get("pid") in named:
+        listed = [(e, True) for e in comm.get("missing") or []] + [(e, False) for e in comm.get("failing") or []]
+        for e, missing in listed:
+            if not isinstance(e, dict) or e.get("pid") in named:
                 continue
-            node = node_of.get(m.get("pid")) or str(m.get("host"))[:64]
-            what = "considered dead" if m.get("dead") else "unresponsive" if m.get("unresponsive") else "missing"
-            out.append(
-                _culprit(
-                    "rank",
-                    f"rank {m.get('rank')}",
-                    [node],
-                    [_number(m.get("rank"))],
-                    f"NCCL RAS reports rank {m.get('rank')} of {where} on {node} (pid {m.get('pid')}) {what}",
+            node = node_of.get(e.get("pid")) or str(e.get("host"))[:64]
+            if missing:
+                what = "considered dead" if e.get("dead") else "unresponsive" if e.get("unresponsive") else "missing"
+                text = f"NCCL RAS reports rank {e.get('rank')} of {where} on {node} (pid {e.get('pid')}) {what}"
+                hint = (
                     "that process or its node is gone or frozen: check the node (dmesg, its GPU, its agent) "
-                    "and restart the job without it",
-                    {"ras": m, "communicator": comm_hash[:24], "pid": m.get("pid")},
+                    "and restart the job without it"
                 )
-            )
-        for f in comm.get("failing") or []:
-            if not isinstance(f, dict) or f.get("pid") in named:
-                continue
-            node = node_of.get(f.get("pid")) or str(f.get("host"))[:64]
-            what = "aborted its communicator" if f.get("abort") else f"reports NCCL error {f.get('async_error')}"
+            else:
+                what = "aborted its communicator" if e.get("abort") else f"reports NCCL error {e.get('async_error')}"
+                text = f"NCCL RAS: rank {e.get('rank')} of {where} on {node} {what}"
+                hint = "the communicator is broken on that rank: its NCCL log (NCCL_DEBUG=WARN) names the failing peer"
+            evidence = {"ras": e, "communicator": comm_hash[:24], "pid": e.get("pid")}
             out.append(
-                _culprit(
-                    "rank",
-                    f"rank {f.get('rank')}",
-                    [node],
-                    [_number(f.get("rank"))],
-                    f"NCCL RAS: rank {f.get('rank')} of {where} on {node} {what}",
-                    "the communicator is broken on that rank: its NCCL log (NCCL_DEBUG=WARN) names the failing "
-                    "peer or device",
-                    {"ras": f, "communicator": comm_hash[:24], "pid": f.get("pid")},
-                )
+                _culprit("rank", f"rank {e.get('rank')}", [node], [_number(e.get("rank"))], text, hint, evidence)
             )
     return out
 
