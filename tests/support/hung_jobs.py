@@ -3,6 +3,7 @@ devtools/hung_job.py, launched by torchrun or one process per rank as srun launc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -65,6 +66,8 @@ def job(mode: str, tmp_path: Path, launcher: str = "torchrun", flight: bool = Fa
         time.sleep(1.0)  # into the second collective (or the loader)
         yield procs.JobSelector(master_addr="localhost", master_port=port)
     finally:
+        # torchrun starts each rank in a session of its own: the ranks are found and killed by their job too.
+        ranks = [r.pid for r in procs.find_ranks(procs.JobSelector(master_addr="127.0.0.1", master_port=port))]
         for p in started:
             for sig in (signal.SIGCONT, signal.SIGKILL):
                 try:
@@ -72,6 +75,10 @@ def job(mode: str, tmp_path: Path, launcher: str = "torchrun", flight: bool = Fa
                 except ProcessLookupError:
                     pass
             p.wait(10)
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
         log.close()
         if sockets:
             shutil.rmtree(Path(sockets["0"]).parent, ignore_errors=True)
