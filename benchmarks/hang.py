@@ -69,7 +69,7 @@ def torch_fr_analysis(selector: procs.JobSelector) -> tuple[float, str]:
 
 def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -> dict:
     """Figures of each repeat and their medians; see the module docstring for the method."""
-    hang_s, sweep_s, verdicts, fr_s, fr_outcomes = [], [], [], [], []
+    hang_s, sweep_s, verdicts, fr_s, fr_outcomes, places = [], [], [], [], [], []
     with system_bed(2, limit_s, database=database) as system:
         from cluster_health import hangs  # Django is set up by now
 
@@ -86,6 +86,10 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
                 answer = hangs.run(diagnosis, 60.0)
                 hang_s.append(round(time.monotonic() - started, 2))
                 verdicts.append(answer["verdict"])
+                # Where each rank was (collective, sequence number, whether it moved): what the verdict read.
+                places.append(
+                    [[r["rank"], r["in"].get("collective"), r["in"].get("seq"), r["moved"]] for r in answer["ranks"]]
+                )
                 seconds, outcome = torch_fr_analysis(
                     procs.JobSelector(master_addr=bed.host(PAIR[0]).address, master_port=port)
                 )
@@ -103,6 +107,7 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
         "hang_s": hang_s,
         "hang_median_s": statistics.median(hang_s),
         "verdicts": verdicts,
+        "ranks": places,
         "fr_analysis_s": fr_s,
         "fr_analysis_median_s": statistics.median(fr_s),
         "fr_analysis": fr_outcomes,
