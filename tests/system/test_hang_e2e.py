@@ -3,9 +3,11 @@
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -76,19 +78,22 @@ def test_it_names_the_rank_stuck_in_its_own_code_and_says_nothing_of_an_absent_j
 
 
 def test_a_job_named_by_its_slurm_job_id_is_found_through_slurmctld_and_diagnosed(doctor_agent, tmp_path):
-    """A real slurmctld and slurmd on loopback run the job (sbatch); ``--slurm-job`` takes its node from
-    slurmctld and its ranks from their SLURM_JOB_ID."""
+    """A real slurmctld and slurmd on loopback run the job (sbatch), its Flight Recorder on; ``--slurm-job``
+    takes its node from slurmctld and its ranks from their SLURM_JOB_ID."""
     stack = doctor_agent
     cluster = SlurmCluster(tmp_path / "slurm", ["hd0"], cpus=2).start()
-    job_id = None
+    job_id, sockets = None, ""
     try:
         cluster.start_slurmd("hd0")
         port, out = free_port(), tmp_path / "job.out"
+        sockets = tempfile.mkdtemp(prefix="fr-", dir="/tmp")  # a socket's address is at most 107 bytes
         script = tmp_path / "job.sh"
         script.write_text(
             "#!/bin/sh\n"
             f"export MASTER_ADDR=127.0.0.1 MASTER_PORT={port} WORLD_SIZE=2 OMP_NUM_THREADS=1\n"
-            f"for r in 0 1; do RANK=$r LOCAL_RANK=$r {sys.executable} {JOB} loader & done\n"
+            f"export TORCH_FR_BUFFER_SIZE=2000\n"  # its Flight Recorder on, each rank's worker server its own socket
+            f"for r in 0 1; do RANK=$r LOCAL_RANK=$r TORCH_WORKER_SERVER_SOCKET={sockets}/rank$r.sock "
+            f"{sys.executable} {JOB} loader & done\n"
             "wait\n"
         )
         job_id = cluster.run("sbatch", "--parsable", "-N1", "-n2", f"--output={out}", str(script)).strip()
@@ -115,6 +120,12 @@ def test_a_job_named_by_its_slurm_job_id_is_found_through_slurmctld_and_diagnose
         }
         (culprit,) = answer["culprits"]
         assert (answer["verdict"], culprit["ranks"]) == ("application", [1]) and "`load_batch`" in culprit["text"]
+        # The same verdict as the job above without it, now with Flight Recorder's sequence numbers.
+        assert "not in `all_reduce` #2 on default_pg" in culprit["text"]
+        assert {r["rank"]: (r["in"]["collective"], r["in"].get("seq")) for r in answer["ranks"]} == {
+            0: ("all_reduce", 2),
+            1: (None, None),
+        }
         assert answer["seconds"] < 30
     finally:
         if job_id:
@@ -123,3 +134,4 @@ def test_a_job_named_by_its_slurm_job_id_is_found_through_slurmctld_and_diagnose
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(r.pid, signal.SIGKILL)
         cluster.stop()
+        shutil.rmtree(sockets, ignore_errors=True)
