@@ -22,21 +22,24 @@ from typing import Any
 from agents.hangs import flight, procs, ras, sockets, stacks
 
 MAX_OUTPUT_BYTES = 512 * 1024
+DEAD_STATES = ("stopped", "zombie", "gone", "disk wait")
 
 
 def _sample(ranks: list[procs.RankProcess]) -> dict[int, dict[str, Any]]:
     conns = sockets.connections({r.pid for r in ranks})
     out = {}
     for r in ranks:
+        state = procs.process_state(r.pid)
         dumped = stacks.dump(r.pid)
         threads = dumped.get("threads") or []
         out[r.pid] = {
-            "state": procs.process_state(r.pid),
+            "state": state,
             "threads": threads,
             "stack_error": dumped.get("error"),
             "where": stacks.where(threads),
             "connections": conns.get(r.pid, []),
-            "flight": flight.read(r.pid, r.rank, r.launch),
+            # A stopped or dead rank's worker server cannot answer: it would only cost the deadline.
+            "flight": flight.read(r.pid, r.rank, r.launch) if state not in DEAD_STATES else None,
         }
     return out
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -158,6 +160,12 @@ def test_real_gloo_jobs_with_the_flight_recorder_on_carry_sequence_numbers_and_t
     with job("loader", tmp_path, launcher="direct", flight=True) as selector:
         ranks = node_view(selector)
         assert "TORCH_WORKER_SERVER_SOCKET" in procs.find_ranks(selector)[0].launch
+        # A stopped rank's worker server cannot answer: it is not asked (it would cost 5 s a sample).
+        os.kill(next(r.pid for r in procs.find_ranks(selector) if r.rank == 1), signal.SIGSTOP)
+        started = time.monotonic()
+        stopped = diagnose(node_view(selector), world_size=2)
+        assert time.monotonic() - started < 8 and stopped["verdict"] == "node"
+        assert stopped["culprits"][0]["text"].startswith("rank 1 on local is stopped")
     by_rank = {r["rank"]: r for r in ranks}
     assert by_rank[0]["flight"]["source"] == "worker server" and position(by_rank[0])["seq"] == 2
     out = diagnose(ranks, world_size=2)
