@@ -53,7 +53,8 @@ def _moved(first: dict[str, Any], second: dict[str, Any]) -> bool:
     """Whether a rank did anything between two samples: another place in its code, or bytes moved."""
     if first["where"] != second["where"]:
         return True
-    if _completed(first.get("flight")) != _completed(second.get("flight")):
+    done = _completed(first.get("flight")), _completed(second.get("flight"))
+    if None not in done and done[0] != done[1]:  # read both times (one failed read is not a move)
         return True
 
     def received(sample: dict[str, Any]) -> dict[tuple[str, str], int | None]:

@@ -178,3 +178,16 @@ def test_real_gloo_jobs_with_the_flight_recorder_on_carry_sequence_numbers_and_t
     assert (
         "rank(s) 0 in `all_reduce` #1 on data" in c["text"] and "rank(s) 1 in `all_reduce` #1 on experts" in c["text"]
     )
+
+
+def test_a_rank_moved_when_its_recorder_completed_more_but_not_when_one_read_failed():
+    from agents.hangs.inspect import _moved
+
+    def sample(summary):
+        return {"where": IN_ALL_REDUCE, "connections": [], "flight": summary}
+
+    waiting, done = recorded("loader-rank0"), recorded("loader-rank1")
+    assert not _moved(sample(waiting), sample(waiting))
+    assert _moved(sample({**waiting, "groups": [{**waiting["groups"][0], "last_completed": 0}]}), sample(waiting))
+    assert not _moved(sample({"error": "worker server: timed out"}), sample(done))
+    assert not _moved(sample(None), sample(done))
