@@ -131,12 +131,13 @@ def parse(text: str | bytes, pids: set[int] | None = None) -> dict[str, Any]:
     }
 
 
-def query(port: int, pids: set[int]) -> dict[str, Any] | None:
+def query(port: int, pids: set[int], client: str | None = None) -> dict[str, Any] | None:
     """This job's communicators as RAS sees them, {"error": why} when RAS answers but cannot be read,
-    or None when nothing answers on the port (no NCCL job here, or RAS off)."""
+    or None when nothing answers on the port (no NCCL job here, or RAS off). ``client``: NCCL's
+    ``ncclras`` (found on PATH when not given)."""
     if not answers(port):
         return None
-    client = shutil.which("ncclras")
+    client = client or shutil.which("ncclras")
     if client is None:
         return {"error": f"NCCL RAS answers on port {port} but ncclras is not installed on this node"}
     try:

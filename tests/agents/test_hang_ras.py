@@ -6,7 +6,7 @@ jsonWriteFooter), until a GPU run records real ones: this machine has no NCCL.""
 
 from __future__ import annotations
 
-import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -89,27 +89,24 @@ def test_only_a_loopback_port_from_the_ranks_environment_is_asked():
     assert ras.port_of({"NCCL_RAS_ENABLE": "0"}) is None
 
 
-def test_ras_is_queried_only_when_its_port_answers_with_a_bounded_ncclras_call(tmp_path, monkeypatch):
-    silent = free_port()
-    monkeypatch.setattr(ras.shutil, "which", lambda name: pytest.fail("ncclras run for a port nobody answers"))
-    assert ras.query(silent, JOB_PIDS) is None
+def test_ras_is_queried_only_when_its_port_answers_with_a_bounded_ncclras_call(tmp_path):
+    # A stand-in for NCCL's client (no NCCL here): prints what ncclras prints, records how it was called.
+    client = tmp_path / "ncclras"
+    client.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/argv\ncat {FIXTURES}/dead-rank.json\n')
+    client.chmod(0o755)
+    assert ras.query(free_port(), JOB_PIDS, client=str(client)) is None  # nobody answers: not run
+    assert not (tmp_path / "argv").exists()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(4)
     port = listener.getsockname()[1]
     try:
-        monkeypatch.setattr(ras.shutil, "which", lambda name: None)
-        assert "ncclras is not installed" in ras.query(port, JOB_PIDS)["error"]
-        # A stand-in for NCCL's client on PATH: prints what ncclras prints, records how it was called.
-        client = tmp_path / "ncclras"
-        client.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/argv\ncat {FIXTURES}/dead-rank.json\n')
-        client.chmod(0o755)
-        monkeypatch.setattr(ras.shutil, "which", lambda name: str(client))
-        view = ras.query(port, JOB_PIDS)
+        view = ras.query(port, JOB_PIDS, client=str(client))
         assert view["communicators"][0]["missing"][0]["pid"] == 5202
         assert (tmp_path / "argv").read_text().split() == ["-f", "json", "-p", str(port), "-t", "10"]
         client.write_text("#!/bin/sh\necho '{\"communicators\": 5}'\n")
-        assert "an object with communicators" in ras.query(port, JOB_PIDS)["error"]
+        assert "an object with communicators" in ras.query(port, JOB_PIDS, client=str(client))["error"]
+        if shutil.which("ncclras") is None:
+            assert "ncclras is not installed" in ras.query(port, JOB_PIDS)["error"]
     finally:
         listener.close()
-    assert json.loads(fixture("healthy"))["ras"]["timeouts_count"] == 0
