@@ -25,6 +25,7 @@ MAX_BYTES = 4 * 1024 * 1024
 MAX_COMMUNICATORS = 1024
 MAX_RANKS = 65536
 MAX_LISTED = 64  # missing or failing ranks kept per communicator
+MAX_KEPT = 64  # communicators kept (a node's report holds at most 256 entries a list)
 
 
 class RasError(ValueError):
@@ -124,9 +125,11 @@ def parse(text: str | bytes, pids: set[int] | None = None) -> dict[str, Any]:
             }
         )
     footer = doc["ras"] if isinstance(doc.get("ras"), dict) else {}
+    # The ones with something to say first, when there are more than are kept.
+    comms.sort(key=lambda c: not (c["missing"] or c["failing"]))
     return {
         "nccl_version": _text(doc.get("nccl_version", ""), "nccl_version", 32),
-        "communicators": comms,
+        "communicators": comms[:MAX_KEPT],
         "timeouts": _int(footer.get("timeouts_count", 0), "timeouts_count"),
     }
 

@@ -6,6 +6,7 @@ jsonWriteFooter), until a GPU run records real ones: this machine has no NCCL.""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 from pathlib import Path
@@ -37,6 +38,11 @@ def test_a_healthy_job_has_no_missing_or_failing_rank_and_another_jobs_communica
     )
     assert healthy["nccl_version"] == "2.28.7" and healthy["timeouts"] == 0
     assert ras.parse(fixture("another-job"), JOB_PIDS)["communicators"] == []
+    many = json.loads(fixture("dead-rank"))
+    many["communicators"] = [{**c, "missing_ranks": []} for c in json.loads(fixture("healthy"))["communicators"]] * 100
+    many["communicators"].append(json.loads(fixture("dead-rank"))["communicators"][0])
+    kept = ras.parse(json.dumps(many), JOB_PIDS)["communicators"]
+    assert len(kept) == ras.MAX_KEPT and kept[0]["missing"][0]["rank"] == 3  # the one that says something
 
 
 def test_a_dead_rank_and_a_failing_one_are_named_and_the_join_blames_them():
