@@ -23,11 +23,22 @@ from agents.hangs import flight, procs, ras, sockets, stacks
 
 MAX_OUTPUT_BYTES = 512 * 1024
 DEAD_STATES = ("stopped", "zombie", "gone", "disk wait")
+FLIGHT_BUDGET_S = 10.0  # per sample, for every rank's Flight Recorder together (one may take 5 s)
+
+
+def _flight(r: procs.RankProcess, state: str, until: float) -> dict[str, Any] | None:
+    """The rank's Flight Recorder summary, unless the rank cannot answer or this sample's time for them is spent."""
+    if state in DEAD_STATES:  # a stopped or dead rank's worker server cannot answer: it would cost the deadline
+        return None
+    if time.monotonic() > until:
+        return {"error": f"not read: this sample's {FLIGHT_BUDGET_S:.0f} s for Flight Recorders were spent"}
+    return flight.read(r.pid, r.rank, r.launch)
 
 
 def _sample(ranks: list[procs.RankProcess]) -> dict[int, dict[str, Any]]:
     conns = sockets.connections({r.pid for r in ranks})
     out = {}
+    until = time.monotonic() + FLIGHT_BUDGET_S
     for r in ranks:
         state = procs.process_state(r.pid)
         dumped = stacks.dump(r.pid)
@@ -38,8 +49,7 @@ def _sample(ranks: list[procs.RankProcess]) -> dict[int, dict[str, Any]]:
             "stack_error": dumped.get("error"),
             "where": stacks.where(threads),
             "connections": conns.get(r.pid, []),
-            # A stopped or dead rank's worker server cannot answer: it would only cost the deadline.
-            "flight": flight.read(r.pid, r.rank, r.launch) if state not in DEAD_STATES else None,
+            "flight": _flight(r, state, until),
         }
     return out
 

@@ -191,3 +191,20 @@ def test_a_rank_moved_when_its_recorder_completed_more_but_not_when_one_read_fai
     assert _moved(sample({**waiting, "groups": [{**waiting["groups"][0], "last_completed": 0}]}), sample(waiting))
     assert not _moved(sample({"error": "worker server: timed out"}), sample(done))
     assert not _moved(sample(None), sample(done))
+
+
+def test_a_silent_worker_server_costs_its_deadline_once_then_the_samples_budget_skips_the_rest(tmp_path, monkeypatch):
+    from agents.hangs import inspect as helper
+
+    path = str(tmp_path / "silent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)  # accepts (the kernel's backlog) and never answers, as a wedged worker server
+    monkeypatch.setattr(flight, "DEADLINE_S", 1.0)
+    rank = procs.RankProcess(os.getpid(), 0, 0, 2, "sleeping", {flight.SOCKET_VARIABLE: path})
+    started = time.monotonic()
+    assert "timed out" in helper._flight(rank, "sleeping", time.monotonic() + 10)["error"]
+    assert 0.9 < time.monotonic() - started < 3
+    assert "were spent" in helper._flight(rank, "sleeping", time.monotonic() - 1)["error"]
+    assert helper._flight(rank, "stopped", time.monotonic() + 10) is None  # not asked at all
+    server.close()
