@@ -61,7 +61,8 @@ def _completed(summary: dict[str, Any] | None) -> Any:
 
 def _moved(first: dict[str, Any], second: dict[str, Any]) -> bool:
     """Whether a rank did anything between two samples: another place in its code, or bytes moved."""
-    if first["where"] != second["where"]:
+    # A sample whose stack could not be read says nothing of where the rank is (it is not a move).
+    if first["where"] != second["where"] and not (first.get("stack_error") or second.get("stack_error")):
         return True
     done = _completed(first.get("flight")), _completed(second.get("flight"))
     if None not in done and done[0] != done[1]:  # read both times (one failed read is not a move)

@@ -208,3 +208,12 @@ def test_a_silent_worker_server_costs_its_deadline_once_then_the_samples_budget_
     assert "were spent" in helper._flight(rank, "sleeping", time.monotonic() - 1)["error"]
     assert helper._flight(rank, "stopped", time.monotonic() + 10) is None  # not asked at all
     server.close()
+
+
+def test_a_sample_whose_stack_could_not_be_read_is_not_a_move():
+    from agents.hangs.inspect import _moved
+
+    read = {"where": IN_ALL_REDUCE, "connections": [], "flight": None, "stack_error": None}
+    unread = {**read, "where": {"collective": None, "frame": None}, "stack_error": "Failed to get stack traces"}
+    assert not _moved(read, unread) and not _moved(unread, read)
+    assert _moved(read, {**read, "where": IN_LOADER})
