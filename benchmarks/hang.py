@@ -5,48 +5,79 @@
 Method. Two hosts of the namespace test bed with the whole system (``benchmarks/bed.py``:
 scratch database, private Redis, server worker, beat, one agent per host, every setting at
 the product's default). A two-rank Gloo job (``devtools/hung_job.py train``: an
-``all_reduce`` every 50 ms, one rank per host, launched as srun launches them) runs until
-both ranks are in their loop; then nftables drops every packet between the hosts, and the
-job hangs in its next ``all_reduce``. Two figures, each from its request to its answer, in
-this process on the same bed and the same hung job:
+``all_reduce`` every 50 ms, one rank per host, launched as srun launches them, its Flight
+Recorder on and each rank's worker server on a socket of its own) runs until both ranks are
+in their loop; then nftables drops every packet between the hosts, and the job hangs in its
+next ``all_reduce``. Three figures, each from its request to its answer, in this process on
+the same bed and the same hung job:
 
 - ``hang_s``: ``hangs.request`` and ``hangs.run`` (what ``manage.py hang`` and the API run:
   both agents read the ranks, two samples 2 s apart, a live connectivity probe between the
   two hosts, the join), and the verdict it reached;
+- ``fr_analysis_s``: a rank-0 Flight Recorder analysis alone, as torch's own debug server
+  runs it (``torch.distributed.debug``'s FlightRecorder page): every rank's ``fr_trace_json``
+  from its worker server, then ``torch.distributed.flight_recorder``'s ``build_db`` with the
+  arguments that page gives it; ``fr_analysis`` says what it concluded, or how it failed;
 - ``pair_sweep_s``: a ``pairs`` sweep of the two hosts alone (what a sweep tells about the
   same link: a failed cell, no word about the job).
 
 For comparison, torch's own default: a Gloo collective whose peer went silent raises after
-30 minutes (``init_process_group``'s default timeout), naming no culprit. Flight Recorder
-analysis is not measured yet (docs/HANGS.md, "Limits today").
+30 minutes (``init_process_group``'s default timeout), naming no culprit.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agents.hangs import flight, procs  # noqa: E402
 from benchmarks.bed import main_for, system_bed  # noqa: E402
 from devtools import devstack, hang_jobs  # noqa: E402
 
 PAIR = ["host1", "host2"]
 
 
+def torch_fr_analysis(selector: procs.JobSelector) -> tuple[float, str]:
+    """Seconds and outcome of torch's own Flight Recorder analysis of the job: each rank's fr_trace_json
+    from its worker server, then build_db as torch.distributed.debug's FlightRecorder page calls it."""
+    from torch.distributed.flight_recorder.components.builder import build_db
+    from torch.distributed.flight_recorder.components.config_manager import JobConfig
+
+    started = time.monotonic()
+    details: dict[str, Any] = {}
+    for r in procs.find_ranks(selector):
+        body = flight._from_socket(r.launch[flight.SOCKET_VARIABLE], r.pid, "/proc")
+        details[f"rank{r.rank}.json"] = {"rank": r.rank, "host_name": f"rank{r.rank}", **json.loads(body)}
+    args = JobConfig().parse_args(args=[])
+    args.allow_incomplete_ranks, args.verbose = True, True
+    try:
+        db = build_db(details, args, next(iter(details.values()))["version"])
+        outcome = f"{len(db.collectives)} collectives matched, {len(db.ncclcalls)} calls"
+    except Exception as exc:  # what the analyser does with these dumps is the figure
+        outcome = f"failed: {type(exc).__name__}: {str(exc)[:120]}"
+    return round(time.monotonic() - started, 3), outcome
+
+
 def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -> dict:
     """Figures of each repeat and their medians; see the module docstring for the method."""
-    hang_s, sweep_s, verdicts = [], [], []
+    hang_s, sweep_s, verdicts, fr_s, fr_outcomes, places = [], [], [], [], [], []
     with system_bed(2, limit_s, database=database) as system:
         from cluster_health import hangs  # Django is set up by now
 
         bed = system.bed
         for i in range(repeats):
             port = devstack.free_port()
-            ranks = hang_jobs.start_on_bed(bed, PAIR, port, bed.workdir / f"job-{i}.log")
+            sockets = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))
+            ranks = hang_jobs.start_on_bed(bed, PAIR, port, bed.workdir / f"job-{i}.log", flight=sockets)
             try:
                 bed.firewall_between(*PAIR)
                 time.sleep(2.0)  # the job's next all_reduce has sent and is waiting
@@ -55,17 +86,31 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
                 answer = hangs.run(diagnosis, 60.0)
                 hang_s.append(round(time.monotonic() - started, 2))
                 verdicts.append(answer["verdict"])
+                # Where each rank was (collective, sequence number, whether it moved): what the verdict read.
+                places.append(
+                    [[r["rank"], r["in"].get("collective"), r["in"].get("seq"), r["moved"]] for r in answer["ranks"]]
+                )
+                seconds, outcome = torch_fr_analysis(
+                    procs.JobSelector(master_addr=bed.host(PAIR[0]).address, master_port=port)
+                )
+                fr_s.append(seconds)
+                fr_outcomes.append(outcome)
                 started = time.monotonic()
                 system.sweep(kind="pairs", pairs=[PAIR], baseline="none", timeout=120)
                 sweep_s.append(round(time.monotonic() - started, 2))
             finally:
                 bed.heal(*PAIR)
                 hang_jobs.stop(ranks)
+                shutil.rmtree(sockets, ignore_errors=True)
     return {
         "repeats": repeats,
         "hang_s": hang_s,
         "hang_median_s": statistics.median(hang_s),
         "verdicts": verdicts,
+        "ranks": places,
+        "fr_analysis_s": fr_s,
+        "fr_analysis_median_s": statistics.median(fr_s),
+        "fr_analysis": fr_outcomes,
         "pair_sweep_s": sweep_s,
         "pair_sweep_median_s": statistics.median(sweep_s),
         "torch_default_timeout_s": 1800,

@@ -163,7 +163,7 @@ def _shown_rank(rank: dict[str, Any]) -> dict[str, Any]:
         "node": rank.get("node"),
         "pid": rank.get("pid"),
         "state": rank.get("state"),
-        "in": rank.get("where"),
+        "in": hangs.position(rank),
         "moved": rank.get("moved"),
         "frames": (main or {}).get("frames", [])[:MAX_FRAMES_SHOWN],
         "connections": rank.get("connections") or [],

@@ -17,10 +17,12 @@ JOB = Path(__file__).resolve().parent / "hung_job.py"
 
 
 def start_on_bed(
-    bed: TestBed, hosts: list[str], port: int, log: Path, mode: str = "train"
+    bed: TestBed, hosts: list[str], port: int, log: Path, mode: str = "train", flight: Path | None = None
 ) -> list[subprocess.Popen[Any]]:
     """One rank per host (rank i on hosts[i], the master on hosts[0]), each on the interface of its
-    host's address; returns once every rank passed its first all_reduce (RuntimeError otherwise)."""
+    host's address; returns once every rank passed its first all_reduce (RuntimeError otherwise).
+    With ``flight`` (a short folder: a socket's address is at most 107 bytes), the job's Flight
+    Recorder is on and rank i's worker server answers on ``flight/rank{i}.sock``."""
     master = bed.host(hosts[0]).address
     out = log.open("wb")
     ranks = []
@@ -34,6 +36,8 @@ def start_on_bed(
             f"GLOO_SOCKET_IFNAME={bed.interface_of(host)}",
             "OMP_NUM_THREADS=1",
         ]
+        if flight is not None:
+            launch += ["TORCH_FR_BUFFER_SIZE=2000", f"TORCH_WORKER_SERVER_SOCKET={flight}/rank{rank}.sock"]
         ranks.append(bed.start_in(host, ["env", *launch, sys.executable, str(JOB), mode], stdout=out, stderr=out))
     out.close()
     deadline = time.monotonic() + 120

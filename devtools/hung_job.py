@@ -4,7 +4,13 @@
 - ``collective``: every rank waits in a second all_reduce that rank 1 never joins... by sleeping
   inside it after its peers entered (a stopped rank is made by the test, with SIGSTOP);
 - ``train``: all ranks keep calling all_reduce (progressing);
-- ``mismatch``: rank 1 calls broadcast where rank 0 calls all_reduce.
+- ``mismatch``: rank 1 calls broadcast where rank 0 calls all_reduce;
+- ``groups``: two process groups of both ranks ("data", "experts") entered in different orders: rank 0
+  all_reduces on "data" first, rank 1 on "experts" first (the multi-group hang).
+
+Its Flight Recorder is read from outside when the launcher sets ``TORCH_FR_BUFFER_SIZE`` and gives each
+rank its own ``TORCH_WORKER_SERVER_SOCKET``: the job runs under torchelastic's ``worker_main()``, as a
+job that wants its worker server does (without that variable it changes nothing).
 """
 
 import sys
@@ -12,6 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.control_plane import worker_main
 
 
 def load_batch():
@@ -29,6 +36,11 @@ def main(mode: str) -> None:
         load_batch()
     if mode == "mismatch" and rank == 1:
         dist.broadcast(t, src=0)
+    if mode == "groups":
+        data = dist.new_group([0, 1], group_desc="data")
+        experts = dist.new_group([0, 1], group_desc="experts")
+        for group in (data, experts) if rank == 0 else (experts, data):
+            dist.all_reduce(t, group=group)
     if mode == "train":
         while True:
             dist.all_reduce(t)
@@ -38,4 +50,7 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    server = worker_main()  # torchelastic's worker server, when TORCH_WORKER_SERVER_SOCKET names its socket
+    assert server is not None
+    with server:
+        main(sys.argv[1])

@@ -15,33 +15,57 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
-from agents.hangs import procs, sockets, stacks
+from agents.hangs import flight, procs, ras, sockets, stacks
 
 MAX_OUTPUT_BYTES = 512 * 1024
+DEAD_STATES = ("stopped", "zombie", "gone", "disk wait")
+FLIGHT_BUDGET_S = 10.0  # per sample, for every rank's Flight Recorder together (one may take 5 s)
+
+
+def _flight(r: procs.RankProcess, state: str, until: float) -> dict[str, Any] | None:
+    """The rank's Flight Recorder summary, unless the rank cannot answer or this sample's time for them is spent."""
+    if state in DEAD_STATES:  # a stopped or dead rank's worker server cannot answer: it would cost the deadline
+        return None
+    if time.monotonic() > until:
+        return {"error": f"not read: this sample's {FLIGHT_BUDGET_S:.0f} s for Flight Recorders were spent"}
+    return flight.read(r.pid, r.rank, r.launch)
 
 
 def _sample(ranks: list[procs.RankProcess]) -> dict[int, dict[str, Any]]:
     conns = sockets.connections({r.pid for r in ranks})
     out = {}
+    until = time.monotonic() + FLIGHT_BUDGET_S
     for r in ranks:
+        state = procs.process_state(r.pid)
         dumped = stacks.dump(r.pid)
         threads = dumped.get("threads") or []
         out[r.pid] = {
-            "state": procs.process_state(r.pid),
+            "state": state,
             "threads": threads,
             "stack_error": dumped.get("error"),
             "where": stacks.where(threads),
             "connections": conns.get(r.pid, []),
+            "flight": _flight(r, state, until),
         }
     return out
 
 
+def _completed(summary: dict[str, Any] | None) -> Any:
+    """What a rank's Flight Recorder says it finished (None without one): it moved if that changed."""
+    return None if not summary or "error" in summary else [g["last_completed"] for g in summary["groups"]]
+
+
 def _moved(first: dict[str, Any], second: dict[str, Any]) -> bool:
     """Whether a rank did anything between two samples: another place in its code, or bytes moved."""
-    if first["where"] != second["where"]:
+    # A sample whose stack could not be read says nothing of where the rank is (it is not a move).
+    if first["where"] != second["where"] and not (first.get("stack_error") or second.get("stack_error")):
+        return True
+    done = _completed(first.get("flight")), _completed(second.get("flight"))
+    if None not in done and done[0] != done[1]:  # read both times (one failed read is not a move)
         return True
 
     def received(sample: dict[str, Any]) -> dict[tuple[str, str], int | None]:
@@ -61,6 +85,12 @@ def inspect(selector: procs.JobSelector, interval_s: float = 2.0) -> dict[str, A
     for r in ranks:
         a, b = first[r.pid], second[r.pid]
         out.append({**r.as_dict(), **b, "state": b["state"], "moved": _moved(a, b) if b["state"] != "gone" else False})
+    # NCCL RAS, once per port the ranks name (it answers for the whole job), when something answers there.
+    pids = {r.pid for r in ranks}
+    ports = {port for r in ranks if (port := ras.port_of(r.launch)) is not None}
+    views: dict[int | None, dict[str, Any] | None] = {port: ras.query(port, pids) for port in ports}
+    for rank, r in zip(out, ranks, strict=True):
+        rank["ras"] = views.get(ras.port_of(r.launch))
     return {"ranks": out, "interval_s": interval_s}
 
 
@@ -126,10 +156,9 @@ def _ask_socket(path: str, request: dict[str, Any]) -> list[dict[str, Any]]:
     return ranks
 
 
-def serve_stdio() -> int:
-    """One request on standard input, its answer on standard output: how systemd's socket activation
-    (Accept=yes) runs the helper for each connection, with the privileges its unit grants."""
-    line = sys.stdin.buffer.readline(MAX_REQUEST_BYTES)
+def _answer(line: bytes) -> str:
+    """The helper's whole interface: one JSON request line (a job selector and an interval) in, one
+    bounded JSON answer out; a request with anything else is refused with the reason."""
     try:
         request = json.loads(line)
         if not isinstance(request, dict):
@@ -138,11 +167,51 @@ def serve_stdio() -> int:
         interval = float(request.get("interval_s", 2.0))
         if not 0.0 <= interval <= 10.0:
             raise ValueError("interval_s: between 0 and 10")
-        text = _bounded_text(inspect(selector, interval))
+        return _bounded_text(inspect(selector, interval))
     except (ValueError, TypeError, KeyError) as exc:
-        text = json.dumps({"error": f"bad request: {exc}"})
-    sys.stdout.write(text + "\n")
+        return json.dumps({"error": f"bad request: {exc}"})
+
+
+def serve_stdio() -> int:
+    """One request on standard input, its answer on standard output: how systemd's socket activation
+    (Accept=yes) runs the helper for each connection, with the privileges its unit grants."""
+    sys.stdout.write(_answer(sys.stdin.buffer.readline(MAX_REQUEST_BYTES)) + "\n")
     return 0
+
+
+MAX_CONNECTIONS = 4
+
+
+def serve_socket(path: str) -> int:
+    """Listen on a Unix socket and answer each connection as ``--stdio`` does, at most MAX_CONNECTIONS
+    at a time: the helper as a container of its own beside the agent's (deploy/kubernetes), the socket
+    on a volume only the two share."""
+    if os.path.exists(path):
+        os.unlink(path)
+    slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(path)
+        os.chmod(path, 0o660)
+        server.listen(MAX_CONNECTIONS)
+        while True:
+            conn, _ = server.accept()
+            if not slots.acquire(blocking=False):
+                conn.close()  # as systemd's MaxConnections does
+                continue
+            threading.Thread(target=_serve_one, args=(conn, slots), daemon=True).start()
+
+
+def _serve_one(conn: socket.socket, slots: threading.BoundedSemaphore) -> None:
+    try:
+        with conn:
+            conn.settimeout(HELPER_TIMEOUT_S)
+            with conn.makefile("rb") as requests:
+                line = requests.readline(MAX_REQUEST_BYTES)
+            conn.sendall(_answer(line).encode() + b"\n")
+    except OSError:
+        pass
+    finally:
+        slots.release()
 
 
 def _bounded_text(report: dict[str, Any]) -> str:
@@ -158,12 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.hangs.inspect", description=__doc__.splitlines()[0])
     chosen = parser.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--stdio", action="store_true", help="one JSON request on stdin (systemd socket activation)")
+    chosen.add_argument("--listen", metavar="PATH", help="answer requests on this Unix socket (a helper container)")
     chosen.add_argument("--master", metavar="ADDR:PORT", help="the job's MASTER_ADDR:MASTER_PORT")
     chosen.add_argument("--slurm-job", metavar="ID", help="the job's SLURM_JOB_ID")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between the two samples")
     args = parser.parse_args(argv)
     if args.stdio:
         return serve_stdio()
+    if args.listen:
+        return serve_socket(args.listen)
     try:
         selector = (
             procs.JobSelector.parse_master(args.master) if args.master else procs.JobSelector(slurm_job=args.slurm_job)

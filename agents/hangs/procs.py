@@ -23,7 +23,10 @@ LAUNCH_VARIABLES = (
     "TORCHELASTIC_RUN_ID",
     "TORCH_FR_BUFFER_SIZE",
     "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_WORKER_SERVER_SOCKET",
+    "TORCH_FR_DUMP_TEMP_FILE",
     "NCCL_RAS_ENABLE",
+    "NCCL_RAS_ADDR",
 )
 MAX_VALUE = 256  # characters of one launch variable kept
 MAX_RANKS = 256  # rank processes reported per node (a node runs a handful)

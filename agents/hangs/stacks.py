@@ -66,7 +66,9 @@ def dump(pid: int) -> dict[str, Any]:
         return {"error": "py-spy is not installed on this node (pip install py-spy)"}
     try:
         run = subprocess.run(
-            [spy, "dump", "--pid", str(pid), "--json"],
+            # --nonblocking: read without suspending the rank (ptrace's stop raced with a stopped or
+            # signalled rank: "Failed to suspend process"); a hung rank's stack does not change anyway.
+            [spy, "dump", "--pid", str(pid), "--json", "--nonblocking"],
             capture_output=True,
             text=True,
             timeout=PY_SPY_TIMEOUT_S,
@@ -75,11 +77,21 @@ def dump(pid: int) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         return {"error": f"py-spy did not answer within {PY_SPY_TIMEOUT_S:.0f} s"}
     if run.returncode != 0:
-        return {"error": (run.stderr.strip().splitlines() or ["py-spy failed"])[-1][:300]}
+        return {"error": _reason(run.stderr)}
     try:
         return {"threads": parse_dump(run.stdout)}
     except (ValueError, TypeError, AttributeError):
         return {"error": "py-spy answered something that is not its JSON dump"}
+
+
+def _reason(stderr: str) -> str:
+    """py-spy's error and its first cause ("Error: ...: 0: ..."), not the Rust backtrace printed after them."""
+    lines = [line.strip() for line in stderr.strip().splitlines()]
+    error = next((line for line in lines if line.startswith("Error:")), None)
+    if error is None:
+        return (lines or ["py-spy failed"])[-1][:300]
+    cause = next((line[2:].strip() for line in lines if line.startswith("0:")), None)
+    return (error[len("Error:") :].strip() + (f": {cause}" if cause else ""))[:300]
 
 
 def _ours(frame: dict[str, Any]) -> bool:

@@ -2,12 +2,14 @@
 
 Input: each rank as its node's agent saw it (agents/hangs: rank, node, pid, state, where it
 is: the collective its main thread waits in and the innermost frame of the job's own code,
-whether it moved between two samples, its TCP connections), the job's world size, and the
+whether it moved between two samples, its TCP connections, and its Flight Recorder summary
+when the job exposes one, and NCCL RAS's view when its port answered), the job's world size, and the
 live probe's pairs between the job's nodes (the sweep JSON's shape). Output: the verdict and
 the culprits, most likely first, each with the evidence it rests on and a hint.
 
 - ``node``: a rank is stopped, dead or in uninterruptible disk wait, or ranks are missing
-  (their node's agent is silent, or they exited);
+  (their node's agent is silent, or they exited), or NCCL RAS reports ranks missing (unresponsive,
+  considered dead) or failing (an asynchronous error, an abort);
 - ``application``: ranks wait in a collective that others never entered (those others are in
   the job's own code), or ranks wait in different collectives (a mismatch);
 - ``network``: every rank waits in the same collective and a path is at fault (a live probe
@@ -15,6 +17,10 @@ the culprits, most likely first, each with the evidence it rests on and a hint.
   bytes it retransmits);
 - ``progressing``: no rank is stuck in a collective: not hung;
 - ``unknown``: no rank was found, or nothing above holds (and why).
+
+Ranks are matched collective by collective: by the operation, process group and sequence number of
+the first collective each entered and has not completed, from its Flight Recorder when it has one
+(``position``), from its stack otherwise (the operation alone).
 """
 
 from __future__ import annotations
@@ -33,6 +39,48 @@ def _place(frame: dict[str, Any] | None) -> str:
         return "code py-spy could not read"
     name = str(frame.get("file", "?")).rsplit("/", 1)[-1]
     return f"`{frame.get('function')}` ({name}:{frame.get('line')})"
+
+
+# What a stack shows that Flight Recorder never records: a rank there is still where its stack says.
+UNRECORDED = ("init_process_group", "new_group")
+
+
+def _number(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _collective(entry: Any) -> dict[str, Any] | None:
+    """One Flight Recorder entry, as the answer names it: op, process group, sequence number."""
+    if not isinstance(entry, dict):
+        return None
+    desc, pg = str(entry.get("desc") or "")[:80], _number(entry.get("pg"))
+    group = desc if desc and desc != "undefined" else f"group {pg}"
+    return {"op": str(entry.get("op"))[:80], "group": group, "pg": pg, "seq": _number(entry.get("seq"))}
+
+
+def position(rank: dict[str, Any]) -> dict[str, Any]:
+    """Where a rank is: {"collective", "frame"} from its stack, and, when its Flight Recorder was read,
+    the collective from it instead (the first it entered and has not completed: "group", "seq"; none
+    when it completed all it entered) with "last_completed" and "source": "flight recorder"."""
+    where = dict(rank.get("where") or {"collective": None, "frame": None})
+    flight = rank.get("flight")
+    if not isinstance(flight, dict) or "error" in flight or not isinstance(flight.get("groups"), list):
+        return where
+    pending = _collective(flight.get("pending"))
+    if pending:
+        where.update(collective=pending["op"], group=pending["group"], seq=pending["seq"])
+    elif where.get("collective") not in UNRECORDED:
+        where["collective"] = None
+    where["last_completed"] = _collective(flight.get("last_completed"))
+    where["source"] = "flight recorder"
+    return where
+
+
+def _label(where: dict[str, Any]) -> str:
+    """`all_reduce`, or with Flight Recorder `all_reduce` #12 on data."""
+    if where.get("source") != "flight recorder" or where.get("seq") is None:
+        return f"`{where.get('collective')}`"
+    return f"`{where.get('collective')}` #{where['seq']} on {where.get('group')}"
 
 
 def _who(rank: dict[str, Any]) -> str:
@@ -71,6 +119,42 @@ def _dead_ranks(ranks: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "restart the job once it is understood",
                     {"pid": r.get("pid"), "state": r["state"]},
                 )
+            )
+    return out
+
+
+def _ras(ranks: list[dict[str, Any]], blamed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """NCCL RAS's missing ranks (unresponsive, considered dead) and ranks reporting an error or an abort,
+    each communicator once (every node's RAS answers for the whole job)."""
+    comms: dict[str, dict[str, Any]] = {}
+    for r in ranks:
+        view = r.get("ras")
+        if isinstance(view, dict) and isinstance(view.get("communicators"), list):
+            comms.update({str(c.get("hash")): c for c in view["communicators"] if isinstance(c, dict)})
+    node_of = {(r.get("pid")): r.get("node") for r in ranks}
+    named = {c["evidence"].get("pid") for c in blamed if isinstance(c.get("evidence"), dict)}
+    out = []
+    for comm_hash, comm in sorted(comms.items()):
+        where = f"communicator {comm_hash[:24]} ({comm.get('size')} ranks)"
+        listed = [(e, True) for e in comm.get("missing") or []] + [(e, False) for e in comm.get("failing") or []]
+        for e, missing in listed:
+            if not isinstance(e, dict) or e.get("pid") in named:
+                continue
+            node = node_of.get(e.get("pid")) or str(e.get("host"))[:64]
+            if missing:
+                what = "considered dead" if e.get("dead") else "unresponsive" if e.get("unresponsive") else "missing"
+                text = f"NCCL RAS reports rank {e.get('rank')} of {where} on {node} (pid {e.get('pid')}) {what}"
+                hint = (
+                    "that process or its node is gone or frozen: check the node (dmesg, its GPU, its agent) "
+                    "and restart the job without it"
+                )
+            else:
+                what = "aborted its communicator" if e.get("abort") else f"reports NCCL error {e.get('async_error')}"
+                text = f"NCCL RAS: rank {e.get('rank')} of {where} on {node} {what}"
+                hint = "the communicator is broken on that rank: its NCCL log (NCCL_DEBUG=WARN) names the failing peer"
+            evidence = {"ras": e, "communicator": comm_hash[:24], "pid": e.get("pid")}
+            out.append(
+                _culprit("rank", f"rank {e.get('rank')}", [node], [_number(e.get("rank"))], text, hint, evidence)
             )
     return out
 
@@ -145,7 +229,8 @@ def diagnose(
         why += f" (nodes not heard from: {', '.join(silent_nodes)})" if silent_nodes else ""
         return {"hung": None, "verdict": "unknown", "culprits": [], "why": why}
     world_size = world_size or max((r.get("world_size") or 0 for r in ranks), default=0) or None
-    found = _dead_ranks(ranks) + _missing(ranks, world_size, silent_nodes)
+    dead = _dead_ranks(ranks)
+    found = dead + _ras(ranks, dead) + _missing(ranks, world_size, silent_nodes)
     if found:
         return {"hung": True, "verdict": "node", "culprits": found}
     unread = [r for r in ranks if r.get("stack_error")]
@@ -156,11 +241,13 @@ def diagnose(
             "culprits": [],
             "why": f"no rank's stack could be read: {unread[0]['stack_error']}",
         }
-    ranks = [r for r in ranks if not r.get("stack_error")]
+    ranks = [{**r, "where": position(r)} for r in ranks if not r.get("stack_error")]
     stuck = _stuck(ranks)
     if not stuck:
         return {"hung": False, "verdict": "progressing", "culprits": []}
-    ops = Counter(r["where"]["collective"] for r in stuck)
+    # Matched by op alone unless every stuck rank's Flight Recorder names its group and sequence number.
+    recorded = all(r["where"].get("source") == "flight recorder" for r in stuck)
+    ops = Counter(_label(r["where"]) if recorded else f"`{r['where']['collective']}`" for r in stuck)
     waited, _ = ops.most_common(1)[0]
     elsewhere = [r for r in ranks if not (r.get("where") or {}).get("collective")]
     if elsewhere:
@@ -170,8 +257,9 @@ def diagnose(
                 f"rank {r.get('rank')}",
                 [r.get("node", "?")],
                 [r.get("rank")],
-                f"{_who(r)} is inside {_place((r.get('where') or {}).get('frame'))}, not in `{waited}` where "
+                f"{_who(r)} is inside {_place((r.get('where') or {}).get('frame'))}, not in {waited} where "
                 + ("the other rank waits" if len(stuck) == 1 else f"the other {len(stuck)} ranks wait")
+                + _finished(r["where"])
                 + ": the job's code, not the network",
                 "that rank's code never reaches the collective: a data loader, a lock, a loop, a branch "
                 "only some ranks take",
@@ -181,17 +269,19 @@ def diagnose(
         ]
         return {"hung": True, "verdict": "application", "culprits": culprits}
     if len(ops) > 1:
-        per_op = {op: sorted(r.get("rank") or 0 for r in stuck if r["where"]["collective"] == op) for op in ops}
-        text = "; ".join(f"rank(s) {', '.join(map(str, rs[:8]))} in `{op}`" for op, rs in per_op.items())
+        key = {id(r): _label(r["where"]) if recorded else f"`{r['where']['collective']}`" for r in stuck}
+        per_op = {op: sorted(r.get("rank") or 0 for r in stuck if key[id(r)] == op) for op in ops}
+        text = "; ".join(f"rank(s) {', '.join(map(str, rs[:8]))} in {op}" for op, rs in per_op.items())
+        groups = sorted({str(r["where"].get("group")) for r in stuck}) if recorded else []
         culprit = _culprit(
             "mismatch",
-            " vs ".join(f"`{op}`" for op in per_op),
+            " vs ".join(per_op),
             [r.get("node", "?") for r in stuck],
             [r.get("rank") for r in stuck],
             f"the ranks wait in different collectives: {text}",
             "ranks must call the same collectives in the same order (and process groups be created in the "
             "same order on every rank)",
-            {"collectives": per_op},
+            {"collectives": per_op, "groups": groups},
         )
         return {"hung": True, "verdict": "application", "culprits": [culprit]}
     faults = _path_faults(ranks, pairs)
@@ -201,6 +291,16 @@ def diagnose(
         "hung": True,
         "verdict": "unknown",
         "culprits": [],
-        "why": f"every rank waits in `{waited}` and neither the live probe nor the ranks' connections show a "
-        "fault: a rank stuck inside native code or a GPU kernel; enable the Flight Recorder (TORCH_FR_BUFFER_SIZE)",
+        "why": f"every rank waits in {waited} and neither the live probe nor the ranks' connections show a "
+        "fault: a rank stuck inside native code or a GPU kernel"
+        + ("" if recorded else "; enable the Flight Recorder (TORCH_FR_BUFFER_SIZE) and its worker server"),
     }
+
+
+def _finished(where: dict[str, Any]) -> str:
+    done = where.get("last_completed")
+    return (
+        f" (the last collective it completed: {_label({**done, 'collective': done['op'], 'source': where['source']})})"
+        if done
+        else ""
+    )

@@ -3,6 +3,7 @@
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -153,3 +154,49 @@ def test_the_inspect_helper_units_grant_ptrace_to_the_helper_alone_and_verify(tm
         timeout=60,
     )
     assert run.returncode == 0 and not run.stderr.strip(), run.stdout + run.stderr
+
+
+def test_the_daemonsets_inspect_helper_alone_holds_ptrace_and_answers_the_agent_on_their_shared_socket(tmp_path):
+    """hostPID is the pod's; SYS_PTRACE (and DAC_READ_SEARCH) only the helper container's. Its command, run
+    as the manifest gives it, answers on the socket the agent container is pointed at."""
+    from agents.hangs import inspect as helper
+    from devtools.services import free_port
+
+    pod = _docs()[("DaemonSet", "cluster-health-agent")]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    agent, inspect = containers["agent"], containers["inspect"]
+    assert pod["hostPID"] is True and set(containers) == {"agent", "inspect"}
+    for c in (agent, inspect):
+        ctx = c["securityContext"]
+        assert ctx["allowPrivilegeEscalation"] is False and not ctx.get("privileged")
+        assert ctx["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in agent["securityContext"]["capabilities"]
+    assert sorted(inspect["securityContext"]["capabilities"]["add"]) == ["DAC_READ_SEARCH", "SYS_PTRACE"]
+    assert not inspect.get("ports") and "env" not in inspect  # no broker URL, no node key, nothing to listen on
+    socket_path = {e["name"]: e.get("value") for e in agent["env"]}[helper.SOCKET_ENV]
+    command = inspect["command"]
+    assert command[:4] == ["python", "-m", "agents.hangs.inspect", "--listen"] and command[4] == socket_path
+    mounts = {c: {m["name"]: m["mountPath"] for m in containers[c]["volumeMounts"]} for c in containers}
+    shared = {v["name"]: v for v in pod["volumes"]}["inspect-socket"]
+    assert "emptyDir" in shared and set(mounts["inspect"]) == {"inspect-socket"}
+    assert (
+        socket_path.startswith(mounts["agent"]["inspect-socket"] + "/")
+        and mounts["inspect"]["inspect-socket"] == (mounts["agent"]["inspect-socket"])
+    )
+    local = str(tmp_path / "inspect.sock")
+    server = subprocess.Popen([sys.executable, *command[1:4], local], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(local).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ranks = helper._ask_socket(local, {"master_addr": "127.0.0.1", "master_port": free_port(), "interval_s": 0})
+        assert ranks == []  # no such job: nothing found, and said so as JSON
+        try:
+            helper._ask_socket(local, {"master_addr": "127.0.0.1", "master_port": 1, "path": "/etc/shadow"})
+        except ValueError as exc:
+            assert "unexpected fields" in str(exc)
+        else:
+            raise AssertionError("a request beyond the job selector was answered")
+    finally:
+        server.kill()
+        server.wait(10)

@@ -134,3 +134,14 @@ def test_the_agent_asks_the_helper_on_its_socket_as_systemd_runs_it(tmp_path, mo
         helper._ask_socket(path, {"master_addr": "127.0.0.1", "master_port": 1, "command": "rm -rf /"})
     thread.join(30)
     server.close()
+
+
+def test_py_spys_error_is_its_reason_not_its_backtrace():
+    from agents.hangs.stacks import _reason
+
+    stderr = (
+        "Error: Failed to get stack traces\n\nCaused by:\n    0: Failed to suspend process\n"
+        "    1: unexpected waitpid result\n\nStack backtrace:\n   0: anyhow\n   9: main\n"
+    )
+    assert _reason(stderr) == "Failed to get stack traces: Failed to suspend process"
+    assert _reason("Permission denied (os error 13)\n") == "Permission denied (os error 13)"

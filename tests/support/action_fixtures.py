@@ -3,7 +3,8 @@
 - ``WebhookReceiver``: a tiny HTTP server thread on 127.0.0.1 that records JSON bodies
   (and can answer 500 a few times first, for the retry tests).
 - ``SlurmCluster``: a private ``munged`` and ``slurmctld`` (Debian's packages) with a
-  slurm.conf listing the test nodes, on private ports and directories; no slurmd.
+  slurm.conf listing the test nodes, on private ports and directories; ``start_slurmd(node)``
+  adds a ``slurmd`` for one of them on loopback, so that jobs run there.
 - ``require_tool``: a tool the suite needs; skipped when absent, failed instead when
   scripts/test runs the suite (it installs them and lists them in CLUSTER_HEALTH_TEST_REQUIRE).
 """
@@ -94,9 +95,10 @@ class WebhookReceiver:
 class SlurmCluster:
     """A private slurmctld (and munged) for the listed nodes, in ``workdir``."""
 
-    def __init__(self, workdir: Path, nodes: list[str]):
+    def __init__(self, workdir: Path, nodes: list[str], cpus: int = 1):
         self.workdir = Path(workdir)
         self.nodes = nodes
+        self.cpus = cpus
         self.conf = self.workdir / "slurm.conf"
         self.socket = self.workdir / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen] = {}
@@ -160,7 +162,7 @@ class SlurmCluster:
                     "MpiDefault=none",
                     "SlurmdTimeout=0",  # no slurmd runs here: never mark the test nodes down for silence
                     "ReturnToService=2",
-                    f"NodeName={','.join(self.nodes)} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=1 State=UNKNOWN",
+                    f"NodeName={','.join(self.nodes)} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={self.cpus} State=UNKNOWN",
                     "PartitionName=test Nodes=ALL Default=YES State=UP",
                     "",
                 ]
@@ -185,6 +187,23 @@ class SlurmCluster:
             out = (self.workdir / "slurmctld.out").read_text()[-2000:]
             raise RuntimeError(f"slurmctld did not start: {out}") from exc
         return self
+
+    def start_slurmd(self, node: str, timeout: float = 30) -> None:
+        """A slurmd for ``node`` on this machine (loopback, the private ports), until slurmctld says idle."""
+        slurmd = require_tool("slurmd")
+        (self.workdir / "spool").mkdir(exist_ok=True)
+        self.procs[f"slurmd-{node}"] = subprocess.Popen(
+            [slurmd, "-D", "-N", node, "-f", str(self.conf)],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.workdir / f"slurmd-{node}.out", "wb"),
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while self.sinfo_states().get(node, ("",))[0] != "idle":
+            if time.monotonic() > deadline or self.procs[f"slurmd-{node}"].poll() is not None:
+                raise RuntimeError(f"slurmd {node}: {(self.workdir / f'slurmd-{node}.out').read_text()[-2000:]}")
+            time.sleep(0.2)
 
     def run(self, *argv: str) -> str:
         out = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=20)
@@ -211,7 +230,7 @@ class SlurmCluster:
         return self.run("scontrol", "show", "node", "--oneliner", name).strip()
 
     def stop(self) -> None:
-        for name in ("slurmctld", "munged"):
+        for name in [n for n in self.procs if n.startswith("slurmd-")] + ["slurmctld", "munged"]:
             proc = self.procs.pop(name, None)
             if proc is not None:
                 stop_process(proc, timeout=10)

@@ -12,6 +12,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transa
 
 LOADER = {"function": "load_batch", "file": "/job/train.py", "line": 88}
 STEP = {"function": "step", "file": "/job/train.py", "line": 40}
+# Where each rank is, from its Flight Recorder (cluster_health.core.hangs.position).
+FLIGHT = {"source": "flight recorder", "last_completed": {"op": "all_reduce", "group": "default_pg", "pg": 0, "seq": 1}}
 
 
 def kept_diagnosis() -> HangDiagnosis:
@@ -21,8 +23,8 @@ def kept_diagnosis() -> HangDiagnosis:
         "subject": "rank 1",
         "nodes": ["hx1"],
         "ranks": [1],
-        "text": "rank 1 on hx1 is inside `load_batch` (train.py:88), not in `all_reduce` where the other rank waits: "
-        "the job's code, not the network",
+        "text": "rank 1 on hx1 is inside `load_batch` (train.py:88), not in `all_reduce` #2 on default_pg where the other "
+        "rank waits (the last collective it completed: `all_reduce` #1 on default_pg): the job's code, not the network",
         "hint": "that rank's code never reaches the collective",
         "evidence": {},
     }
@@ -32,7 +34,7 @@ def kept_diagnosis() -> HangDiagnosis:
             "node": "hx0",
             "pid": 11,
             "state": "sleeping",
-            "in": {"collective": "all_reduce", "frame": STEP},
+            "in": {**FLIGHT, "collective": "all_reduce", "frame": STEP, "group": "default_pg", "seq": 2},
             "moved": False,
             "frames": [{"function": "all_reduce", "file": "/torch/distributed_c10d.py", "line": 1}, STEP],
             "connections": [
@@ -50,7 +52,7 @@ def kept_diagnosis() -> HangDiagnosis:
             "node": "hx1",
             "pid": 12,
             "state": "sleeping",
-            "in": {"collective": None, "frame": LOADER},
+            "in": {**FLIGHT, "collective": None, "frame": LOADER},
             "moved": True,
             "frames": [LOADER],
             "connections": [],
@@ -93,6 +95,9 @@ def test_a_kept_diagnosis_reads_culprit_first_and_opens_a_ranks_frames(viewer_pa
     page.wait_for_url(f"{page.base}/hangs/{diagnosis.pk}/")
     assert page.text_content("[data-hang-verdict]").strip() == "application"
     assert "inside `load_batch` (train.py:88)" in page.text_content("[data-hang-culprits]")
+    cells = [page.locator(f'tr[data-rank="{r}"] td').all_text_contents() for r in (0, 1)]
+    assert cells[0][4:6] == ["all_reduce #2 on default_pg", "all_reduce #1 on default_pg"]  # Flight Recorder's
+    assert cells[1][4:6] == ["–", "all_reduce #1 on default_pg"]
     frames = page.locator("tr.frames").nth(1).locator("details")
     assert not frames.locator("ol").is_visible()
     frames.locator("summary").click()

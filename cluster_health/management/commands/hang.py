@@ -66,5 +66,7 @@ def _text(answer: dict) -> str:
         where = r["in"] or {}
         frame = where.get("frame") or {}
         place = where.get("collective") or (f"{frame.get('function')} ({frame.get('file')}:{frame.get('line')})")
+        if where.get("collective") and where.get("seq") is not None:
+            place += f" #{where['seq']} on {where.get('group')} (Flight Recorder)"
         lines.append(f"  rank {r['rank']} on {r['node']} (pid {r['pid']}): {r['state']}, in {place}")
     return "\n".join(lines)
