@@ -189,7 +189,7 @@ def gpu_sweep(driver, fleet: dict[str, str]):
 
     for name, recording in fleet.items():
         heartbeat(name, facts=facts(recording))
-    sweep = driver.sweep(kind="gpu")
+    sweep = driver.sweep(kind="gpu", nodes=list(fleet))  # only these: the session stack may run agents of its own
     return sweep, {c["node"]: c for c in driver.take()}
 
 
