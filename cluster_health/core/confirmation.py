@@ -306,7 +306,10 @@ def _text(
     first = _what(p).replace(" (", f" in round {p.get('round')} (", 1) if p.get("round") else _what(p)
     parts = [f"{name} {first}"]
     if second is not None:
-        again = _what(second) if bad_again(p, second) else f"normal ({_bw(second)})"
+        if not bad_again(p, second):
+            again = f"normal ({_bw(second)})"
+        else:  # a re-probe is judged against the first look's peers: "ok" on its own, slow next to them
+            again = _what(second) if second["status"] in BAD else f"slow ({_bw(second)})"
         parts.append(f"{again} when probed again")
     fine = sorted({s["partner"] for s in sides if s["node"] not in side_bad})
     worse = [f"{s['node']} with {s['partner']}" for s in sides if s["node"] in side_bad]
@@ -321,3 +324,38 @@ def _text(
     else:
         verdict = "transient, not acted on"
     return ", ".join(parts) + tail + f": {verdict}"
+
+
+ACTED_SLOW = ("slow_node", "slow_link")  # slow findings that a confirmed second look makes a fail (drained)
+MAX_AGAIN_LISTED = 3  # second-look figures quoted in a confirmed slow finding's text
+
+
+def outcome(p: Mapping[str, Any]) -> str | None:
+    """What the confirmation pass decided about a pair (confirmed, transient, contended), None if it did not look."""
+    return (((p.get("evidence") or {}).get("confirmation")) or {}).get("outcome")
+
+
+def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings, with each slow node or slow link the pass confirmed raised to a fail (acted on).
+
+    Confirmed: at least one of the finding's pairs was looked at again and every one that was
+    came out ``confirmed`` (slow again, and not beside other traffic: a ``contended`` or
+    ``transient`` outcome keeps the finding a warning). Its text adds the second look's figures.
+    A slow segment stays a warning: it names a switch path, not nodes to take out of service.
+    """
+    by_name = {culprits.pair_name(p): p for p in pairs}
+    out = []
+    for f in found:
+        listed = [by_name[n] for n in f.get("pairs") or () if n in by_name]
+        looked = [p for p in listed if outcome(p)]
+        if f["code"] not in ACTED_SLOW or not looked or any(outcome(p) != "confirmed" for p in looked):
+            out.append(f)
+            continue
+        again = []
+        for p in looked[:MAX_AGAIN_LISTED]:
+            second = p["evidence"]["confirmation"].get("again") or {}
+            again.append(f"{culprits.pair_name(p)} {_bw(second) if second else 'slow with a healthy partner too'}")
+        more = f" and {len(looked) - MAX_AGAIN_LISTED} more" if len(looked) > MAX_AGAIN_LISTED else ""
+        text = f"{f['text']}; confirmed, slow again when probed again ({', '.join(again)}{more})"
+        out.append({**f, "severity": "fail", "text": text})
+    return out
