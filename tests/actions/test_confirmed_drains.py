@@ -31,6 +31,9 @@ def slurmctld(tmp_path, monkeypatch, settings):
 
 
 def pair_of(cmd) -> set[str]:
+    """The two nodes of a pair probe's command (a full sweep's group collective: nobody)."""
+    if cmd["kind"] != "pair":
+        return set()
     probe = PairProbe.objects.select_related("node_a", "node_b").get(pk=cmd["probe_id"])
     return {probe.node_a.name, probe.node_b.name}
 
