@@ -197,7 +197,9 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert [f["subject"] for f in slow] == ["rack1-n1"], (report["findings"], measured)
     assert "every link of rack1-n1 is slow next to its peers" in slow[0]["text"]
     assert len(slow[0]["pairs"]) == 3
-    assert rc == 1 and report["verdict"] == "warn", report["findings"]
+    # Slow again when the pass probed it again: a confirmed slow node is a fail (drained where drains are on).
+    assert slow[0]["severity"] == "fail" and "slow again when probed again" in slow[0]["text"], slow
+    assert rc == 2 and report["verdict"] == "fail", report["findings"]
     mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
     # The cells agree with the finding: degraded next to their peers, with the figures, and confirmed by
     # the confirmation pass (probed again, slow again); the links without rack1-n1 stay ok.
@@ -207,7 +209,7 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     # A link slow once next to the others (a loaded host) and normal when probed again is transient, not slow.
     assert {p["status"] for p in report["pairs"] if p not in mine} <= {"ok", "transient"}, report["pairs"]
     assert report["confirmation"]["rounds"] >= 1
-    shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
+    shown = f"cells {sorted({p['status'] for p in mine})}; fail finding: {slow[0]['text'][:90]}"
     record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
 
 
