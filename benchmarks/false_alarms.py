@@ -1,6 +1,7 @@
 """False alarms: nightly full sweeps of a healthy namespace bed, four hosts, every core kept busy.
 
     flock /tmp/netns.lock .venv/bin/python benchmarks/false_alarms.py [--sweeps 20] [--database postgres://...]
+        [--faults] [--confirmation on|off]
 
 Method. Four hosts of the namespace test bed with the whole system
 (``benchmarks/bed.py``: scratch database, private Redis over its unix socket,
@@ -23,6 +24,15 @@ run as they do in production. Every alarm on this bed is a false one:
 the sweeps from the first request to the last sweep closed, and ``sweep_s`` the
 median and worst server-side durations; ``confirm_rounds`` the extra rounds the
 confirmation pass took, over all the sweeps. Target: none in 20 sweeps.
+
+``--faults``: after the healthy sweeps, the same loaded bed stages each fault of
+``FAULTS`` in turn (a firewall between two hosts, one-way loss, a node shaped to
+200 Mbit/s), runs one full sweep with it and clears it. Per fault: ``found`` (the
+verdict is not pass), ``culprit`` (right when a warn or fail finding names the
+expected node or link), ``drains`` (the nodes ``slurm.blamed_nodes`` would drain),
+``sweep_s`` (request to verdict, server-side) and the pass's rounds.
+``--confirmation off`` runs everything with ``CLUSTER_HEALTH_CONFIRMATION=off``
+(for comparison only): run it once each way to time the pass.
 """
 
 from __future__ import annotations
@@ -46,9 +56,16 @@ MAX_ALARMS = 30  # alarms listed in the figures, the first ones
 BURN = "while :; do :; done"
 
 
-def run(sweeps: int = 20, database: str | None = None, limit_s: float | None = None) -> dict:
+def run(
+    sweeps: int = 20,
+    database: str | None = None,
+    limit_s: float | None = None,
+    faults: bool = False,
+    confirmation: str = "on",
+) -> dict:
     """Counts of false alarms over ``sweeps`` full sweeps; see the module docstring for the method."""
-    limit_s = limit_s or 600.0 + 240.0 * sweeps
+    limit_s = limit_s or 600.0 + 240.0 * (sweeps + (len(FAULTS) if faults else 0))
+    os.environ["CLUSTER_HEALTH_CONFIRMATION"] = confirmation  # read by the server worker and by this process
     with (
         system_bed(HOSTS, limit_s, database=database) as system,
         cpu_load(len(os.sched_getaffinity(0)), limit_s) as cores,
@@ -56,7 +73,52 @@ def run(sweeps: int = 20, database: str | None = None, limit_s: float | None = N
         started = time.monotonic()
         records = [one_sweep(system) for _ in range(sweeps)]
         seconds = time.monotonic() - started
-    return summarize(records, seconds, cores)
+        staged = [one_fault(system, *fault) for fault in FAULTS] if faults else []
+    return {**summarize(records, seconds, cores), "confirmation": confirmation, "faults": staged}
+
+
+# Faults staged on hosts 1-4 of the bed: what, how to make it and clear it, and the culprit to name.
+FAULTS = [
+    ("firewall both ways", lambda b, h: b.firewall_between(h[0], h[1]), lambda b, h: b.heal(h[0], h[1]), (0, 1)),
+    ("one-way loss", lambda b, h: b.drop(h[2], h[3]), lambda b, h: b.undrop(h[2], h[3]), (2, 3)),
+    ("node shaped to 200 Mbit/s", lambda b, h: b.shape(h[0], 200), lambda b, h: b.unshape(h[0]), (0,)),
+]
+
+
+def one_fault(system, what, inject, clear, culprit) -> dict:
+    """One full sweep with the fault in place: found, the right culprit, what would drain, and its time."""
+    from cluster_health import sweeps
+    from cluster_health.actions import slurm
+    from cluster_health.models import Finding
+
+    names = [h.name for h in system.bed.hosts]
+    expected = names[culprit[0]] if len(culprit) == 1 else f"{names[culprit[0]]}<->{names[culprit[1]]}"
+    inject(system.bed, names)
+    try:
+        sweep = system.wait_closed(sweeps.request_sweep(source="command", kind="full"), timeout=SWEEP_TIMEOUT_S)
+    finally:
+        clear(system.bed, names)
+    named = sorted(
+        {
+            f"[{sev}] {code} {subject}"
+            for sev, code, subject in Finding.objects.filter(sweep=sweep, severity__in=("warn", "fail")).values_list(
+                "severity", "code", "subject"
+            )
+        }
+    )
+    subjects = {n.split(" ", 2)[2] for n in named}
+    reverse = "<->".join(reversed(expected.split("<->")))
+    return {
+        "fault": what,
+        "expected": expected,
+        "verdict": sweep.verdict,
+        "found": sweep.verdict not in ("pass", None),
+        "culprit": expected in subjects or reverse in subjects,
+        "findings": named,
+        "drains": sorted(slurm.blamed_nodes(sweep)),
+        "sweep_s": sweep.duration_s(),
+        "confirm_rounds": sweep.params.get("confirm_rounds", 0),
+    }
 
 
 @contextmanager
@@ -149,7 +211,13 @@ OPTIONS: dict[str, dict] = {
         "type": float,
         "default": None,
         "dest": "limit_s",
-        "help": "wall-clock limit of the whole run (default 600 + 240 per sweep)",
+        "help": "wall-clock limit of the whole run (default 600 + 240 per sweep and staged fault)",
+    },
+    "--faults": {"action": "store_true", "help": "after the healthy sweeps, stage each fault of FAULTS"},
+    "--confirmation": {
+        "choices": ["on", "off"],
+        "default": "on",
+        "help": "CLUSTER_HEALTH_CONFIRMATION for the run (off: for comparison only)",
     },
 }
 

@@ -194,6 +194,12 @@ REAPER_INTERVAL_S = envfloat("CLUSTER_HEALTH_REAPER_INTERVAL_S", 3.0, 0.5, 600.0
 # longer than one batch's transaction can take.
 INGEST_DRAIN_LOCK_S = envfloat("CLUSTER_HEALTH_INGEST_DRAIN_LOCK_S", 30.0, 1.0, 3600.0)
 DEGRADED_RATIO = envfloat("CLUSTER_HEALTH_DEGRADED_RATIO", 0.9, 0.0, 1.0)
+# The confirmation pass (cluster_health/sweeps/confirming.py): "on" (default) probes every pair that
+# is not ok again before the verdict. "off" is for comparison only (benchmarks/false_alarms.py times
+# a sweep without it): no pair is confirmed then, so no network sweep drains a node.
+CONFIRMATION = envstr("CLUSTER_HEALTH_CONFIRMATION", "on").strip().lower()
+if CONFIRMATION not in ("on", "off"):
+    raise ImproperlyConfigured(f"CLUSTER_HEALTH_CONFIRMATION: expected on or off, got {CONFIRMATION!r}")
 # How node names map to groups (rack, leaf, rail) for segment findings: a regex whose first
 # matching group is the group; unset, the name up to its last '-', '_' or '.' (or without trailing digits).
 GROUP_PATTERN = envstr("CLUSTER_HEALTH_GROUP_PATTERN")

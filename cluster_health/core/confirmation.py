@@ -306,7 +306,10 @@ def _text(
     first = _what(p).replace(" (", f" in round {p.get('round')} (", 1) if p.get("round") else _what(p)
     parts = [f"{name} {first}"]
     if second is not None:
-        again = _what(second) if bad_again(p, second) else f"normal ({_bw(second)})"
+        if not bad_again(p, second):
+            again = f"normal ({_bw(second)})"
+        else:  # a re-probe is judged against the first look's peers: "ok" on its own, slow next to them
+            again = _what(second) if second["status"] in BAD else f"slow ({_bw(second)})"
         parts.append(f"{again} when probed again")
     fine = sorted({s["partner"] for s in sides if s["node"] not in side_bad})
     worse = [f"{s['node']} with {s['partner']}" for s in sides if s["node"] in side_bad]
@@ -321,3 +324,54 @@ def _text(
     else:
         verdict = "transient, not acted on"
     return ", ".join(parts) + tail + f": {verdict}"
+
+
+ACTED_SLOW = ("slow_node", "slow_link")  # slow findings that a confirmed second look makes a fail (drained)
+# ... when the second look was as slow as the first: at most this many times its busbw. A link that came
+# back several times faster (a shaper lifted, a burst over) but still under half its peers is "slow again"
+# for the pair's outcome, and not enough to take a node out of service.
+SAME_SLOW_FACTOR = 2.0
+MAX_AGAIN_LISTED = 3  # second-look figures quoted in a confirmed slow finding's text
+
+
+def outcome(p: Mapping[str, Any]) -> str | None:
+    """What the confirmation pass decided about a pair (confirmed, transient, contended), None if it did not look."""
+    return (((p.get("evidence") or {}).get("confirmation")) or {}).get("outcome")
+
+
+def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings, with each slow node or slow link the pass confirmed raised to a fail (acted on).
+
+    Confirmed: at least one of the finding's pairs was probed again and every one the pass
+    looked at came out ``confirmed`` (slow again, and not beside other traffic: a ``contended``
+    or ``transient`` outcome keeps the finding a warning), each probed again at most
+    SAME_SLOW_FACTOR times its first busbw (as slow as the first time, not recovering). Its
+    text adds the second look's figures.
+    A slow segment stays a warning: it names a switch path, not nodes to take out of service.
+    """
+    by_name = {culprits.pair_name(p): p for p in pairs}
+    out = []
+    for f in found:
+        listed = [by_name[n] for n in f.get("pairs") or () if n in by_name]
+        looked = [p for p in listed if outcome(p)]
+        if f["code"] not in ACTED_SLOW or not looked or any(outcome(p) != "confirmed" for p in looked):
+            out.append(f)
+            continue
+        probed = [p["evidence"]["confirmation"] for p in looked if p["evidence"]["confirmation"].get("again")]
+        if not probed or not all(_as_slow(c["first"], c["again"]) for c in probed):
+            out.append(f)
+            continue
+        again = []
+        for p in looked[:MAX_AGAIN_LISTED]:
+            second = p["evidence"]["confirmation"].get("again") or {}
+            again.append(f"{culprits.pair_name(p)} {_bw(second) if second else 'slow with a healthy partner too'}")
+        more = f" and {len(looked) - MAX_AGAIN_LISTED} more" if len(looked) > MAX_AGAIN_LISTED else ""
+        text = f"{f['text']}; confirmed, slow again when probed again ({', '.join(again)}{more})"
+        out.append({**f, "severity": "fail", "text": text})
+    return out
+
+
+def _as_slow(first: Mapping[str, Any] | None, again: Mapping[str, Any]) -> bool:
+    """Whether a second look measured the pair as slow as the first (within SAME_SLOW_FACTOR)."""
+    before, after = (first or {}).get("busbw_gbps"), again.get("busbw_gbps")
+    return before is not None and after is not None and after <= SAME_SLOW_FACTOR * before

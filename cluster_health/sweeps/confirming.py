@@ -85,7 +85,8 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
                 hint=mark["hint"],
                 evidence={**(p["evidence"] or {}), "peers": mark["peers"]},
             )
-    todo = confirmation.plan(sweep.nodes, pairs)
+    # Off (for comparison only): the pairs are still judged against their peers, nothing is probed again.
+    todo = confirmation.plan(sweep.nodes, pairs) if settings.CONFIRMATION == "on" else []
     rounds = planner.schedule_pairs(todo, sweep.nodes)[: confirmation.MAX_ROUNDS]
     first = sweep.total_rounds + 1
     params = {**sweep.params, "confirm_first": first if rounds else None, "confirm_rounds": len(rounds)}

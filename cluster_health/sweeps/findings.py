@@ -10,7 +10,17 @@ from django.utils import timezone
 
 from agents import contract
 from cluster_health import vocabulary
-from cluster_health.core import clocks, consistency, culprits, discovery, fleet, history, rehearsal, verdicts
+from cluster_health.core import (
+    clocks,
+    confirmation,
+    consistency,
+    culprits,
+    discovery,
+    fleet,
+    history,
+    rehearsal,
+    verdicts,
+)
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
 from cluster_health.nodes import declared_groups
 from cluster_health.queues import backlog
@@ -49,7 +59,9 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     offline = {n.name for n in nodes if not n.is_online(now)} - backlog.unheard_is_not_silent(sweep.nodes)
     groups = list(GroupProbe.objects.filter(sweep=sweep))
     declared = declared_groups(sweep.nodes)
-    found = _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep), declared)
+    found = confirmation.confirmed_slow(
+        _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep), declared), pairs
+    )
     blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
     found += verdicts.degraded_findings(pairs)
     if sweep.kind not in (*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"):

@@ -1,7 +1,8 @@
 """Slurm: blamed nodes drained with the sweep in the reason, resumed once they pass; others' drains untouched.
 
-Runs against a real slurmctld (and munged) that the fixture starts with a private
-slurm.conf; state is read back with sinfo and scontrol.
+Only confirmed evidence drains: a failure the sweep's confirmation pass saw again. Runs
+against a real slurmctld (and munged) that the fixture starts with a private slurm.conf;
+state is read back with sinfo and scontrol.
 """
 
 import pytest
@@ -13,8 +14,15 @@ from tests.support.action_rows import finished_sweep
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]
 MAP = "s/^gpu-/node-/"
+C_DEAD = ("fail", "node_unreachable", "gpu-c", "every pair with gpu-c failed (2 of 2: connect_timeout)")
 C_OFFLINE = ("fail", "node_offline", "gpu-c", "gpu-c went offline: its agent stopped sending heartbeats")
-BAD_C = {("gpu-a", "gpu-c"): "offline", ("gpu-b", "gpu-c"): "offline"}
+BAD_C = {("gpu-a", "gpu-c"): "timeout", ("gpu-b", "gpu-c"): "timeout"}
+SEEN_AGAIN_C = {("gpu-a", "gpu-c"): "confirmed", ("gpu-b", "gpu-c"): "confirmed"}
+
+
+def dead_c():
+    """A sweep in which every pair of gpu-c timed out, and again when the confirmation pass probed them."""
+    return finished_sweep(NODES, BAD_C, [C_DEAD], outcomes=SEEN_AGAIN_C)
 
 
 @pytest.fixture
@@ -47,12 +55,14 @@ def test_it_refuses_a_mapping_that_would_not_be_a_plain_node_name():
 
 @pytest.mark.django_db
 def test_it_drains_a_blamed_node_and_resumes_it_when_a_sweep_passes_it(slurmctld):
-    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    bad = dead_c()
     assert slurm.act_on_sweep(bad, "drain") == ["drained node-c"]
     state, reason = slurmctld.sinfo_states()["node-c"]
-    assert state.startswith("drain") and reason.startswith(f"cluster-health sweep #{bad.pk}: gpu-c went offline")
+    assert state.startswith("drain") and reason.startswith(
+        f"cluster-health sweep #{bad.pk}: every pair with gpu-c failed"
+    )
     assert slurmctld.sinfo_states()["node-a"][0] == "unknown"
-    again = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    again = dead_c()
     assert slurm.act_on_sweep(again, "drain") == []  # already ours: no second drain, reason unchanged
     assert slurmctld.sinfo_states()["node-c"][1].startswith(f"cluster-health sweep #{bad.pk}:")
     good = finished_sweep(NODES)
@@ -66,7 +76,7 @@ def test_it_drains_a_blamed_node_and_resumes_it_when_a_sweep_passes_it(slurmctld
 @pytest.mark.django_db
 def test_it_never_touches_a_node_someone_else_drained(slurmctld):
     slurmctld.run("scontrol", "update", "NodeName=node-c", "State=DRAIN", "Reason=RMA ticket 4411")
-    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    bad = dead_c()
     assert slurm.act_on_sweep(bad, "drain") == ["left node-c: drained by someone else"]
     assert slurm.act_on_sweep(finished_sweep(NODES), "drain") == []
     state, reason = slurmctld.sinfo_states()["node-c"]
@@ -76,7 +86,7 @@ def test_it_never_touches_a_node_someone_else_drained(slurmctld):
 
 @pytest.mark.django_db
 def test_it_lets_go_of_a_node_an_operator_redrained_with_their_own_reason(slurmctld):
-    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    bad = dead_c()
     slurm.act_on_sweep(bad, "drain")
     slurmctld.run("scontrol", "update", "NodeName=node-c", "State=DRAIN", "Reason=swapping the NIC")
     assert slurm.act_on_sweep(finished_sweep(NODES), "drain") == ["released node-c: changed outside cluster-health"]
@@ -86,7 +96,7 @@ def test_it_lets_go_of_a_node_an_operator_redrained_with_their_own_reason(slurmc
 
 @pytest.mark.django_db
 def test_report_mode_only_says_what_it_would_do(slurmctld, caplog):
-    bad = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    bad = dead_c()
     assert slurm.act_on_sweep(bad, "report") == ["would drain node-c"]
     assert "would drain node-c" in caplog.text
     assert slurmctld.sinfo_states()["node-c"] == ("unknown", "none")
@@ -100,14 +110,75 @@ def test_a_replayed_or_late_task_for_an_old_sweep_never_drains_a_node_a_newer_sw
     from cluster_health.actions import tasks
 
     settings.SLURM_ACTIONS = "drain"
-    old = finished_sweep(NODES, BAD_C, [C_OFFLINE])
+    old = dead_c()
     newer = finished_sweep(NODES)
     assert tasks.slurm_actions(newer.pk) == []
     assert tasks.slurm_actions(old.pk) == [f"left node-c: sweep #{old.pk} is not this node's newest"]
     assert not slurmctld.sinfo_states()["node-c"][0].startswith("drain")
     assert not SlurmDrain.objects.exists()
-    newest = finished_sweep(NODES, BAD_C, [C_OFFLINE])  # the node failing again now is acted on
+    newest = dead_c()  # the node failing again now is acted on
     assert tasks.slurm_actions(newest.pk) == ["drained node-c"]
+
+
+@pytest.mark.django_db
+def test_a_node_not_heard_from_is_never_drained(slurmctld):
+    """Not hearing a node is the server's trouble (its agent, the broker, a queue): a warning, never a drain."""
+    silent = finished_sweep(NODES, {("gpu-a", "gpu-c"): "offline", ("gpu-b", "gpu-c"): "offline"}, [C_OFFLINE])
+    assert slurm.blamed_nodes(silent) == {}
+    assert slurm.act_on_sweep(silent, "drain") == []
+    assert slurmctld.sinfo_states()["node-c"][0] == "unknown" and not SlurmDrain.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_failure_the_pass_did_not_see_again_drains_nothing(slurmctld):
+    """The same fail findings as a confirmed sweep's, but the pass did not look again (it was off, or the node
+    was at its bound) or saw the pairs fine the second time: nothing is drained."""
+    link = ("fail", "link_failed", "gpu-a<->gpu-b", "gpu-a<->gpu-b timeout at connect (connect_timeout)")
+    unlooked = finished_sweep(NODES, {**BAD_C, ("gpu-a", "gpu-b"): "timeout"}, [C_DEAD, link])
+    fine_again = finished_sweep(
+        NODES, BAD_C, [C_DEAD], outcomes={("gpu-a", "gpu-c"): "transient", ("gpu-b", "gpu-c"): "transient"}
+    )
+    # A confirmed pair elsewhere does not confirm a finding about other pairs.
+    other = finished_sweep(NODES, BAD_C, [link], outcomes=SEEN_AGAIN_C)
+    for sweep in (unlooked, fine_again, other):
+        assert slurm.blamed_nodes(sweep) == {}, sweep.pk
+        assert slurm.act_on_sweep(sweep, "drain") == []
+    assert {n: s[0] for n, s in slurmctld.sinfo_states().items()} == dict.fromkeys(
+        ["node-a", "node-b", "node-c"], "unknown"
+    )
+
+
+@pytest.mark.django_db
+def test_a_confirmed_dead_link_drains_both_its_ends_with_the_link_in_each_reason(slurmctld):
+    text = "gpu-a<->gpu-b timeout at connect (connect_timeout): confirmed, gpu-a<->gpu-b"
+    bad = finished_sweep(
+        NODES,
+        {("gpu-a", "gpu-b"): "timeout"},
+        [("fail", "link_failed", "gpu-a<->gpu-b", text)],
+        outcomes={("gpu-a", "gpu-b"): "confirmed"},
+    )
+    assert sorted(slurm.act_on_sweep(bad, "drain")) == ["drained node-a", "drained node-b"]
+    states = slurmctld.sinfo_states()
+    for node in ("node-a", "node-b"):
+        assert states[node][0].startswith("drain"), states
+        assert states[node][1].startswith(f"cluster-health sweep #{bad.pk}: gpu-a<->gpu-b timeout"), states
+    assert states["node-c"][0] == "unknown"
+    assert sorted(slurm.act_on_sweep(finished_sweep(NODES), "drain")) == ["resumed node-a", "resumed node-b"]
+
+
+@pytest.mark.django_db
+def test_a_slow_finding_drains_only_the_pairs_it_lists_when_they_were_confirmed(slurmctld):
+    """A confirmed slow node (fail) drains it; the same finding over contended pairs drains nothing."""
+    listed = ["gpu-a<->gpu-c", "gpu-b<->gpu-c"]
+    text = "every link of gpu-c is slow next to its peers: median busbw 0.1 GB/s, 0.10 x the 1 GB/s ..."
+    slow = ("fail", "slow_node", "gpu-c", text, listed)
+    contended = finished_sweep(
+        NODES, {k: "contended" for k in BAD_C}, [slow], outcomes=dict.fromkeys(BAD_C, "contended")
+    )
+    assert slurm.act_on_sweep(contended, "drain") == []
+    confirmed = finished_sweep(NODES, dict.fromkeys(BAD_C, "degraded"), [slow], outcomes=SEEN_AGAIN_C)
+    assert slurm.act_on_sweep(confirmed, "drain") == ["drained node-c"]
+    assert "median busbw 0.1 GB/s" in slurmctld.sinfo_states()["node-c"][1]
 
 
 @pytest.mark.django_db

@@ -73,8 +73,8 @@ def test_a_node_ten_times_slower_on_a_first_hand_run_sweep_has_its_cells_degrade
     assert confirmed and all(p["evidence"]["confirmation"]["outcome"] == "confirmed" for p in confirmed)
     assert {p["status"] for p in report["pairs"] if "n3" not in (p["a"], p["b"])} == {"ok"}
     named = [f for f in report["findings"] if f["code"] == "slow_node"]
-    assert [f["subject"] for f in named] == ["n3"]
-    assert report["verdict"] == "warn"
+    assert [(f["severity"], f["subject"]) for f in named] == [("fail", "n3")]  # slow again when probed again
+    assert report["verdict"] == "fail"
     assert len(report["pairs"]) == 15  # the pass's own probes are folded into the pairs they confirm
 
 
@@ -152,3 +152,28 @@ def test_a_sweep_cancelled_during_the_pass_keeps_each_pair_once_as_first_seen(dr
     assert driver.run(sweeps.cancel, sweep.pk)
     rows = sorted(PairProbe.objects.filter(sweep=sweep).values_list("node_a__name", "node_b__name", "status"))
     assert rows == [("n1", "n2", "failed"), ("n3", "n4", "ok")]
+
+
+def test_with_the_pass_off_nothing_is_probed_again_and_nothing_is_confirmed_to_act_on(driver, settings):
+    """CLUSTER_HEALTH_CONFIRMATION=off, for comparison only: the planned rounds and the peer judgement stay,
+    no pair is probed again, so a dead link and a slow node are reported unconfirmed and drain nothing."""
+    settings.CONFIRMATION = "off"
+    fleet()
+    sweep = driver.sweep(kind="full", nodes=NODES)
+    planned = Sweep.objects.get(pk=sweep.pk).total_rounds
+
+    def reply(cmd):
+        pair, _ = names(cmd)
+        if pair == {"n2", "n5"}:
+            return result_for(cmd, status="timeout", stage="connect", reason="connect_timeout", hint="no answer")
+        return result_for(cmd, busbw=0.1 if "n3" in pair else 1.0 + cmd["probe_id"] % 3 / 50)
+
+    phases = drive(driver, sweep, reply)
+    assert set(phases.values()) == {"probing"} and sweep.total_rounds == planned
+    assert documents.sweep_json(sweep)["confirmation"] == {"first_round": None, "rounds": 0}
+    report = documents.sweep_json(sweep)
+    assert {p["status"] for p in report["pairs"] if "n3" in (p["a"], p["b"])} == {"degraded"}
+    assert not any(p["evidence"].get("confirmation") for p in report["pairs"] if p["evidence"])
+    assert ("warn", "slow_node", "n3") in [(f["severity"], f["code"], f["subject"]) for f in report["findings"]]
+    assert ("fail", "link_failed", "n2<->n5") in [(f["severity"], f["code"], f["subject"]) for f in report["findings"]]
+    assert slurm.blamed_nodes(sweep) == {}

@@ -197,7 +197,9 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert [f["subject"] for f in slow] == ["rack1-n1"], (report["findings"], measured)
     assert "every link of rack1-n1 is slow next to its peers" in slow[0]["text"]
     assert len(slow[0]["pairs"]) == 3
-    assert rc == 1 and report["verdict"] == "warn", report["findings"]
+    # Slow again when the pass probed it again: a confirmed slow node is a fail (drained where drains are on).
+    assert slow[0]["severity"] == "fail" and "slow again when probed again" in slow[0]["text"], slow
+    assert rc == 2 and report["verdict"] == "fail", report["findings"]
     mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
     # The cells agree with the finding: degraded next to their peers, with the figures, and confirmed by
     # the confirmation pass (probed again, slow again); the links without rack1-n1 stay ok.
@@ -207,7 +209,7 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     # A link slow once next to the others (a loaded host) and normal when probed again is transient, not slow.
     assert {p["status"] for p in report["pairs"] if p not in mine} <= {"ok", "transient"}, report["pairs"]
     assert report["confirmation"]["rounds"] >= 1
-    shown = f"cells {sorted({p['status'] for p in mine})}; warn finding: {slow[0]['text'][:90]}"
+    shown = f"cells {sorted({p['status'] for p in mine})}; fail finding: {slow[0]['text'][:90]}"
     record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
 
 
@@ -238,3 +240,42 @@ def test_a_node_slowed_until_the_pass_is_transient_and_drains_nothing(bed, stack
     assert rc in (0, 1) and not [f for f in report["findings"] if f["severity"] == "fail"], report["findings"]
     assert slurm.blamed_nodes(Sweep.objects.get(pk=sid)) == {}
     record_cell("rack2-n2 shaped to 200 Mbit/s until the confirmation pass (tc tbf)", run.elapsed(), passed[0])
+
+
+@pytest.mark.timeout(240)
+def test_a_slow_node_beside_a_network_hog_is_contended_and_drains_nothing(bed, stack):
+    """rack1-n1 shaped to 200 Mbit/s shares that link all sweep long with a bulk TCP transfer to rack2-n2
+    (iperf3): its probes are slow each time they are measured, each time beside other traffic on its
+    interface, so they are ``contended`` with the figures: reported, no fail finding, nothing drained."""
+    import subprocess
+
+    from cluster_health.actions import slurm
+    from cluster_health.models import Sweep
+    from devtools import services
+
+    hog: list[subprocess.Popen] = []
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+
+    def inject():
+        bed.shape("rack1-n1", 200)
+        hog.append(bed.start_in("rack2-n2", ["timeout", "200", "iperf3", "-s", "-p", "5202"], **quiet))
+        services.wait_until(lambda: ":5202" in bed.run("rack2-n2", "ss", "-ltn"), 10, 0.1, "iperf3 listening")
+        client = ["timeout", "200", "iperf3", "-c", bed.host("rack2-n2").address, "-p", "5202", "-t", "190"]
+        hog.append(bed.start_in("rack1-n1", client, **quiet))
+
+    def clear():
+        for proc in reversed(hog):
+            services.stop_process(proc, timeout=10)
+        bed.unshape("rack1-n1")
+
+    rc, report, took = every_pair_measured(stack, inject, clear)
+    mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
+    looked = [p for p in mine if (p["evidence"] or {}).get("confirmation")]
+    assert looked and {p["status"] for p in looked} == {"contended"}, (mine, report["findings"])
+    for p in looked:
+        assert "rack1-n1 was busy (other traffic " in p["hint"], p["hint"]
+        assert p["evidence"]["confirmation"]["load"], p["evidence"]["confirmation"]
+    assert not [f for f in report["findings"] if f["severity"] == "fail"], report["findings"]
+    assert rc in (0, 1) and slurm.blamed_nodes(Sweep.objects.get(pk=report["sweep"])) == {}
+    shown = looked[0]["hint"][:90]
+    record_cell("rack1-n1 shaped to 200 Mbit/s beside an iperf3 transfer (contended)", took, looked[0], shown)

@@ -27,7 +27,13 @@ def bed(make_module_testbed, stack):
 
 
 @pytest.mark.timeout(120)
-def test_it_names_a_firewall_and_one_way_loss(bed, stack):
+def test_it_names_a_firewall_and_one_way_loss_and_drains_each_links_ends(bed, stack, tmp_path, monkeypatch, settings):
+    """Both dead links come out confirmed (dead again when the pass probed them again) and a real slurmctld
+    drains each link's two ends, the link named in each reason."""
+    from cluster_health.actions import slurm
+    from cluster_health.models import Sweep
+    from tests.support.action_fixtures import SlurmCluster
+
     def inject():
         bed.firewall_between("host1", "host2")
         bed.drop("host3", "host4")  # host3 -> host4 dropped, host4 -> host3 allowed
@@ -49,10 +55,25 @@ def test_it_names_a_firewall_and_one_way_loss(bed, stack):
         assert p["status"] == "timeout", p
         assert (p["stage"], p["reason"]) in (("connect", "connect_timeout"), ("store", "store_timeout")), p
         assert "firewall" in p["hint"], p
+        assert p["evidence"]["confirmation"]["outcome"] == "confirmed", p["evidence"]["confirmation"]
         record_cell(
             what, times[link], p, f"{p['status']} at {p['stage']} ({p['reason']}), hint: firewall; other pairs ok"
         )
     assert {p["status"] for p in others(report, ("host1", "host2"), ("host3", "host4"))} == {"ok"}
+    cluster = SlurmCluster(tmp_path / "slurm", NAMES).start()
+    try:
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        settings.SLURM_NODE_MAP = ""
+        done = slurm.act_on_sweep(Sweep.objects.get(pk=report["sweep"]), "drain")
+        assert sorted(done) == [f"drained {n}" for n in NAMES], done
+        states = cluster.sinfo_states()
+    finally:
+        cluster.stop()
+    for a, b in (("host1", "host2"), ("host3", "host4")):
+        for node in (a, b):
+            state, reason = states[node]
+            assert state.startswith("drain") and reason.startswith(f"cluster-health sweep #{report['sweep']}: "), states
+            assert f"{a}<->{b}" in reason or f"{b}<->{a}" in reason, reason
 
 
 @pytest.mark.timeout(120)
