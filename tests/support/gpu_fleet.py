@@ -183,20 +183,22 @@ def through_the_ingest_queue(driver, results: list[dict[str, Any]]) -> list[str]
     return driver.run(ingest.ingest_results, checked_halves(results))
 
 
-def gpu_sweep(driver, fleet: dict[str, str]):
-    """Heartbeats with each node's recorded facts, then a gpu sweep of them: the sweep and its commands by node."""
+def gpu_sweep(driver, fleet: dict[str, str], nodes: list[str] | None = None):
+    """Heartbeats with each node's recorded facts, then a gpu sweep (of ``nodes``; every active node when None):
+    the sweep and its commands by node."""
     from devtools.sweep_driver import heartbeat
 
     for name, recording in fleet.items():
         heartbeat(name, facts=facts(recording))
-    sweep = driver.sweep(kind="gpu", nodes=list(fleet))  # only these: the session stack may run agents of its own
+    sweep = driver.sweep(kind="gpu", **({"nodes": nodes} if nodes else {}))
     return sweep, {c["node"]: c for c in driver.take()}
 
 
 def recorded_sweep(driver, fleet: dict[str, str] | None = None):
     """A gpu sweep of the recorded fleet, every node answering with its recorded check: the finished sweep."""
     fleet = fleet or FLEET
-    sweep, commands = gpu_sweep(driver, fleet)
+    # Only the fleet's nodes: beside the session stack, agents of other tests may be heard from too.
+    sweep, commands = gpu_sweep(driver, fleet, nodes=list(fleet))
     through_the_ingest_queue(driver, [check_result(commands[n], r) for n, r in fleet.items()])
     sweep.refresh_from_db()
     return sweep
