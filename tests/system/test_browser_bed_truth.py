@@ -24,7 +24,7 @@ from cluster_health.models import Finding
 from tests.support.artifacts import shot
 from tests.support.browser import ABSOLUTE, CELL_COLOUR, show_view
 from tests.support.fault_bed import FAST, agent_bed, fault, start_agents
-from tests.support.sweep_setup import TimedSweep, sweep_flags, wait_offline
+from tests.support.sweep_setup import TimedSweep, sweep_flags, wait_offline, wait_online
 
 pytestmark = [
     pytest.mark.netns,
@@ -84,6 +84,7 @@ def times_are_absolute_with_their_zone(page) -> None:
 def test_the_pages_tell_the_truth_about_a_faulted_bed(bed, stack, viewer_page):
     page = viewer_page
     page.set_viewport_size({"width": 1400, "height": 1000})
+    wait_online(NAMES)
     rc, before = sweep(stack, "--kind", "connectivity", *FAST)
     assert rc == 0 and before["verdict"] == "pass", before
     with fault(NAMES, lambda: inject(bed), lambda: clear(bed, stack)):
@@ -126,6 +127,7 @@ def _overview(page, sid: int) -> None:
     assert page.is_hidden("#heatmaps [data-live]")  # a finished sweep: no live badge
     whys = page.locator("[data-findings] li a.why")
     assert whys.count() == Finding.objects.filter(sweep_id=sid).count() > 0
+    times_are_absolute_with_their_zone(page)
     shot(page, "bed-overview")
 
 
