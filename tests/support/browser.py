@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -68,3 +69,30 @@ def logged_in_page(chromium, base_url: str, username: str, password: str, height
         context.close()
         raise
     return context, page
+
+
+# The colour of cell (a, b) of the figure on screen: the top trace that paints it, through its colour scale.
+CELL_COLOUR = """([a, b]) => {
+  const el = document.getElementById('plot'), m = CH.matrix;
+  const r = m.plot.pos[m.index.get(a)], c = m.plot.pos[m.index.get(b)];
+  for (const t of [...el.data].reverse()) {
+    const v = t.z[r][c];
+    if (v === null || Number.isNaN(v)) continue;
+    if (!Array.isArray(t.colorscale)) return 'scale:' + t.colorscale;
+    const f = (v - t.zmin) / (t.zmax - t.zmin);
+    return t.colorscale.find(([at], k, all) => f >= at && f <= all[k + 1 === all.length ? k : k + 1][0])[1];
+  }
+  return null;
+}"""
+
+# A time as every page writes it: absolute, 24-hour, its zone named (cluster_health/web/times.py).
+ABSOLUTE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z][A-Za-z0-9+-]*$")
+
+
+def show_view(page, view: str) -> None:
+    """Pick a view of the sweep matrix (status, busbw, latency) and wait until its figure is drawn."""
+    traces = 1 if view == "status" else 2  # a figure view draws the kept statuses over its scale
+    page.click(f"#heatmaps [data-view={view}]")
+    page.wait_for_function(
+        f"() => CH.matrix.view === '{view}' && (document.getElementById('plot').data || []).length === {traces}"
+    )

@@ -20,26 +20,12 @@ from django.utils import timezone
 from cluster_health.models import Finding, Node
 from cluster_health.sweeps import findings
 from tests.support.artifacts import shot
-from tests.support.browser import logged_in_page
+from tests.support.browser import CELL_COLOUR, logged_in_page, show_view
 from tests.support.dashboard_rows import PASSWORD, make_nodes, make_sweep, make_user
 from tests.support.live import running_sweep_page
 from tests.support.six_hosts import SIX, six_host_pairs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
-
-# The colour of cell (a, b) of the figure on screen: the top trace that paints it, through its colour scale.
-CELL_COLOUR = """([a, b]) => {
-  const el = document.getElementById('plot'), m = CH.matrix;
-  const r = m.plot.pos[m.index.get(a)], c = m.plot.pos[m.index.get(b)];
-  for (const t of [...el.data].reverse()) {
-    const v = t.z[r][c];
-    if (v === null || Number.isNaN(v)) continue;
-    if (!Array.isArray(t.colorscale)) return 'scale:' + t.colorscale;
-    const f = (v - t.zmin) / (t.zmax - t.zmin);
-    return t.colorscale.find(([at], k, all) => f >= at && f <= all[k + 1 === all.length ? k : k + 1][0])[1];
-  }
-  return null;
-}"""
 
 
 def six_host_sweep(status="finished"):
@@ -74,14 +60,6 @@ def page(viewer_page):
     return viewer_page
 
 
-def show(page, view):
-    traces = 1 if view == "status" else 2  # a figure view draws the kept statuses over its scale
-    page.click(f"#heatmaps [data-view={view}]")
-    page.wait_for_function(
-        f"() => CH.matrix.view === '{view}' && (document.getElementById('plot').data || []).length === {traces}"
-    )
-
-
 def test_it_paints_every_cell_as_its_status_on_every_view_and_blames_right(page):
     _, sweep = six_host_sweep()
     page.goto(f"{page.base}/")
@@ -112,7 +90,7 @@ def test_it_paints_every_cell_as_its_status_on_every_view_and_blames_right(page)
 
     # Throughput and latency: the failed, timed-out and offline cells keep their colours; their own legends.
     for view, scale in (("busbw", "GB/s"), ("latency", "µs")):
-        show(page, view)
+        show_view(page, view)
         shot(page, f"truth-sweep-{view}")
         assert page.evaluate(CELL_COLOUR, ["host1", "host2"]) == colours["timeout"]
         assert page.evaluate(CELL_COLOUR, ["host2", "host5"]) == colours["timeout"]
@@ -121,7 +99,7 @@ def test_it_paints_every_cell_as_its_status_on_every_view_and_blames_right(page)
         legend = page.text_content("#heatmaps .legend")
         assert scale in legend and "offline" in legend and "ok" not in legend.split()
         assert page.locator("#heatmaps .legend [data-status=ok], #heatmaps .legend [data-status=degraded]").count() == 0
-    show(page, "status")
+    show_view(page, "status")
 
     # Blame: the link and the dead node, never their common peer; host3's slowness is a finding.
     items = page.locator("[data-findings] li")

@@ -2,6 +2,7 @@
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.support.dashboard_rows import make_nodes, make_sweep, make_user
 
@@ -82,3 +83,17 @@ def test_a_large_fleet_lists_its_offline_nodes_first_and_counts_the_rest(client,
     page = client.get(reverse("overview")).content.decode()
     assert "3 of 4 online" in page and "2 of 4 listed, offline first" in page
     assert page.count("<tr data-node=") == 2
+
+
+def test_a_retired_node_is_listed_with_its_times_in_the_one_format(client):
+    from cluster_health.models import Node
+    from cluster_health.web import times
+
+    client.force_login(make_user("viewer", operator=False))
+    make_nodes(["node1", "gone1"])
+    Node.objects.filter(name="gone1").update(active=False, retired_at=timezone.now())
+    gone = Node.objects.get(name="gone1")
+    html = client.get("/").content.decode()
+    row = html[html.index('data-retired-node="gone1"') :].split("</tr>")[0]
+    assert f">{times.absolute(gone.retired_at)}</time>" in row  # "2026-11-25 22:51:01 UTC", never ISO
+    assert f'data-ago title="{times.absolute(gone.last_heartbeat)}"' in row  # an age the page keeps current
