@@ -284,11 +284,18 @@ def busy(p: Mapping[str, Any]) -> str | None:
 
 
 def _culprit(p: Mapping[str, Any], side_bad: list[str], sides: list[dict[str, Any]]) -> str | None:
-    """The node the partners point at (it failed with a healthy partner too), or the link when both sides were fine."""
+    """The node the partners point at, or the link, when both sides were probed with healthy partners.
+
+    One side bad with its partner and the other fine with its own is that side; both fine is the link.
+    A side that could not be probed again (its node at its PER_NODE bound) leaves the blame open: the one
+    side seen bad may only have shared the machine with the pass's other probes.
+    """
+    if {s["node"] for s in sides} != {p["a"], p["b"]}:
+        return None
     blamed = sorted(set(side_bad))
     if len(blamed) == 1:
         return blamed[0]
-    if not blamed and {s["node"] for s in sides} == {p["a"], p["b"]}:
+    if not blamed:
         return link(p["a"], p["b"])
     return None
 

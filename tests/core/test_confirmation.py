@@ -107,6 +107,20 @@ def test_a_node_that_fails_with_its_healthy_partner_too_is_the_confirmed_culprit
     assert found[0]["code"] == "confirmed" and found[0]["text"].endswith("confirmed, n3")
 
 
+def test_one_side_seen_bad_while_the_other_was_not_probed_again_names_no_culprit():
+    _, pairs = fleet()
+    pairs = [p for p in pairs if {p["a"], p["b"]} != {"n1", "n3"}] + [pair("n1", "n3", "timeout", None, "x", "connect")]
+    # n1 failed with n2 in the pass; n3 was at its bound and not probed with anyone: n1 is not shown to be the node.
+    again = [
+        pair("n1", "n3", "timeout", None, "x", "connect", round_=16),
+        pair("n1", "n2", "timeout", None, "x", "connect", 17),
+    ]
+    updates, found = confirmation.judge(pairs, again)
+    assert updates[("n1", "n3")]["confirmation"]["outcome"] == "confirmed"
+    assert updates[("n1", "n3")]["confirmation"]["culprit"] is None
+    assert found[0]["text"].endswith(": confirmed")
+
+
 def test_a_pair_that_fails_only_together_is_the_link():
     updates, _ = failing_link("n2", "n5", "failed", "transport", "init", [("n1", "ok"), ("n3", "ok")])
     assert updates[("n2", "n5")]["confirmation"]["culprit"] == "n2<->n5"
