@@ -54,6 +54,7 @@ class NodeHealth:
     failing_peers: list[tuple[str, str]] = field(default_factory=list)  # (peer, status), worst first
     slow_peers: list[str] = field(default_factory=list)
     offline_peers: list[str] = field(default_factory=list)  # peers that were offline: those pairs are theirs
+    slow_node_peers: list[str] = field(default_factory=list)  # peers found slow themselves: those pairs are theirs
     findings: list[Finding] = field(default_factory=list)
     since_sweep: int | None = None  # the first sweep of the current run of the same result class
 
@@ -82,6 +83,7 @@ def fleet_health(nodes: list[Node], limit: int = RECENT_SWEEPS) -> dict[str, Nod
         for sweep_id, node_id, status, n in counted.annotate(n=Count("id")).order_by():
             statuses[(sweep_id, node_id)][status] += n
     offline = _give_offline_pairs_to_their_node(ids, statuses)
+    slow = _give_slow_pairs_to_their_node(ids, statuses)
     health = {n.name: NodeHealth() for n in nodes}
     for node in nodes:
         h, run_class = health[node.name], None
@@ -99,7 +101,7 @@ def fleet_health(nodes: list[Node], limit: int = RECENT_SWEEPS) -> dict[str, Nod
                 h.since_sweep = sweep.pk
             else:
                 break
-    _add_peers_and_findings(health, offline)
+    _add_peers_and_findings(health, offline, slow)
     return health
 
 
@@ -122,15 +124,53 @@ def _give_offline_pairs_to_their_node(
     pairs = PairProbe.objects.filter(sweep_id__in=ids, status="offline").values_list(
         "sweep_id", "node_a_id", "node_b_id"
     )
-    for sweep_id, a, b in pairs.order_by():
-        for me, peer in ((a, b), (b, a)):
-            if (sweep_id, peer) in offline and (sweep_id, me) not in offline:
-                statuses[(sweep_id, me)]["offline"] -= 1
-                statuses[(sweep_id, me)]["peer_offline"] += 1
+    _hand_over(statuses, pairs.order_by(), offline, "offline", "peer_offline")
     return offline
 
 
-def _add_peers_and_findings(health: dict[str, NodeHealth], offline: set[tuple[int, int]]) -> None:
+def _hand_over(statuses, pairs: Iterable[tuple], owners: set[tuple[int, int]], status: str, to: str) -> None:
+    """Count each of ``pairs`` (sweep id, node a id, node b id, ...) whose other side is one of ``owners``
+    as ``to`` instead of ``status`` for the side that is not."""
+    for sweep_id, a, b, *_ in pairs:
+        for me, peer in ((a, b), (b, a)):
+            if (sweep_id, peer) in owners and (sweep_id, me) not in owners:
+                statuses[(sweep_id, me)][status] -= 1
+                statuses[(sweep_id, me)][to] += 1
+
+
+def _give_slow_pairs_to_their_node(
+    ids: list[int], statuses: dict[tuple[int, int], dict[str, int]]
+) -> set[tuple[int, int]]:
+    """A node found slow owns its slow pairs, as an offline node owns its offline ones: a peer's pair
+    that is slow because the other side is (a ``slow_node`` finding names it) is not held against the
+    peer (it counts as ``peer_slow``, which has no severity).
+
+    Returns the (sweep id, node id) of every node a ``slow_node`` finding named in its sweep. Two
+    queries, and only when a degraded pair was counted."""
+    if not any(counts.get("degraded") for counts in statuses.values()):
+        return set()
+    named = Finding.objects.filter(sweep_id__in=ids, code="slow_node").values_list("sweep_id", "subject")
+    slow_names = {(sweep_id, subject) for sweep_id, subject in named}
+    if not slow_names:
+        return set()
+    pairs = list(
+        PairProbe.objects.filter(sweep_id__in=ids, status="degraded")
+        .values_list("sweep_id", "node_a_id", "node_b_id", "node_a__name", "node_b__name")
+        .order_by()
+    )
+    slow = {
+        (sweep_id, node)
+        for sweep_id, a, b, a_name, b_name in pairs
+        for node, name in ((a, a_name), (b, b_name))
+        if (sweep_id, name) in slow_names
+    }
+    _hand_over(statuses, pairs, slow, "degraded", "peer_slow")
+    return slow
+
+
+def _add_peers_and_findings(
+    health: dict[str, NodeHealth], offline: set[tuple[int, int]], slow: set[tuple[int, int]]
+) -> None:
     latest = {h.sweep_id for h in health.values() if h.sweep_id is not None}
     troubled = (
         PairProbe.objects.filter(sweep_id__in=latest, status__in=NOT_PASSING)
@@ -142,7 +182,9 @@ def _add_peers_and_findings(health: dict[str, NodeHealth], offline: set[tuple[in
             h = health.get(me)
             if h is None or h.sweep_id != sweep_id:
                 continue
-            if status == "degraded":
+            if status == "degraded" and (sweep_id, peer_id) in slow and (sweep_id, me_id) not in slow:
+                h.slow_node_peers.append(peer)
+            elif status == "degraded":
                 h.slow_peers.append(peer)
             elif status == "offline" and (sweep_id, peer_id) in offline and (sweep_id, me_id) not in offline:
                 h.offline_peers.append(peer)
@@ -152,6 +194,7 @@ def _add_peers_and_findings(health: dict[str, NodeHealth], offline: set[tuple[in
         h.failing_peers.sort(key=lambda p: (-contract.STATUS_SEVERITY[p[1]], p[0]))
         h.slow_peers.sort()
         h.offline_peers.sort()
+        h.slow_node_peers.sort()
     for finding in Finding.objects.filter(sweep_id__in=latest).order_by("id"):
         for name in names_in(finding.subject):
             h = health.get(name)

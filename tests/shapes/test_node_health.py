@@ -32,6 +32,26 @@ def test_it_gives_an_offline_nodes_pairs_to_that_node():
     assert found["h2"].failing_peers == [("h1", "timeout")] and found["h2"].slow_peers == ["h3"]
 
 
+def test_a_node_found_slow_owns_its_slow_pairs(django_assert_max_num_queries):
+    nodes = make_nodes(["h1", "h2", "h3", "h4"])
+    slow = {("h1", "h3"): SLOW, ("h2", "h3"): SLOW, ("h3", "h4"): SLOW}
+    sweep = make_sweep(nodes, slow, verdict="warn", findings=[("warn", "h3", "h3 is slow")])
+    sweep.findings.update(code="slow_node")
+    with django_assert_max_num_queries(8):  # the six, and the slow node's finding and pairs
+        found = health.fleet_health(nodes)
+    assert found["h3"].result == "degraded" and found["h3"].slow_peers == ["h1", "h2", "h4"]
+    for peer in ("h1", "h2", "h4"):  # their one slow pair is h3's: not held against them
+        assert found[peer].state == "ok" and found[peer].slow_peers == [] and found[peer].slow_node_peers == ["h3"]
+
+
+def test_a_slow_pair_without_a_slow_node_counts_against_both_sides():
+    nodes = make_nodes(["h1", "h2", "h3"])
+    make_sweep(nodes, {("h1", "h2"): SLOW}, verdict="warn", findings=[("warn", "h1<->h2", "slow link")])
+    found = health.fleet_health(nodes)
+    assert found["h1"].result == "degraded" and found["h1"].slow_peers == ["h2"]
+    assert found["h2"].result == "degraded" and found["h2"].slow_peers == ["h1"]
+
+
 def test_it_says_since_which_sweep_a_node_fails():
     nodes = make_nodes(["a", "b", "c"])
     make_sweep(nodes, {("a", "b"): TIMEOUT})
