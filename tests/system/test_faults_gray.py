@@ -65,7 +65,10 @@ def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
     # The cells say what the finding says: every pair it names is degraded/lossy with rack2-n1's
     # retransmitted share, and a pair the random loss spared (the finding's "2 of its 3 peers") is ok.
     assert len(named) == len(lossy[0]["pairs"]), (named, lossy[0]["pairs"])
-    assert {(p["status"], p["reason"]) for p in named} == {("degraded", "lossy")}, mine
+    # Random loss may spare a pair when the confirmation pass probes it again: that pair is transient (still lossy
+    # in its first look, which the finding quotes); the others stay degraded.
+    assert {(p["status"], p["reason"]) for p in named} <= {("degraded", "lossy"), ("transient", "lossy")}, mine
+    assert any(p["status"] == "degraded" for p in named), mine
     assert all(p["evidence"]["a" if p["a"] == "rack2-n1" else "b"]["retrans_pct"] >= 1.0 for p in named)
     # A pair the loss hit at connect once (a lost SYN) and spared when probed again is transient, never a failure.
     assert {p["status"] for p in mine if p not in named} <= {"ok", "transient"}, mine
