@@ -530,7 +530,9 @@ def _slow_segments(
     out, named = [], set()
     for (g, h), links in sorted(across.items()):
         within = [bw for _, bw in inside.get(g, []) + inside.get(h, [])]
-        if len(links) < MIN_PEER_LINKS or not within:
+        # A reference of one link has no spread to tell a slow path from a loaded host's scatter: a 4-node
+        # sweep with a slow node taken out leaves its rack-mate's two links across against a single link inside.
+        if len(links) < MIN_PEER_LINKS or len(within) < MIN_PEER_LINKS:
             continue
         ref = median(within)
         if not all(bw < OUTLIER_NODE_RATIO * ref for _, bw in links) or not _far_below(

@@ -221,6 +221,18 @@ def test_a_single_slow_link_and_a_slow_segment():
     assert codes(culprits.infer(nodes, pairs)) == [("segment", "r1<->r2")]
 
 
+def test_a_slow_node_taken_out_leaves_no_segment_to_judge_against_one_link():
+    # rack1-n1 is slow; without it, rack1-n2's two links across (a loaded host's half speed) stand against the
+    # single link inside rack2: no spread to judge by, so no slow segment, and those links stay ok.
+    nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+    speed = {("rack1-n2", "rack2-n1"): 1.1, ("rack1-n2", "rack2-n2"): 1.2, ("rack2-n1", "rack2-n2"): 2.6}
+    pairs = matrix(nodes, busbw=lambda a, b: 0.2 if "rack1-n1" in (a, b) else speed[(a, b)])
+    assert codes(culprits.infer(nodes, pairs)) == [("slow_node", "rack1-n1")]
+    # Two links inside (rack1-n2 not taken out) are enough to call the links across slow.
+    pairs = matrix(nodes, busbw=lambda a, b: 1.0 if a[:5] != b[:5] else 2.6)
+    assert codes(culprits.infer(nodes, pairs)) == [("segment", "rack1<->rack2")]
+
+
 def test_a_node_retransmitting_with_every_peer_is_lossy():
     def ev(a, b, pct_a):
         side = lambda n, pct: {"node": n, "tcp": {"OutSegs": 1000, "RetransSegs": int(pct * 10), "retrans_pct": pct}}
