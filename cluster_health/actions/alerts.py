@@ -3,8 +3,10 @@
 Problem identity (Alert.key): ``node:NAME`` and ``link:A<->B`` from network sweeps'
 findings, ``gpu:NAME`` from gpu sweeps, ``verdict:KIND`` when a kind's verdict gets
 worse than the previous sweep of that kind, ``offline:NAME`` for an agent silent past
-CLUSTER_HEALTH_ALERT_OFFLINE_AFTER_S. A problem is cleared only by a later sweep that
-looked at it again, so a quick sweep of two nodes does not resolve a third node's alert.
+CLUSTER_HEALTH_ALERT_OFFLINE_AFTER_S. A sweep's alert is at ``fail`` only where its
+evidence was confirmed (cluster_health/actions/blame.py): a fail finding seen once alerts
+at ``warn``. A problem is cleared only by a later sweep that looked at it again, so a
+quick sweep of two nodes does not resolve a third node's alert.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from cluster_health import vocabulary
+from cluster_health.actions import blame
 from cluster_health.actions.models import Alert, AlertChannel, AlertDelivery
 from cluster_health.models import Node, PairProbe, Sweep
 
@@ -25,6 +28,8 @@ log = logging.getLogger(__name__)
 VERDICT_RANK = {"pass": 0, "warn": 1, "fail": 2}  # unknown compares with nothing
 MEASURED_STATUSES = ("ok", "degraded", *vocabulary.CONFIRMATION_STATUSES, "failed", "timeout", "offline")
 SEVERITY_RANK = {"info": 0, "warn": 1, "fail": 2}
+# A fail finding the confirmation pass did not see again alerts at warn, saying so (cluster_health/actions/blame.py).
+UNCONFIRMED = "seen once, not confirmed by a second look: a warning, not paged at fail"
 
 
 def _url(name: str, *args) -> str:
@@ -48,7 +53,11 @@ def sweep_problems(sweep: Sweep) -> tuple[dict[str, dict], set[str]]:
     looked = {f"{family}:{n}" for n in names}
     looked |= {f"link:{_link_key(a, b)}" for a, b in probed}
     problems: dict[str, dict] = {}
+    confirmed = {b.finding for b in blame.confirmed_findings(sweep)}
     for f in sweep.findings.filter(severity__in=("warn", "fail")).order_by("pk"):
+        severity, text = f.severity, f.text
+        if severity == "fail" and f.pk not in confirmed:
+            severity, text = "warn", f"{text} ({UNCONFIRMED})"
         if f.subject in names:
             key, kind, url = f"{family}:{f.subject}", family, _url("node", f.subject)
         elif "<->" in f.subject:
@@ -59,14 +68,14 @@ def sweep_problems(sweep: Sweep) -> tuple[dict[str, dict], set[str]]:
         else:
             continue  # cluster-wide findings speak through the verdict alert
         have = problems.get(key)
-        if have is None or SEVERITY_RANK[f.severity] > SEVERITY_RANK[have["severity"]]:
+        if have is None or SEVERITY_RANK[severity] > SEVERITY_RANK[have["severity"]]:
             problems[key] = {
                 "key": key,
                 "kind": kind,
                 "subject": f.subject,
-                "severity": f.severity,
+                "severity": severity,
                 "reason": f.code,
-                "text": f.text,
+                "text": text,
                 "url": url,
             }
     return problems, looked
@@ -95,13 +104,17 @@ def _verdict_change(sweep: Sweep) -> tuple[dict | None, bool]:
         return None, now_rank <= before
     if previous is None or now_rank <= VERDICT_RANK[previous]:
         return None, False
+    text = f"the {sweep.kind} sweep verdict went from {previous} to {sweep.verdict}"
+    severity = sweep.verdict
+    if severity == "fail" and not blame.confirmed_findings(sweep):
+        severity, text = "warn", f"{text} ({UNCONFIRMED})"
     problem = {
         "key": key,
         "kind": "verdict",
         "subject": f"{sweep.kind} sweeps",
-        "severity": sweep.verdict,
+        "severity": severity,
         "reason": f"verdict_{previous}_to_{sweep.verdict}",
-        "text": f"the {sweep.kind} sweep verdict went from {previous} to {sweep.verdict}",
+        "text": text,
         "url": _url("sweep", sweep.pk),
         "data": {"previous_verdict": previous},
     }

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from cluster_health import vocabulary
+from cluster_health.actions import blame
 from cluster_health.actions.alerts import newer_coverage
 from cluster_health.actions.models import SlurmDrain
 from cluster_health.models import PairProbe, Sweep
@@ -146,52 +147,19 @@ def drain_reason(sweep: Sweep, text: str) -> str:
 NEVER_DRAINS = ("node_offline",)  # not hearing a node is the server's trouble: a warning to people, never a drain
 
 
-def _ends(subject: str, names: set[str]) -> tuple[str, ...]:
-    """The nodes a finding's subject names: the node itself, or both ends of a link "a<->b"; else none."""
-    if subject in names:
-        return (subject,)
-    ends = tuple(subject.split("<->"))
-    return ends if len(ends) == 2 and all(n in names for n in ends) else ()
-
-
-def confirmed_pairs(sweep: Sweep) -> set[tuple[str, str]]:
-    """The pairs (sorted names) whose trouble the sweep's confirmation pass saw again."""
-    rows = PairProbe.objects.filter(sweep=sweep, evidence__confirmation__outcome="confirmed")
-    return {(a, b) if a <= b else (b, a) for a, b in rows.values_list("node_a__name", "node_b__name")}
-
-
 def blamed_nodes(sweep: Sweep) -> dict[str, str]:
     """Nodes this sweep's confirmed evidence blames -> the fail finding's text (the drain's reason).
 
-    A gpu sweep: every node a fail finding names (the node's own local check). A network sweep:
-    a node a fail finding names, or both ends of a link it names, only where the sweep's
-    confirmation pass saw that trouble again: a ``confirmed`` pair of the node (of the link
-    itself), among the finding's pairs when it lists them. Transient and contended pairs, a
-    node not heard from (``node_offline``), a segment between groups and a sweep whose pass
-    did not look again (or did not run) drain nothing.
+    The confirmed fail findings (cluster_health/actions/blame.py): a node one names, or both
+    ends of a link. ``node_offline`` (not hearing a node) and a group's finding (a segment
+    between racks names a switch path) drain nothing.
     """
-    names = set(sweep.nodes)
-    local = sweep.kind in vocabulary.GPU_SWEEP_KINDS
-    seen_again = set() if local else confirmed_pairs(sweep)
     out: dict[str, str] = {}
-    rows = sweep.findings.filter(severity="fail").exclude(code__in=NEVER_DRAINS).order_by("pk")
-    for subject, text, listed in rows.values_list("subject", "text", "pairs"):
-        ends = _ends(subject, names)
-        if local:
-            out.update({n: text for n in ends if n not in out})
+    for found in blame.confirmed_findings(sweep):
+        if found.code in NEVER_DRAINS:
             continue
-        support = {tuple(sorted(name.split("<->"))) for name in listed or ()} or None
-        for node in ends:
-            if node in out:
-                continue
-            if len(ends) == 2:
-                evidence = {tuple(sorted(ends))}
-            else:
-                evidence = {k for k in seen_again if node in k}
-            if support is not None:
-                evidence &= support
-            if evidence & seen_again:
-                out[node] = text
+        for node in found.nodes:
+            out.setdefault(node, found.text)
     return out
 
 

@@ -19,6 +19,12 @@ pytestmark = pytest.mark.django_db
 NODES = ["n0", "n1", "n2"]
 N2_OFFLINE = ("fail", "node_offline", "n2", "n2 went offline: its agent stopped sending heartbeats")
 BAD_N2 = {("n0", "n2"): "offline", ("n1", "n2"): "offline"}
+# A dead link the confirmation pass probed again and found dead again: (bad, findings, outcomes).
+DEAD_LINK_SEEN_TWICE = (
+    {("n0", "n1"): "timeout"},
+    [("fail", "link_failed", "n0<->n1", "n0<->n1 timeout at connect (connect_timeout)", ["n0<->n1"])],
+    {("n0", "n1"): "confirmed"},
+)
 
 
 @pytest.fixture
@@ -164,14 +170,35 @@ def test_it_mails_an_alert_through_a_real_smtp_server(settings, base_url):
         settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
         settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
         AlertChannel.objects.create(name="mail", kind="email", target="ops@example.org")
-        (pk,) = alerts.evaluate_sweep(finished_sweep(NODES, BAD_N2, [N2_OFFLINE]))
+        bad, found, outcomes = DEAD_LINK_SEEN_TWICE
+        (pk,) = alerts.evaluate_sweep(finished_sweep(NODES, bad, found, outcomes=outcomes))
         assert deliver.apply(args=(pk,)).result == "sent"
     finally:
         controller.stop()
     ((rcpt, content),) = mailbox.messages
     assert rcpt == ["ops@example.org"]
-    assert "Subject: [cluster-health] FAIL n2: node_offline" in content
-    assert "https://health.example.org/nodes/n2/" in content
+    assert "Subject: [cluster-health] FAIL n0<->n1: link_failed" in content
+    assert "https://health.example.org/pairs/n0/n1/" in content
+
+
+def test_a_fail_finding_pages_at_fail_only_when_the_confirmation_pass_saw_it_again():
+    AlertChannel.objects.create(name="ops", kind="webhook", target="http://127.0.0.1:9/x")
+    bad, found, outcomes = DEAD_LINK_SEEN_TWICE
+    # Seen once (the pass did not look again): a warning that says so.
+    alerts.evaluate_sweep(finished_sweep(NODES, bad, found))
+    once = Alert.objects.get(key="link:n0<->n1")
+    assert once.severity == "warn" and once.text.endswith(f"({alerts.UNCONFIRMED})"), once.text
+    # The verdict alert of a fail no second look confirmed is a warning too.
+    alerts.evaluate_sweep(finished_sweep(NODES))
+    alerts.evaluate_sweep(finished_sweep(NODES, bad, found, kind="connectivity"))
+    assert Alert.objects.get(key="verdict:connectivity", status="open").severity == "warn"
+    alerts.evaluate_sweep(finished_sweep(NODES))
+    # Seen again: fail. A node the server did not hear from is never confirmed: a warning.
+    alerts.evaluate_sweep(finished_sweep(NODES, bad, found, outcomes=outcomes))
+    assert Alert.objects.get(key="link:n0<->n1", status="open").severity == "fail"
+    assert Alert.objects.get(key="verdict:connectivity", status="open").severity == "fail"
+    alerts.evaluate_sweep(finished_sweep(NODES, BAD_N2, [N2_OFFLINE]))
+    assert Alert.objects.get(key="node:n2").severity == "warn"
 
 
 def test_it_raises_a_delivery_error_for_an_unreachable_webhook(settings):

@@ -82,6 +82,8 @@ def test_it_alerts_on_a_node_whose_agent_died_and_never_drains_it(acting_stack):
         ]
         opened = hook.wait_for(lambda b: b["event"] == "open" and b["subject"] == "gpu-c", 60)
         assert opened["sweep"] == second["sweep"] and opened["reason"] == "node_offline"
+        # Not hearing a node is never confirmed evidence: the alert is a warning that says so, not a page at fail.
+        assert opened["severity"] == "warn" and "not confirmed by a second look" in opened["text"], opened
         assert opened["url"] == "https://health.example.org/nodes/gpu-c/"
         # The worker's Slurm task for the sweep has run (its outbox row is done): sinfo shows no drain.
         services.wait_until(
