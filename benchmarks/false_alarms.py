@@ -27,7 +27,8 @@ confirmation pass took, over all the sweeps. Target: none in 20 sweeps.
 
 ``--faults``: after the healthy sweeps, the same loaded bed stages each fault of
 ``FAULTS`` in turn (a firewall between two hosts, one-way loss, a node shaped to
-200 Mbit/s), runs one full sweep with it and clears it. Per fault: ``found`` (the
+200 Mbit/s, a lossy node, a node accepting no inbound connection, a size stall on
+one path), runs one full sweep with it and clears it. Per fault: ``found`` (the
 verdict is not pass), ``culprit`` (right when a warn or fail finding names the
 expected node or link), ``drains`` (the nodes ``slurm.blamed_nodes`` would drain),
 ``sweep_s`` (request to verdict, server-side) and the pass's rounds.
@@ -82,6 +83,14 @@ FAULTS = [
     ("firewall both ways", lambda b, h: b.firewall_between(h[0], h[1]), lambda b, h: b.heal(h[0], h[1]), (0, 1)),
     ("one-way loss", lambda b, h: b.drop(h[2], h[3]), lambda b, h: b.undrop(h[2], h[3]), (2, 3)),
     ("node shaped to 200 Mbit/s", lambda b, h: b.shape(h[0], 200), lambda b, h: b.unshape(h[0]), (0,)),
+    ("lossy node (5 % of its frames lost)", lambda b, h: b.lose(h[1], 5), lambda b, h: b.unlose(h[1]), (1,)),
+    ("inbound connections blocked", lambda b, h: b.block_inbound(h[1]), lambda b, h: b.unblock_inbound(h[1]), (1,)),
+    (
+        "packets over 1200 bytes dropped one way (size stall)",
+        lambda b, h: b.drop_large(h[1], h[3], 1200),
+        lambda b, h: b.undrop_large(h[1], h[3]),
+        (1, 3),
+    ),
 ]
 
 

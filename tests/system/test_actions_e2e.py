@@ -9,6 +9,8 @@ and on the namespace bed tests/system/test_faults_network.py.
 """
 
 import json
+import os
+import signal
 import time
 
 import pytest
@@ -18,11 +20,13 @@ from cluster_health.actions.models import ActionOutbox, AlertChannel, AlertDeliv
 from devtools import services
 from tests.support.action_fixtures import SlurmCluster, WebhookReceiver
 from tests.support.artifacts import ARTIFACTS
-from tests.support.sweep_setup import FAST, manage, wait_offline, wait_online
+from tests.support.sweep_setup import FAST, TimedSweep, manage, wait_offline, wait_online
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True), pytest.mark.timeout(420)]
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]
+# How long the server worker stays frozen: past the stack's 6-s online window and the FAST probes' deadlines.
+PAUSE_S = 20
 
 
 def sweep(stack, *, expect_code):
@@ -117,3 +121,38 @@ def test_it_alerts_on_a_node_whose_agent_died_and_never_drains_it(acting_stack):
     assert {row[2] for row in log} == {"sent"}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "actions-e2e.md").write_text("\n".join(transcript))
+
+
+def test_a_server_worker_paused_mid_sweep_drains_no_node(acting_stack):
+    """The server worker frozen (SIGSTOP) in the middle of a sweep, past the online window and every probe's
+    deadline, then let go: the agents were fine all along, so whatever the backlog makes of the sweep (late
+    results, probes closed by the reaper, nodes seen silent), no node is drained."""
+    from cluster_health.models import PairProbe, Sweep
+
+    stack, slurm = acting_stack
+    for name in NODES:
+        stack.start_agent(name)
+    wait_online(NODES)
+    run = TimedSweep(stack, "--kind", "connectivity", "--nodes", ",".join(NODES), "--wait", "--timeout", "200", *FAST)
+    sid = run.sweep_id()
+    services.wait_until(lambda: PairProbe.objects.filter(sweep_id=sid).exists(), 60, 0.05, "the sweep's probes")
+    worker = stack.sup.procs["worker"].pid
+    os.killpg(worker, signal.SIGSTOP)
+    try:
+        assert Sweep.objects.get(pk=sid).is_open, "the sweep ended before the worker was frozen"
+        time.sleep(PAUSE_S)
+    finally:
+        os.killpg(worker, signal.SIGCONT)
+    rc, report = run.report(timeout=260)
+    services.wait_until(
+        lambda: ActionOutbox.objects.filter(sweep_id=sid, task=vocabulary.TASK_SLURM, done__isnull=False).exists(),
+        90,
+        0.3,
+        "the Slurm task of the sweep done",
+    )
+    assert Sweep.objects.get(pk=sid).status == "finished", report
+    assert not SlurmDrain.objects.exists(), list(SlurmDrain.objects.values())
+    states = slurm.sinfo_states()
+    assert not any(states[n][0].startswith("drain") for n in ("node-a", "node-b", "node-c")), (states, report)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "paused-server-sweep.json").write_text(json.dumps(report, indent=1))
