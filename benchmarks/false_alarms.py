@@ -31,7 +31,8 @@ confirmation pass took, over all the sweeps. Target: none in 20 sweeps.
 one path), runs one full sweep with it and clears it. Per fault: ``found`` (the
 verdict is not pass), ``culprit`` (right when a warn or fail finding names the
 expected node or link), ``drains`` (the nodes ``slurm.blamed_nodes`` would drain),
-``sweep_s`` (request to verdict, server-side) and the pass's rounds.
+``sweep_s`` (request to verdict, server-side), the pass's rounds, and each pair's
+final status, reason, busbw and confirmation outcome.
 ``--confirmation off`` runs everything with ``CLUSTER_HEALTH_CONFIRMATION=off``
 (for comparison only): run it once each way to time the pass.
 """
@@ -125,6 +126,17 @@ def one_fault(system, what, inject, clear, culprit) -> dict:
         "culprit": expected in subjects or reverse in subjects,
         "findings": named,
         "drains": sorted(slurm.blamed_nodes(sweep)),
+        "pairs": [
+            f"{r.node_a.name}<->{r.node_b.name} {r.status}"
+            + (f"/{r.reason}" if r.reason else "")
+            + (f" {r.busbw_gbps:.3g} GB/s" if r.busbw_gbps is not None else "")
+            + (
+                f" ({(r.evidence or {})['confirmation'].get('outcome')})"
+                if (r.evidence or {}).get("confirmation")
+                else ""
+            )
+            for r in pair_rows(sweep)
+        ],
         "sweep_s": sweep.duration_s(),
         "confirm_rounds": sweep.params.get("confirm_rounds", 0),
     }

@@ -29,7 +29,10 @@ from cluster_health.core import evidence as pair_evidence
 T = TypeVar("T")
 
 BAD = vocabulary.BAD_STATUSES
-PASSED = contract.PASSED_STATUSES
+# Pairs that worked: passed, or bad once and fine (transient) or busy (contended) when the confirmation pass
+# probed them again. A pair the pass cleared still counts among its peers, else a few noisy links cleared as
+# transient would leave a slow node too few links to be compared with.
+PASSED = (*contract.PASSED_STATUSES, *vocabulary.CONFIRMATION_STATUSES)
 CONNECT_STAGES = ("connect", "store")  # where a pair stops when its store connection failed
 MIN_SUPPORT = 2  # pairs a node or group culprit needs behind it
 # The default grouping: the name up to its last separator (rack1-n3 -> rack1), else without its trailing digits.
@@ -340,7 +343,13 @@ def _largest_common_size(pairs: list[dict[str, Any]]) -> int | None:
 
 
 def _bw_at(p: dict[str, Any], size: int | None) -> float | None:
-    """busbw at the common size, or at the pair's own largest when it never got there (a slow one)."""
+    """busbw at the common size, or at the pair's own largest when it never got there (a slow one).
+
+    A ``transient`` pair: its second look's busbw, what the confirmation pass found it runs at.
+    """
+    if p["status"] == "transient":
+        again = (((p.get("evidence") or {}).get("confirmation") or {}).get("again")) or {}
+        return again.get("busbw_gbps")
     rows = [r for r in p.get("sizes") or [] if isinstance(r, dict)]
     at = next((r["busbw_gbps"] for r in rows if r.get("bytes") == size), None)
     return at if at is not None else p.get("busbw_gbps")

@@ -233,6 +233,24 @@ def test_a_slow_node_taken_out_leaves_no_segment_to_judge_against_one_link():
     assert codes(culprits.infer(nodes, pairs)) == [("segment", "rack1<->rack2")]
 
 
+def test_a_slow_node_is_named_when_links_without_it_came_out_transient():
+    # host1 shaped; two of the three links without it were slow once under load and fine when the
+    # confirmation pass probed them again: they still count among its peers, at their second look.
+    def again(bw):
+        return {"confirmation": {"outcome": "transient", "again": {"status": "ok", "busbw_gbps": bw}}}
+
+    nodes = ["host1", "host2", "host3", "host4"]
+    pairs = [pair("host1", n, "degraded", reason="below_baseline", busbw=0.024) for n in nodes[1:]]
+    pairs += [
+        pair("host2", "host3", "transient", reason="below_baseline", busbw=0.2, evidence=again(0.41)),
+        pair("host2", "host4", "transient", reason="below_baseline", busbw=0.19, evidence=again(0.39)),
+        pair("host3", "host4", busbw=0.4),
+    ]
+    found = culprits.infer(nodes, pairs)
+    assert codes(found) == [("slow_node", "host1")]
+    assert "0.06 x the 0.4 GB/s of the links without it (3 links)" in found[0]["text"], found[0]["text"]
+
+
 def test_a_node_retransmitting_with_every_peer_is_lossy():
     def ev(a, b, pct_a):
         side = lambda n, pct: {"node": n, "tcp": {"OutSegs": 1000, "RetransSegs": int(pct * 10), "retrans_pct": pct}}
