@@ -334,12 +334,23 @@ def lossy_nodes(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _largest_common_size(pairs: list[dict[str, Any]]) -> int | None:
+    """The size links are compared at: the largest that at least half the measured pairs reached.
+
+    A node so slow that its pairs never got past the small sizes must not pull the comparison
+    down to a size where busbw is latency (which would compare nothing): its pairs are judged
+    by their own largest size (``_bw_at``). Else the size most pairs measured.
+    """
     counts: dict[int, int] = defaultdict(int)
+    measured = 0
     for p in pairs:
-        for row in p.get("sizes") or []:
-            if isinstance(row, dict) and row.get("bytes"):
-                counts[row["bytes"]] += 1
-    return max(counts, key=lambda s: (counts[s], s)) if counts else None
+        sizes = {row["bytes"] for row in p.get("sizes") or [] if isinstance(row, dict) and row.get("bytes")}
+        measured += bool(sizes)
+        for size in sizes:
+            counts[size] += 1
+    if not counts:
+        return None
+    by_half = [s for s, n in counts.items() if 2 * n >= measured]
+    return max(by_half) if by_half else max(counts, key=lambda s: (counts[s], s))
 
 
 def _bw_at(p: dict[str, Any], size: int | None) -> float | None:

@@ -3,7 +3,8 @@
 The rolling median takes every clean sweep that measured the pairs the same way (the same
 backend and message sizes), whatever started it: a hand-run sweep or a new deployment's
 first sweeps teach it as the nightly ones do. Only ``ok`` probes count: a ``transient``,
-``contended`` or ``degraded`` one is not what the link usually does.
+``contended`` or ``degraded`` one is not what the link usually does. A sweep named as the
+baseline gives each pair it measured, a ``transient`` one at its second look's busbw.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
     )
     rows = PairProbe.objects.filter(sweep=sweep, status__in=("ok", "degraded"), busbw_gbps__isnull=False)
     measured = {pair_key(a, b): bw for a, b, bw in rows.values_list("node_a__name", "node_b__name", "busbw_gbps")}
+    # A transient pair (bad once, normal when the confirmation pass probed it again): its second look.
+    again = PairProbe.objects.filter(sweep=sweep, status="transient")
+    for a, b, ev in again.values_list("node_a__name", "node_b__name", "evidence"):
+        bw = (((ev or {}).get("confirmation") or {}).get("again") or {}).get("busbw_gbps")
+        if bw:
+            measured[pair_key(a, b)] = bw
     if sweep.collapsed_ok:  # its passing pairs' rows are gone; the stored matrix has their busbw
         for p in matrices.collapsed_pairs(sweep):
             if p["busbw_gbps"] is not None:

@@ -251,6 +251,20 @@ def test_a_slow_node_is_named_when_links_without_it_came_out_transient():
     assert "0.06 x the 0.4 GB/s of the links without it (3 links)" in found[0]["text"], found[0]["text"]
 
 
+def test_a_node_too_slow_to_reach_the_large_sizes_is_still_compared_at_them():
+    # rack1-n1 shaped and beside a bulk transfer: its pairs got no further than 64 KiB in their time, at
+    # 0.4 MB/s, while the other half of the pairs reached 1 MiB. The comparison stays at 1 MiB (each slow
+    # pair at its own largest size), not at 64 KiB, where nothing is compared.
+    nodes = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
+    pairs = []
+    for p in matrix(nodes, busbw=lambda a, b: 0.0004 if "rack1-n1" in (a, b) else 0.4):
+        p["sizes"] = [{"bytes": 64 << 10, "busbw_gbps": p["busbw_gbps"] / 4}]
+        if "rack1-n1" not in (p["a"], p["b"]):
+            p["sizes"].append({"bytes": 1 << 20, "busbw_gbps": p["busbw_gbps"]})
+        pairs.append(p)
+    assert codes(culprits.infer(nodes, pairs)) == [("slow_node", "rack1-n1")]
+
+
 def test_a_node_retransmitting_with_every_peer_is_lossy():
     def ev(a, b, pct_a):
         side = lambda n, pct: {"node": n, "tcp": {"OutSegs": 1000, "RetransSegs": int(pct * 10), "retrans_pct": pct}}

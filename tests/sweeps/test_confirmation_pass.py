@@ -101,6 +101,12 @@ def test_a_pair_bad_once_and_fine_again_is_transient_and_blames_nobody(driver):
     assert [f["code"] for f in report["findings"] if f["severity"] != "info"] == []
     assert [f["code"] for f in report["findings"]] == ["transient"]
     assert slurm.blamed_nodes(sweep) == {}
+    # Named as a baseline, the sweep gives the pair what its second look measured.
+    from cluster_health.models import BaselinePair
+    from cluster_health.sweeps import baselines
+
+    named = baselines.baseline_from_sweep(sweep)
+    assert BaselinePair.objects.get(baseline=named, node_a="n2", node_b="n5").busbw_gbps == pytest.approx(1.0)
 
 
 def test_a_node_transient_every_night_is_named_flapping_and_still_drained_by_nobody(driver):

@@ -56,7 +56,8 @@ def brief(report):
         f"{p['a']}-{p['b']} {p['status']}/{p['reason']} {p['busbw_gbps']} GB/s: {(p['hint'] or '')[:160]}"
         for p in report["pairs"]
     ]
-    return pairs + [f"[{f['severity']}] {f['code']} {f['subject']}: {f['text'][:200]}" for f in report["findings"]]
+    found = [f"[{f['severity']}] {f['code']} {f['subject']}: {f['text'][:200]}" for f in report["findings"]]
+    return "\n".join(pairs + found)
 
 
 @pytest.mark.timeout(240)
@@ -273,7 +274,8 @@ def test_a_slow_node_beside_a_network_hog_is_contended_and_drains_nothing(bed, s
         bed.shape("rack1-n1", 200)
         hog.append(bed.start_in("rack2-n2", ["timeout", "200", "iperf3", "-s", "-p", "5202"], **quiet))
         services.wait_until(lambda: ":5202" in bed.run("rack2-n2", "ss", "-ltn"), 10, 0.1, "iperf3 listening")
-        client = ["timeout", "200", "iperf3", "-c", bed.host("rack2-n2").address, "-p", "5202", "-t", "190"]
+        address = bed.host("rack2-n2").address
+        client = ["timeout", "200", "iperf3", "-c", address, "-p", "5202", "-t", "190", "-P", "4"]
         hog.append(bed.start_in("rack1-n1", client, **quiet))
 
     def clear():
@@ -284,11 +286,15 @@ def test_a_slow_node_beside_a_network_hog_is_contended_and_drains_nothing(bed, s
     rc, report, took = every_pair_measured(stack, inject, clear)
     mine = [p for p in report["pairs"] if "rack1-n1" in (p["a"], p["b"])]
     looked = [p for p in mine if (p["evidence"] or {}).get("confirmation")]
-    assert looked and {p["status"] for p in looked} == {"contended"}, brief(report)
-    for p in looked:
+    contended = [p for p in looked if p["status"] == "contended"]
+    # Slow and busy each time it was measured: contended. A pair whose second look found the hog's streams
+    # quiet and the link still slow is confirmed (degraded): the shaper is a real fault. Either way the
+    # node's slow finding stays a warning while any of its pairs was contended, and nothing drains.
+    assert contended and {p["status"] for p in looked} <= {"contended", "degraded"}, brief(report)
+    for p in contended:
         assert "rack1-n1 was busy (other traffic " in p["hint"], p["hint"]
         assert p["evidence"]["confirmation"]["load"], p["evidence"]["confirmation"]
     assert not [f for f in report["findings"] if f["severity"] == "fail"], brief(report)
     assert rc in (0, 1) and slurm.blamed_nodes(Sweep.objects.get(pk=report["sweep"])) == {}
-    shown = looked[0]["hint"][:90]
-    record_cell("rack1-n1 shaped to 200 Mbit/s beside an iperf3 transfer (contended)", took, looked[0], shown)
+    shown = contended[0]["hint"][:90]
+    record_cell("rack1-n1 shaped to 200 Mbit/s beside an iperf3 transfer (contended)", took, contended[0], shown)

@@ -198,8 +198,10 @@ def test_it_finds_a_shaped_link_degraded_at_the_shaped_rate(bed, stack):
     print(f"\nunshaped: {unshaped['status']}/{unshaped['reason']}: {unshaped.get('hint')}")
     # The baseline sweep only measures the unshaped rate. On a saturated 2-core bed a veth's receive
     # backlog can overflow and drop segments, and the pair then reads degraded/lossy with its busbw
-    # measured: true of the link at that moment (the kernel dropped packets), and still a baseline.
-    assert (unshaped["status"], unshaped["reason"]) in (("ok", None), ("degraded", "lossy")), unshaped
+    # measured: true of the link at that moment (the kernel dropped packets), and still a baseline; or, fine
+    # when the confirmation pass probed it again, transient, and the baseline takes that second look.
+    passed = (("ok", None), ("degraded", "lossy"), ("transient", "lossy"))
+    assert (unshaped["status"], unshaped["reason"]) in passed, unshaped
     assert rc in (0, 1) and unshaped["busbw_gbps"], (rc, unshaped)
     rate_mbit = 200
     injected = time.monotonic()
