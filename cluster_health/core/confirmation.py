@@ -230,6 +230,7 @@ def judge(
                 "busbw_gbps": second.get("busbw_gbps"),
             },
             "partners": sides,
+            "bad_with_partner": sorted(set(side_bad)),
             "culprit": _culprit(p, side_bad, sides),
         }
         if outcome == "contended":
@@ -352,8 +353,8 @@ def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> 
     Confirmed: at least one of the finding's pairs was probed again and every one the pass
     looked at came out ``confirmed`` (slow again, and not beside other traffic: a ``contended``
     or ``transient`` outcome keeps the finding a warning), each probed again at most
-    SAME_SLOW_FACTOR times its first busbw (as slow as the first time, not recovering). Its
-    text adds the second look's figures.
+    SAME_SLOW_FACTOR times its first busbw (as slow as the first time, not recovering), and
+    the partner probes agree (``_partners_agree``). Its text adds the second look's figures.
     A slow segment stays a warning: it names a switch path, not nodes to take out of service.
     """
     by_name = {culprits.pair_name(p): p for p in pairs}
@@ -362,6 +363,9 @@ def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> 
         listed = [by_name[n] for n in f.get("pairs") or () if n in by_name]
         looked = [p for p in listed if outcome(p)]
         if f["code"] not in ACTED_SLOW or not looked or any(outcome(p) != "confirmed" for p in looked):
+            out.append(f)
+            continue
+        if not all(_partners_agree(f, p["evidence"]["confirmation"]) for p in looked):
             out.append(f)
             continue
         probed = [p["evidence"]["confirmation"] for p in looked if p["evidence"]["confirmation"].get("again")]
@@ -376,6 +380,19 @@ def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> 
         text = f"{f['text']}; confirmed, slow again when probed again ({', '.join(again)}{more})"
         out.append({**f, "severity": "fail", "text": text})
     return out
+
+
+def _partners_agree(found: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
+    """Whether the partner probes point where the slow finding does.
+
+    A slow link: both its sides were probed with healthy partners and both were fine there
+    (the culprit is the link). A slow node: no other node of its pairs was slow with its own
+    partner. Sides slow with everyone they met say the machine or fabric was slow at that
+    moment, not this link or this node: reported, never acted on.
+    """
+    if found["code"] == "slow_link":
+        return bool(record.get("culprit") == found["subject"])
+    return not set(record.get("bad_with_partner") or ()) - {found["subject"]}
 
 
 def _as_slow(first: Mapping[str, Any] | None, again: Mapping[str, Any]) -> bool:

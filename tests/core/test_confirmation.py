@@ -223,3 +223,46 @@ def test_a_slow_node_not_looked_at_again_or_seen_fine_or_busy_stays_a_warning():
     pairs = slow_n3_seen_again(["confirmed", "confirmed"], faster=4.5)
     [found] = confirmation.confirmed_slow(culprits.outliers(pairs), pairs)
     assert found["severity"] == "warn", found
+
+
+def test_a_slow_node_whose_peers_were_slow_with_their_own_partners_too_stays_a_warning():
+    from cluster_health.core import culprits
+
+    pairs = slow_n3_seen_again(["confirmed", "confirmed"])
+    n3 = [p for p in pairs if p["evidence"] and p["evidence"].get("confirmation")]
+    n3[0]["evidence"]["confirmation"]["bad_with_partner"] = ["n3"]  # n3 slow with a healthy partner: agrees
+    [found] = confirmation.confirmed_slow(culprits.outliers(pairs), pairs)
+    assert found["severity"] == "fail", found
+    # Its peer was slow with its own healthy partner too: the machine was slow then, not n3 alone.
+    n3[1]["evidence"]["confirmation"]["bad_with_partner"] = ["n1", "n3"]
+    [found] = confirmation.confirmed_slow(culprits.outliers(pairs), pairs)
+    assert found["severity"] == "warn", found
+
+
+def test_a_slow_link_is_a_fail_only_when_both_its_sides_were_fine_with_healthy_partners():
+    """What a bed run under a bulk transfer showed: rack1-n2<->rack2-n1 at 0.28 x the sweep's median, slow
+    again, and each side slow with its healthy partner too (the host's CPUs were busy): never a link to
+    drain. The same link with both sides fine elsewhere is the link."""
+    from cluster_health.core import culprits
+
+    _, pairs = fleet()
+    for p in pairs:
+        if {p["a"], p["b"]} == {"n2", "n5"}:
+            p["busbw_gbps"] = p["sizes"][0]["busbw_gbps"] = 0.1
+    marks = confirmation.peer_marks(pairs)
+    [slow] = [p for p in pairs if {p["a"], p["b"]} == {"n2", "n5"}]
+    slow.update(marks[("n2", "n5")])
+
+    def decided(bad_with_partner, culprit):
+        again = {"status": "ok", "busbw_gbps": 0.1}
+        record = {"outcome": "confirmed", "first": {"busbw_gbps": 0.1}, "again": again, "culprit": culprit}
+        slow["evidence"] = {
+            **(slow["evidence"] or {}),
+            "confirmation": {**record, "bad_with_partner": bad_with_partner},
+        }
+        [found] = [f for f in confirmation.confirmed_slow(culprits.outliers(pairs), pairs) if f["code"] == "slow_link"]
+        return found["severity"]
+
+    assert decided([], "n2<->n5") == "fail"
+    assert decided(["n2", "n5"], None) == "warn"
+    assert decided([], None) == "warn"  # a side not probed with a partner (its node at its bound): not known
