@@ -385,14 +385,24 @@ def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> 
 def _partners_agree(found: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
     """Whether the partner probes point where the slow finding does.
 
-    A slow link: both its sides were probed with healthy partners and both were fine there
-    (the culprit is the link). A slow node: no other node of its pairs was slow with its own
-    partner. Sides slow with everyone they met say the machine or fabric was slow at that
-    moment, not this link or this node: reported, never acted on.
+    A side "as slow" as the pair: failed with its healthy partner, or ran there at no more than
+    SAME_SLOW_FACTOR times the pair's own busbw. A slow link: both its sides were probed with
+    partners and neither was as slow there. A slow node: no other node of its pairs was as slow
+    with its own partner. Sides as slow with everyone they met say the machine or fabric was slow
+    at that moment, not this link or this node: reported, never acted on.
     """
+    pair_bw = (record.get("again") or {}).get("busbw_gbps") or (record.get("first") or {}).get("busbw_gbps")
+
+    def as_slow(side: Mapping[str, Any]) -> bool:
+        bw = side.get("busbw_gbps")
+        return side.get("status") in BAD or bw is None or pair_bw is None or bw <= SAME_SLOW_FACTOR * pair_bw
+
+    sides = record.get("partners") or []
+    slow_sides = {s["node"] for s in sides if as_slow(s)}
     if found["code"] == "slow_link":
-        return bool(record.get("culprit") == found["subject"])
-    return not set(record.get("bad_with_partner") or ()) - {found["subject"]}
+        ends = set(found["subject"].split("<->"))
+        return {s["node"] for s in sides} >= ends and not slow_sides & ends
+    return not slow_sides - {found["subject"]}
 
 
 def _as_slow(first: Mapping[str, Any] | None, again: Mapping[str, Any]) -> bool:
