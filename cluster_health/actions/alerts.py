@@ -40,8 +40,11 @@ def _family(sweep: Sweep) -> str:
     return "gpu" if sweep.kind == "gpu" else "node"
 
 
-def sweep_problems(sweep: Sweep) -> tuple[dict[str, dict], set[str]]:
-    """The problems this sweep found (key -> problem) and every key it looked at (found or not)."""
+def sweep_problems(sweep: Sweep, confirmed: set[int]) -> tuple[dict[str, dict], set[str]]:
+    """The problems this sweep found (key -> problem) and every key it looked at (found or not).
+
+    ``confirmed``: the ids of its fail findings backed by confirmed evidence (blame.confirmed_findings).
+    """
     family = _family(sweep)
     names = set(sweep.nodes)
     probed = {
@@ -53,7 +56,6 @@ def sweep_problems(sweep: Sweep) -> tuple[dict[str, dict], set[str]]:
     looked = {f"{family}:{n}" for n in names}
     looked |= {f"link:{_link_key(a, b)}" for a, b in probed}
     problems: dict[str, dict] = {}
-    confirmed = {b.finding for b in blame.confirmed_findings(sweep)}
     for f in sweep.findings.filter(severity__in=("warn", "fail")).order_by("pk"):
         severity, text = f.severity, f.text
         if severity == "fail" and f.pk not in confirmed:
@@ -85,7 +87,7 @@ def _link_key(a: str, b: str) -> str:
     return "<->".join(sorted((a, b)))
 
 
-def _verdict_change(sweep: Sweep) -> tuple[dict | None, bool]:
+def _verdict_change(sweep: Sweep, confirmed: set[int]) -> tuple[dict | None, bool]:
     """(a verdict problem to open, whether an open verdict alert of this kind clears)."""
     key = f"verdict:{sweep.kind}"
     now_rank = VERDICT_RANK.get(sweep.verdict)
@@ -106,7 +108,7 @@ def _verdict_change(sweep: Sweep) -> tuple[dict | None, bool]:
         return None, False
     text = f"the {sweep.kind} sweep verdict went from {previous} to {sweep.verdict}"
     severity = sweep.verdict
-    if severity == "fail" and not blame.confirmed_findings(sweep):
+    if severity == "fail" and not confirmed:
         severity, text = "warn", f"{text} ({UNCONFIRMED})"
     problem = {
         "key": key,
@@ -123,8 +125,9 @@ def _verdict_change(sweep: Sweep) -> tuple[dict | None, bool]:
 
 def evaluate_sweep(sweep: Sweep) -> list[int]:
     """Open alerts for new problems and resolve cleared ones; return the deliveries to send."""
-    problems, looked = sweep_problems(sweep)
-    verdict_problem, verdict_clears = _verdict_change(sweep)
+    confirmed = {b.finding for b in blame.confirmed_findings(sweep)}
+    problems, looked = sweep_problems(sweep, confirmed)
+    verdict_problem, verdict_clears = _verdict_change(sweep, confirmed)
     if verdict_problem:
         problems[verdict_problem["key"]] = verdict_problem
     if verdict_clears:

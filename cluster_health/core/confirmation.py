@@ -230,7 +230,6 @@ def judge(
                 "busbw_gbps": second.get("busbw_gbps"),
             },
             "partners": sides,
-            "bad_with_partner": sorted(set(side_bad)),
             "culprit": _culprit(p, side_bad, sides),
         }
         if outcome == "contended":
