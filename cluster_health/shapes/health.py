@@ -111,27 +111,56 @@ def offline_in(counts: dict[str, int]) -> bool:
     return probed == {"offline"}
 
 
+# How a pair's hint names the side whose agent was not heard from (core/fleet.offline_hint, core/merge):
+# "host5 offline: last heartbeat ...", "host5 stopped sending heartbeats", "...; host5 then stopped ...".
+_GONE_IN_HINT = re.compile(r"^(?P<names>.+?) (?:offline:|(?:then )?stopped sending heartbeats)")
+
+
+def gone_in_hint(hint: str | None) -> set[str]:
+    """The nodes a pair's hint says were offline (their agent silent), by name."""
+    gone: set[str] = set()
+    for clause in (hint or "").split(";"):
+        said = _GONE_IN_HINT.match(clause.strip())
+        if said:
+            gone.update(said["names"].split(" and "))
+    return gone
+
+
 def _give_offline_pairs_to_their_node(
     ids: list[int], statuses: dict[tuple[int, int], dict[str, int]]
 ) -> set[tuple[int, int]]:
-    """An offline node owns its pairs: a pair offline because its peer was is not held against a node
-    that answered (it counts as ``peer_offline``, which has no severity), the way the culprit rules blame it.
+    """An offline node owns its bad pairs, as the culprit rules blame them: a pair that is offline (or
+    timed out) because its peer's agent was silent is not held against the node that answered (it
+    counts as ``peer_offline``, which has no severity).
 
-    Returns the (sweep id, node id) of every node that was offline in its sweep."""
+    The offline side of a sweep is the node a ``node_offline`` finding of it names, a side its bad
+    pairs' hints say fell silent (``agent_offline``), or a node whose every probed pair was offline. A
+    node whose agent died mid-sweep has ok pairs from before: its peers are still not offline.
+    Returns the (sweep id, node id) of every node that was offline in its sweep; two queries, and only
+    when a pair was offline.
+    """
+    if not any(counts.get("offline") for counts in statuses.values()):
+        return set()
     offline = {key for key, counts in statuses.items() if offline_in(counts)}
-    if not offline:
-        return offline
-    pairs = PairProbe.objects.filter(sweep_id__in=ids, status="offline").values_list(
-        "sweep_id", "node_a_id", "node_b_id"
+    named = set(Finding.objects.filter(sweep_id__in=ids, code="node_offline").values_list("sweep_id", "subject"))
+    bad = list(
+        PairProbe.objects.filter(sweep_id__in=ids, status__in=vocabulary.BAD_STATUSES)
+        .values_list("sweep_id", "node_a_id", "node_b_id", "node_a__name", "node_b__name", "status", "hint")
+        .order_by()
     )
-    _hand_over(statuses, pairs.order_by(), offline, "offline", "peer_offline")
+    for sweep_id, a, b, a_name, b_name, _, hint in bad:
+        gone = gone_in_hint(hint)
+        for node, name in ((a, a_name), (b, b_name)):
+            if (sweep_id, name) in named or name in gone:
+                offline.add((sweep_id, node))
+    _hand_over(statuses, bad, offline, "peer_offline")
     return offline
 
 
-def _hand_over(statuses, pairs: Iterable[tuple], owners: set[tuple[int, int]], status: str, to: str) -> None:
-    """Count each of ``pairs`` (sweep id, node a id, node b id, ...) whose other side is one of ``owners``
-    as ``to`` instead of ``status`` for the side that is not."""
-    for sweep_id, a, b, *_ in pairs:
+def _hand_over(statuses, pairs: Iterable[tuple], owners: set[tuple[int, int]], to: str) -> None:
+    """Count each of ``pairs`` (sweep id, node a id, node b id, a's name, b's name, status, ...) whose
+    other side is one of ``owners`` as ``to`` instead of its status for the side that is not."""
+    for sweep_id, a, b, _, _, status, *_ in pairs:
         for me, peer in ((a, b), (b, a)):
             if (sweep_id, peer) in owners and (sweep_id, me) not in owners:
                 statuses[(sweep_id, me)][status] -= 1
@@ -155,16 +184,16 @@ def _give_slow_pairs_to_their_node(
         return set()
     pairs = list(
         PairProbe.objects.filter(sweep_id__in=ids, status="degraded")
-        .values_list("sweep_id", "node_a_id", "node_b_id", "node_a__name", "node_b__name")
+        .values_list("sweep_id", "node_a_id", "node_b_id", "node_a__name", "node_b__name", "status")
         .order_by()
     )
     slow = {
         (sweep_id, node)
-        for sweep_id, a, b, a_name, b_name in pairs
+        for sweep_id, a, b, a_name, b_name, _ in pairs
         for node, name in ((a, a_name), (b, b_name))
         if (sweep_id, name) in slow_names
     }
-    _hand_over(statuses, pairs, slow, "degraded", "peer_slow")
+    _hand_over(statuses, pairs, slow, "peer_slow")
     return slow
 
 
@@ -186,7 +215,7 @@ def _add_peers_and_findings(
                 h.slow_node_peers.append(peer)
             elif status == "degraded":
                 h.slow_peers.append(peer)
-            elif status == "offline" and (sweep_id, peer_id) in offline and (sweep_id, me_id) not in offline:
+            elif (sweep_id, peer_id) in offline and (sweep_id, me_id) not in offline:
                 h.offline_peers.append(peer)
             else:
                 h.failing_peers.append((peer, status))
