@@ -11,6 +11,7 @@ from django.utils import timezone
 from agents import contract
 from cluster_health import vocabulary
 from cluster_health.core import (
+    advertised,
     clocks,
     confirmation,
     consistency,
@@ -62,6 +63,7 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     found = confirmation.confirmed_slow(
         _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep), declared), pairs
     )
+    found = advertised.name_unroutable(found, pairs, addresses, facts)  # in place of what it explains
     blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
     found += verdicts.degraded_findings(pairs)
     if sweep.kind not in (*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"):
