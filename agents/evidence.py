@@ -17,6 +17,9 @@ NET_DEV_PATH = "/proc/net/dev"
 STAT_PATH = "/proc/stat"
 SNMP_PATH = "/proc/net/snmp"
 TCP_TABLE_PATH = "/proc/net/tcp"
+PSI_CPU_PATH = "/proc/pressure/cpu"
+TASKS_PATH = "/proc/self/task"
+MAX_TASKS = 256  # threads whose run-queue wait is summed (a probe has a few dozen)
 # The Tcp counters of /proc/net/snmp worth keeping, by the kernel's names.
 TCP_COUNTERS = (
     "ActiveOpens",
@@ -101,20 +104,70 @@ def cpu_jiffies(path: str = STAT_PATH) -> tuple[int, int, int] | None:
     return sum(fields[:8]), fields[3] + fields[4], fields[7]
 
 
-def load_snapshot(interface: str | None, net_dev: str = NET_DEV_PATH, stat: str = STAT_PATH) -> dict[str, Any]:
-    """What the host and the probe's interface had done by now, and this process's own CPU time."""
+def psi_some_us(path: str = PSI_CPU_PATH) -> int | None:
+    """Microseconds so far in which some runnable task waited for a CPU (the kernel's PSI), or None.
+
+    From the ``some`` line's ``total=`` of /proc/pressure/cpu (Linux 4.20 and later, when PSI
+    is on): in a container or a cgroup it is that group's pressure, which is what the probe felt.
+    """
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("some "):
+                    for field in line.split()[1:]:
+                        name, _, value = field.partition("=")
+                        if name == "total":
+                            return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def run_queue_wait_ns(tasks: str = TASKS_PATH) -> int | None:
+    """Nanoseconds this process's threads spent runnable but waiting for a CPU so far, or None.
+
+    The second field of each thread's schedstat: the probe's own scheduling delay, whatever
+    else on the host caused it.
+    """
+    total, seen = 0, 0
+    try:
+        names = os.listdir(tasks)[:MAX_TASKS]
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(tasks, name, "schedstat")) as f:
+                total += int(f.read().split()[1])
+                seen += 1
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    return total if seen else None
+
+
+def load_snapshot(
+    interface: str | None,
+    net_dev: str = NET_DEV_PATH,
+    stat: str = STAT_PATH,
+    psi: str = PSI_CPU_PATH,
+    tasks: str = TASKS_PATH,
+) -> dict[str, Any]:
+    """What the host and the probe's interface had done by now, and this process's own CPU time and wait."""
     own = os.times()
     return {
         "t": time.monotonic(),
         "nic": nic_bytes(interface, net_dev),
         "cpu": cpu_jiffies(stat),
         "own_cpu_s": own.user + own.system,
+        "psi_us": psi_some_us(psi),
+        "wait_ns": run_queue_wait_ns(tasks),
     }
 
 
 def load_delta(before: dict[str, Any], after: dict[str, Any], own_bytes: int) -> dict[str, Any] | None:
     """What else the host did while the probe measured: the interface's bytes that were not the probe's
-    (``other_gbps``), the cores busy with other work (``cpu_other``, a share of all) and stolen (``cpu_steal``)."""
+    (``other_gbps``), the cores busy with other work (``cpu_other``, a share of all) and stolen (``cpu_steal``),
+    the share of the time some task waited for a CPU (``cpu_pressure``, PSI) and how long the probe's own
+    threads waited to run (``sched_delay_ms``; ``sched_wait``, that as a share of the time, at most 1)."""
     seconds = after["t"] - before["t"]
     if seconds <= 0:
         return None
@@ -133,6 +186,12 @@ def load_delta(before: dict[str, Any], after: dict[str, Any], own_bytes: int) ->
             own_s = after["own_cpu_s"] - before["own_cpu_s"]
             out["cpu_other"] = round(min(1.0, max(0.0, (busy_s - own_s) / (seconds * cores))), 3)
             out["cpu_steal"] = round((after["cpu"][2] - before["cpu"][2]) / total, 3)
+    if before.get("psi_us") is not None and after.get("psi_us") is not None:
+        out["cpu_pressure"] = round(min(1.0, max(0, after["psi_us"] - before["psi_us"]) / (seconds * 1e6)), 3)
+    if before.get("wait_ns") is not None and after.get("wait_ns") is not None:
+        waited = max(0, after["wait_ns"] - before["wait_ns"])
+        out["sched_delay_ms"] = round(waited / 1e6, 3)
+        out["sched_wait"] = round(min(1.0, waited / (seconds * 1e9)), 3)
     return out
 
 

@@ -369,7 +369,16 @@ def run_probe(
         events += new
         output, probe_result = child_output(result_path, output_path)
     return _finish(
-        cmd, probe_result, events, output, killed, stack, probe.returncode, time.monotonic() - started, tcp=tcp
+        cmd,
+        probe_result,
+        events,
+        output,
+        killed,
+        stack,
+        probe.returncode,
+        time.monotonic() - started,
+        tcp=tcp,
+        cold=isinstance(probe, _ColdProbe),
     )
 
 
@@ -409,8 +418,14 @@ def _finish(
     returncode: int | None,
     elapsed: float,
     tcp: dict[str, Any] | None = None,
+    cold: bool = False,
 ) -> dict[str, Any]:
-    """The half's result: the probe's own, or one saying how the child ended without it; evidence added, validated."""
+    """The half's result: the probe's own, or one saying how the child ended without it; evidence added, validated.
+
+    ``cold``: the probe imported torch itself (no warm host was ready, as right after the agent
+    started, while the warm host imports it too): its load says so, since its figures are not
+    what the node does warm.
+    """
     stages = [e for e in events if e.get("event") == "stage"]
     stage = stages[-1]["stage"] if stages else "resolve"
     line = explanatory_line(output)
@@ -422,6 +437,8 @@ def _finish(
     if result.get("detail") is None and result["status"] != "ok":
         result["detail"] = line
     result["extra"], result["evidence"] = _half_evidence(cmd, result, events, output, line, killed, stack, tcp)
+    if cold and isinstance(result["evidence"].get("load"), dict):
+        result["evidence"]["load"]["cold"] = True
     return closed_result(
         result,
         output,

@@ -132,6 +132,7 @@ class BaselinePair(models.Model):
     # The link's own noise: median absolute deviation of its busbw over the sweeps used, and how many there were.
     mad_gbps = models.FloatField(null=True, blank=True)
     samples = models.IntegerField(default=1)
+    load = models.FloatField(null=True, blank=True)  # the median load score its figures were measured under
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["baseline", "node_a", "node_b"], name="baseline_pair_unique")]
@@ -266,6 +267,8 @@ class PairProbe(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     duration_s = models.FloatField(null=True, blank=True)
+    # The load it was measured under: the busier side's score, 0 to 1 (core/judging.py); null where unmeasured.
+    load = models.FloatField(null=True, blank=True)
     pruned = models.BooleanField(default=False)  # raw halves and per-size detail removed by retention
 
     class Meta:

@@ -9,7 +9,8 @@ that was healthy in this sweep. The pair then keeps both outcomes:
 - bad again: ``confirmed``, its status stays and the culprit rules act on it;
 - fine the second time: ``transient``, reported, never acted on;
 - slow each time while its node was busy with other traffic or work: ``contended``,
-  reported with the figures, never acted on.
+  reported with the figures, never acted on; so is a pair slow again only in a second look
+  measured under heavier load than the first (core/judging.py: that confirms nothing by itself).
 
 The partners tell node from link: a node that fails with its healthy partner too is
 the node; a pair whose two sides each work with someone else is the link.
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cluster_health import vocabulary
-from cluster_health.core import culprits
+from cluster_health.core import culprits, judging
 
 BAD = vocabulary.BAD_STATUSES
 SLOW_CODES = ("slow_node", "slow_link", "segment")  # outlier findings whose pairs are slow next to their peers
@@ -184,6 +185,7 @@ def judge(
     if not bad:
         return {}, []
     suspect_keys = {key(p["a"], p["b"]): p for p in bad}
+    typical = judging.typical_load(pairs)
     redone = {key(r["a"], r["b"]): r for r in again if key(r["a"], r["b"]) in suspect_keys}
     with_partner: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in again:
@@ -203,15 +205,20 @@ def judge(
                 sides.append({"node": side, "partner": other, "status": r["status"], "busbw_gbps": r.get("busbw_gbps")})
                 if worse:
                     side_bad.append(side)
-        load = busy(p) if p["status"] not in BAD else None
+        load = busy(p, typical) if p["status"] not in BAD else None
         if second is not None:
             confirmed = bad_again(p, second)
         elif side_bad or load:
             confirmed = True
         else:
             continue  # not looked at again: it stays as it was
-        if confirmed and load and (second is None or busy(second)):
+        heavier = None
+        if confirmed and second is not None and p["status"] not in BAD and second["status"] not in BAD:
+            heavier = judging.heavier_again(p, second)
+        if confirmed and load and (second is None or busy(second, typical)):
             outcome = "contended"  # slow each time it was measured, and each time beside other work
+        elif heavier:
+            outcome, load = "contended", heavier  # slow again, but only under heavier load than the first look
         else:
             outcome = "confirmed" if confirmed else "transient"
         record = {
@@ -258,14 +265,17 @@ def judge(
     return updates, told
 
 
-def busy(p: Mapping[str, Any]) -> str | None:
+def busy(p: Mapping[str, Any], typical: float | None = None) -> str | None:
     """What else kept a side of the pair busy while it measured, in words with the figures; None when neither was.
 
     Busy: the side's interface carried other bytes at CONTENDED_NIC_SHARE of the probe's own or
     more (not on loopback, where both ranks' bytes cross one interface twice), or CONTENDED_STEAL
     of its CPU time was stolen (agents/evidence.py, ``load_delta``, around the bandwidth stage).
-    Other work on the CPUs is recorded with the figures but decides nothing: where hosts share
-    a machine's cores (a namespace bed, containers), the peer rank itself counts as other work.
+    Given the sweep's ``typical`` load (core/judging.py), also CPU pressure, the probe's own wait
+    for a CPU, or a cold start, where that side's figure is busy and heavier than the typical one.
+    Other work on the CPUs counted as busy cores decides nothing: where hosts share a machine's
+    cores (a namespace bed, containers), the peer rank itself counts as other work, and load that
+    every node carries explains no one pair.
     """
     ev = p.get("evidence") or {}
     said = []
@@ -278,6 +288,11 @@ def busy(p: Mapping[str, Any]) -> str | None:
             why.append(f"other traffic {load.get('other_gbps', 0):.3g} GB/s on its interface beside the probe's own")
         if (load.get("cpu_steal") or 0) >= CONTENDED_STEAL:
             why.append(f"{load['cpu_steal']:.0%} of its CPU stolen")
+        if typical is not None:
+            parts = judging.side_parts(load, side.get("interface"))
+            for name in ("cpu_pressure", "sched_wait", "cold"):
+                if parts.get(name, 0.0) >= judging.BUSY and parts[name] >= typical + judging.HEAVIER:
+                    why.append(judging.WORDS[name].format(parts[name]))
         if why:
             said.append(f"{p[role]} was busy ({', '.join(why)})")
     return "; ".join(said) or None

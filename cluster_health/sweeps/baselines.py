@@ -3,17 +3,25 @@
 The rolling median takes every clean sweep that measured the pairs the same way (the same
 backend and message sizes), whatever started it: a hand-run sweep or a new deployment's
 first sweeps teach it as the nightly ones do. Only ``ok`` probes count: a ``transient``,
-``contended`` or ``degraded`` one is not what the link usually does. A sweep named as the
-baseline gives each pair it measured, a ``transient`` one at its second look's busbw.
+``contended`` or ``degraded`` one is not what the link usually does, and a sweep that failed
+is left out whole (after a fault, a link is judged against its history from before it). Each
+pair keeps its spread and the median load its figures were measured under
+(core/judging.py), so a figure is compared with history taken under comparable load. A
+sweep named as the baseline gives each pair it measured, a ``transient`` one at its second
+look's busbw.
 """
 
 from __future__ import annotations
+
+from statistics import median
 
 from cluster_health.core.expected_busbw import median_and_mad
 from cluster_health.models import Baseline, BaselinePair, PairProbe, Sweep, pair_key
 from cluster_health.shapes import matrices
 
-ROLLING_BASELINE_SWEEPS = 5  # clean sweeps the rolling median is taken over
+# Clean sweeps the rolling median is taken over: enough that a link met by most of them reaches
+# expected_busbw.MIN_HISTORY figures, and its spread means something.
+ROLLING_BASELINE_SWEEPS = 6
 CANDIDATE_SWEEPS = 50  # recent sweeps looked through for comparable ones
 # The scheduled kinds that measure every pair they run (a nightly sampled or topology sweep
 # meets only some pairs: each pair's median is taken over the nights that met it).
@@ -63,18 +71,27 @@ def rolling_baseline(
     if not good:
         return None
     samples: dict[tuple[str, str], list[float]] = {}
+    loads: dict[tuple[str, str], list[float]] = {}
     rows = PairProbe.objects.filter(sweep_id__in=good, status="ok", busbw_gbps__isnull=False).values_list(
-        "node_a__name", "node_b__name", "busbw_gbps"
+        "node_a__name", "node_b__name", "busbw_gbps", "load"
     )
-    for a, b, bw in rows.iterator(chunk_size=READ_CHUNK):
-        samples.setdefault(pair_key(a, b), []).append(bw)
+    for a, b, bw, load in rows.iterator(chunk_size=READ_CHUNK):
+        k = pair_key(a, b)
+        samples.setdefault(k, []).append(bw)
+        if load is not None:
+            loads.setdefault(k, []).append(load)
     base = Baseline.objects.create(
         name=f"rolling median of {len(good)} clean sweeps", source="rolling", sweeps_used=good
     )
     rows = []
     for k, v in samples.items():
         mid, mad = median_and_mad(v)
-        rows.append(BaselinePair(baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=mid, mad_gbps=mad, samples=len(v)))
+        load = median(loads[k]) if k in loads else None
+        rows.append(
+            BaselinePair(
+                baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=mid, mad_gbps=mad, samples=len(v), load=load
+            )
+        )
     BaselinePair.objects.bulk_create(rows, batch_size=INSERT_BATCH)
     return base
 

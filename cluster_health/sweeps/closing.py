@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from agents import contract
 from cluster_health import bulk
-from cluster_health.core import evidence, expected_busbw
+from cluster_health.core import evidence, expected_busbw, judging
 from cluster_health.core.merge import PairResult
 from cluster_health.models import OPEN_PAIR_STATUSES, BaselinePair, GroupProbe, PairProbe, Sweep, pair_key
 from cluster_health.shapes import broadcast, pairs
@@ -54,11 +54,13 @@ def probe_rows(pks) -> dict[int, ProbeRow]:
 
 
 class Expected(NamedTuple):
-    """A link's baseline: its busbw (a median where several sweeps were used), their spread and count."""
+    """A link's baseline: its busbw (a median where several sweeps were used), their spread and count,
+    and the load its figures were measured under (their median score, core/judging.py)."""
 
     busbw_gbps: float
     mad_gbps: float | None
     samples: int
+    load: float | None = None
 
 
 def _expected_busbw(rows: dict[int, ProbeRow], results: dict[int, PairResult]) -> dict[int, Expected]:
@@ -71,23 +73,42 @@ def _expected_busbw(rows: dict[int, ProbeRow], results: dict[int, PairResult]) -
     out = {}
     for baseline_id, keys in wanted.items():
         firsts = {k[0] for k in keys}
-        for na, nb, bw, mad, n in BaselinePair.objects.filter(baseline_id=baseline_id, node_a__in=firsts).values_list(
-            "node_a", "node_b", "busbw_gbps", "mad_gbps", "samples"
-        ):
+        for na, nb, bw, mad, n, load in BaselinePair.objects.filter(
+            baseline_id=baseline_id, node_a__in=firsts
+        ).values_list("node_a", "node_b", "busbw_gbps", "mad_gbps", "samples", "load"):
             if (na, nb) in keys:
-                out[keys[(na, nb)]] = Expected(bw, mad, n)
+                out[keys[(na, nb)]] = Expected(bw, mad, n, load)
     return out
 
 
 def judge_against_baseline(result: PairResult, expected: Expected | float | None) -> PairResult:
-    """The result, ``degraded``/``below_baseline`` when its busbw is under its baseline by more than its noise,
-    else ``degraded``/``lossy`` when it passed while retransmitting a share of its segments."""
+    """The result, ``degraded``/``below_baseline`` when its busbw is under its baseline's band,
+    else ``degraded``/``lossy`` when it passed while retransmitting a share of its segments.
+
+    Below the band is provisional: once the sweep's planned rounds are done, core/judging.py
+    holds the pair against its peers of the same moment and its load. So the baseline it was
+    judged against goes into its evidence (``expected``). A baseline too young to judge (its
+    spread unknown) judges nothing here.
+    """
     if isinstance(expected, (int, float)):
         expected = Expected(float(expected), None, 1)
     busbw, ratio = result["busbw_gbps"], settings.DEGRADED_RATIO
     if result["status"] != "ok" or busbw is None or not expected or not expected.busbw_gbps:
         return evidence.lossy(result, result.get("evidence")) or result  # type: ignore[return-value]
-    if busbw >= expected_busbw.threshold(expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio):
+    result = {
+        **result,
+        "evidence": {
+            **(result.get("evidence") or {}),
+            "expected": {
+                "busbw_gbps": expected.busbw_gbps,
+                "mad_gbps": expected.mad_gbps,
+                "samples": expected.samples,
+                "load": expected.load,
+            },
+        },
+    }
+    band = expected_busbw.threshold(expected.busbw_gbps, expected.mad_gbps, expected.samples, ratio)
+    if band is None or busbw >= band:
         return evidence.lossy(result, result.get("evidence")) or result  # type: ignore[return-value]
     return {
         **result,
@@ -111,6 +132,7 @@ def final_fields(rows: dict[int, ProbeRow], results: dict[int, PairResult], now:
             **judged,
             "hint": (judged["hint"] or None) and judged["hint"][: contract.MAX_TEXT],
             "duration_s": duration,
+            "load": judging.evidence_score(judged.get("evidence")),
         }
     return out
 

@@ -1,7 +1,9 @@
 """The confirmation pass of a sweep: planned after its last round, folded into its pairs before the verdict.
 
-After the planned rounds, ``plan_pass`` marks the pairs far below their peers in this
-sweep (``degraded``/``below_peers``), then plans the pass (core.confirmation.plan):
+After the planned rounds, ``plan_pass`` holds each pair below its own history against
+its peers of the same moment and its load (core/judging.py: still ``degraded``, or
+``contended``, or ``ok`` where the whole sweep ran alike), marks the pairs far below their
+peers in this sweep (``degraded``/``below_peers``), then plans the pass (core.confirmation.plan):
 extra pair rounds numbered after the sweep's last, recorded in its params as
 ``confirm_first`` (the first extra round; None when there was nothing to confirm).
 ``fold`` then writes what the second look decided into the planned pairs (their
@@ -17,7 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from cluster_health import bulk, vocabulary
-from cluster_health.core import confirmation, planner
+from cluster_health.core import confirmation, judging, planner
 from cluster_health.models import PairProbe, Sweep
 from cluster_health.nodes import declared_groups
 
@@ -75,6 +77,12 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
     if "confirm_first" in sweep.params or not confirms(sweep):
         return []
     pairs = _pairs(sweep, confirming=False)
+    judged = judging.against_peers(pairs, settings.DEGRADED_RATIO)
+    for p in pairs:
+        change = judged.get(confirmation.key(p["a"], p["b"]))
+        if change:
+            p.update({k: v for k, v in change.items() if k != "judged"})
+            p["evidence"] = {**(p["evidence"] or {}), "judged": change["judged"]}
     marks = confirmation.peer_marks(pairs, settings.GROUP_PATTERN, declared_groups(sweep.nodes))
     for p in pairs:
         mark = marks.get(confirmation.key(p["a"], p["b"]))
@@ -97,12 +105,17 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
     bulk.conditional_update(
         PairProbe,
         {
-            p["id"]: {"status": p["status"], "reason": p["reason"], "hint": p["hint"][:4000], "evidence": p["evidence"]}
+            p["id"]: {
+                "status": p["status"],
+                "reason": p["reason"],
+                "hint": (p["hint"] or None) and p["hint"][:4000],
+                "evidence": p["evidence"],
+            }
             for p in pairs
-            if confirmation.key(p["a"], p["b"]) in marks
+            if confirmation.key(p["a"], p["b"]) in marks or confirmation.key(p["a"], p["b"]) in judged
         },
-        where="t.status = %s",
-        where_params=["ok"],
+        where="t.status IN (%s, %s)",
+        where_params=["ok", "degraded"],
     )
     sweep.params, sweep.total_rounds = params, sweep.total_rounds + len(rounds)
     if rounds:

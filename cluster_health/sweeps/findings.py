@@ -19,6 +19,7 @@ from cluster_health.core import (
     discovery,
     fleet,
     history,
+    judging,
     rehearsal,
     verdicts,
 )
@@ -65,7 +66,7 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     )
     found = advertised.name_unroutable(found, pairs, addresses, facts)  # in place of what it explains
     blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
-    found += verdicts.degraded_findings(pairs)
+    found += verdicts.degraded_findings(pairs) + judging.sweep_slow(pairs)
     if sweep.kind not in (*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"):
         found += _history_findings(sweep, pairs)
     for g in groups:

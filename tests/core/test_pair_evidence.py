@@ -76,12 +76,12 @@ def test_counters_and_sockets_are_read_from_the_kernel_files(tmp_path):
 
 
 def test_a_link_is_judged_by_its_own_noise_where_history_exists():
-    # A sweep named as the baseline: the fixed ratio. A rolling median of 3 or more sweeps: the median less
-    # the larger of 4 robust sigmas and 20 %. A younger rolling median: 25 % below it.
+    # A sweep named as the baseline: the fixed ratio. A rolling median of 4 or more clean figures: the median
+    # less the larger of 4 robust sigmas and 20 %. A younger rolling median judges nothing (its peers do).
     assert expected_busbw.threshold(1.0, None, 1, 0.9) == 0.9
     assert round(expected_busbw.threshold(1.0, 0.1, 5, 0.9), 4) == round(1.0 - 4 * 1.4826 * 0.1, 4)
     assert expected_busbw.threshold(1.0, 0.0, 5, 0.9) == 0.8
-    assert expected_busbw.threshold(1.0, 0.0, 2, 0.9) == 0.75
+    assert expected_busbw.threshold(1.0, 0.0, 3, 0.9) is None
     mid, mad = expected_busbw.median_and_mad([1.0, 1.2, 0.8, 1.1, 5.0])
     assert (mid, round(mad, 6)) == (1.1, 0.1)
 
