@@ -1,7 +1,7 @@
 """False alarms: nightly full sweeps of a healthy namespace bed, four hosts, every core kept busy.
 
     flock /tmp/netns.lock .venv/bin/python benchmarks/false_alarms.py [--sweeps 20] [--database postgres://...]
-        [--faults] [--confirmation on|off]
+        [--transfer] [--faults] [--recovery] [--confirmation on|off]
 
 Method. Four hosts of the namespace test bed with the whole system
 (``benchmarks/bed.py``: scratch database, private Redis over its unix socket,
@@ -15,9 +15,10 @@ the rolling baseline and each link's history (flapping, drift) build up over the
 run as they do in production. Every alarm on this bed is a false one:
 
 - ``false_alarm_sweeps``: sweeps whose verdict is not ``pass`` (or that did not finish);
-- ``false_pairs``: pair rows whose status is neither ``ok`` nor ``transient``, over all the sweeps
-  (a ``transient`` pair, bad once and fine when the confirmation pass probed it again, is
-  reported and never acted on: ``transient_pairs`` counts them apart);
+- ``false_pairs``: pair rows whose status is not ``ok``, ``transient`` or ``contended``, over all
+  the sweeps (a ``transient`` pair, bad once and fine when the confirmation pass probed it again,
+  and a ``contended`` one, slow beside other work on its node, are reported and never acted on:
+  ``transient_pairs`` and ``contended_pairs`` count them apart);
 - ``findings_by_code``: findings of severity warn or fail, counted by code.
 
 ``alarms`` lists the first of them (sweep, what, text); ``seconds`` is the time of
@@ -33,6 +34,15 @@ verdict is not pass), ``culprit`` (right when a warn or fail finding names the
 expected node or link), ``drains`` (the nodes ``slurm.blamed_nodes`` would drain),
 ``sweep_s`` (request to verdict, server-side), the pass's rounds, and each pair's
 final status, reason, busbw and confirmation outcome.
+``--transfer``: after the healthy sweeps, as many again with a bulk transfer beside them (iperf3,
+two streams from the bed's third host to its fourth, for the rest of the run, on the links the
+probes use), counted apart (``transfer``): the same targets, ``contended`` counted and shown.
+
+``--recovery``: after each staged fault is cleared, one more full sweep (``after`` in the
+fault's row: its verdict, the pairs not ``ok``); and at the end an agent stopped and started
+between two sweeps (``restart``: the second sweep's verdict and pairs not ``ok``). Target:
+every one of them ``pass`` with every pair ``ok``.
+
 ``--confirmation off`` runs everything with ``CLUSTER_HEALTH_CONFIRMATION=off``
 (for comparison only): run it once each way to time the pass.
 """
@@ -64,9 +74,12 @@ def run(
     limit_s: float | None = None,
     faults: bool = False,
     confirmation: str = "on",
+    transfer: bool = False,
+    recovery: bool = False,
 ) -> dict:
     """Counts of false alarms over ``sweeps`` full sweeps; see the module docstring for the method."""
-    limit_s = limit_s or 600.0 + 240.0 * (sweeps + (len(FAULTS) if faults else 0))
+    staged_n = (len(FAULTS) * (2 if recovery else 1) if faults else 0) + (2 if recovery else 0)
+    limit_s = limit_s or 600.0 + 240.0 * (sweeps * (2 if transfer else 1) + staged_n)
     os.environ["CLUSTER_HEALTH_CONFIRMATION"] = confirmation  # read by the server worker and by this process
     with (
         system_bed(HOSTS, limit_s, database=database) as system,
@@ -75,8 +88,16 @@ def run(
         started = time.monotonic()
         records = [one_sweep(system) for _ in range(sweeps)]
         seconds = time.monotonic() - started
-        staged = [one_fault(system, *fault) for fault in FAULTS] if faults else []
-    return {**summarize(records, seconds, cores), "confirmation": confirmation, "faults": staged}
+        out = {**summarize(records, seconds, cores), "confirmation": confirmation}
+        if transfer:
+            with bulk_transfer(system.bed, limit_s) as what:
+                started = time.monotonic()
+                beside = [one_sweep(system) for _ in range(sweeps)]
+                out["transfer"] = {**summarize(beside, time.monotonic() - started, cores), "beside": what}
+        out["faults"] = [one_fault(system, *fault, after=recovery) for fault in FAULTS] if faults else []
+        if recovery:
+            out["restart"] = agent_restart(system)
+    return out
 
 
 # Faults staged on hosts 1-4 of the bed: what, how to make it and clear it, and the culprit to name.
@@ -95,8 +116,9 @@ FAULTS = [
 ]
 
 
-def one_fault(system, what, inject, clear, culprit) -> dict:
-    """One full sweep with the fault in place: found, the right culprit, what would drain, and its time."""
+def one_fault(system, what, inject, clear, culprit, after: bool = False) -> dict:
+    """One full sweep with the fault in place: found, the right culprit, what would drain, and its time;
+    ``after``: and the next sweep once it is cleared (``after``: its verdict and pairs not ok)."""
     from cluster_health import sweeps
     from cluster_health.actions import slurm
     from cluster_health.models import Finding
@@ -139,7 +161,50 @@ def one_fault(system, what, inject, clear, culprit) -> dict:
         ],
         "sweep_s": sweep.duration_s(),
         "confirm_rounds": sweep.params.get("confirm_rounds", 0),
+        **({"after": recovered(one_sweep(system))} if after else {}),
     }
+
+
+def recovered(record: dict) -> dict:
+    """A sweep after a fault was cleared, or after an agent came back: its verdict and what was not ok."""
+    return {
+        "sweep": record["sweep"],
+        "verdict": record["verdict"],
+        "not_ok": record["bad_pairs"] + [f"transient x{record['transient_pairs']}"] * bool(record["transient_pairs"]),
+        "findings": [text for _, text in record["findings"]],
+        "contended": record["contended_pairs"],
+    }
+
+
+def agent_restart(system) -> dict:
+    """A sweep, then one host's agent stopped and started again, then the sweep that counts."""
+    one_sweep(system)
+    host = system.bed.hosts[1]
+    system.bed.stop_agent(host.name)
+    system.bed.start_agent(host.name, system.broker_url, address=host.address)
+    system.wait_online([h.name for h in system.bed.hosts])
+    return {"host": host.name, **recovered(one_sweep(system))}
+
+
+@contextmanager
+def bulk_transfer(bed, limit_s: float):
+    """iperf3 with two streams from the bed's third host to its fourth for the block, bounded by ``limit_s``."""
+    server, client = bed.hosts[3], bed.hosts[2]
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    procs = [bed.start_in(server.name, ["timeout", str(int(limit_s)), "iperf3", "-s", "-p", "5203"], **quiet)]
+    try:
+        deadline = time.monotonic() + 10
+        while ":5203" not in bed.run(server.name, "ss", "-ltn"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("iperf3 server not listening after 10 s")
+            time.sleep(0.1)
+        stream = ["iperf3", "-c", server.address, "-p", "5203", "-t", str(int(limit_s)), "-P", "2"]
+        procs.append(bed.start_in(client.name, ["timeout", str(int(limit_s)), *stream], **quiet))
+        yield f"iperf3 {client.name} -> {server.name}, 2 streams"
+    finally:
+        with shielded():
+            for proc in reversed(procs):
+                stop_process(proc, timeout=10)
 
 
 @contextmanager
@@ -172,7 +237,7 @@ def one_sweep(system) -> dict:
         + (f" at {r.stage} ({r.reason})" if r.reason else "")
         + (f" {r.hint}" if r.hint else "")
         for r in rows
-        if r.status not in ("ok", "transient")
+        if r.status not in ("ok", "transient", "contended")
     ]
     findings = [
         (f.code, f"[{f.severity}] {f.subject}: {f.text}")
@@ -186,6 +251,7 @@ def one_sweep(system) -> dict:
         "pairs": len(rows),
         "bad_pairs": bad,
         "transient_pairs": sum(r.status == "transient" for r in rows),
+        "contended_pairs": sum(r.status == "contended" for r in rows),
         "confirm_rounds": sweep.params.get("confirm_rounds", 0),
         "findings": findings,
     }
@@ -213,6 +279,7 @@ def summarize(records: list[dict], seconds: float, cores: int) -> dict:
         "false_alarm_sweeps": false_sweeps,
         "false_pairs": false_pairs,
         "transient_pairs": sum(r.get("transient_pairs", 0) for r in records),
+        "contended_pairs": sum(r.get("contended_pairs", 0) for r in records),
         "confirm_rounds": sum(r.get("confirm_rounds") or 0 for r in records),
         "findings_by_code": dict(sorted(by_code.items())),
         "verdicts": [r["verdict"] for r in records],
@@ -235,6 +302,11 @@ OPTIONS: dict[str, dict] = {
         "help": "wall-clock limit of the whole run (default 600 + 240 per sweep and staged fault)",
     },
     "--faults": {"action": "store_true", "help": "after the healthy sweeps, stage each fault of FAULTS"},
+    "--transfer": {"action": "store_true", "help": "as many sweeps again beside a bulk transfer (iperf3)"},
+    "--recovery": {
+        "action": "store_true",
+        "help": "a sweep after each staged fault is cleared, and an agent restarted between two sweeps",
+    },
     "--confirmation": {
         "choices": ["on", "off"],
         "default": "on",
