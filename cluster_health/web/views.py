@@ -28,7 +28,7 @@ from cluster_health import hangs, nodes, sweeps, vocabulary
 from cluster_health.core import consistency, culprits, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.queues import dispatch
-from cluster_health.shapes import documents, gpus, health, matrices
+from cluster_health.shapes import documents, gpus, health, matrices, scales
 from cluster_health.sweeps import waiting
 from cluster_health.web import times
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
@@ -52,6 +52,8 @@ def sweep_state(request, sweep_id: int):
     summary["node_matrix_max_nodes"] = settings.NODE_MATRIX_MAX_NODES
     # Beside an open sweep, the page keeps the last complete one readable (its matrix and findings).
     summary["last_complete"] = _last_complete(before=sweep.created) if sweep.is_open else None
+    # The throughput view's colour scale runs from 0 to this, so a healthy sweep reads as healthy.
+    summary["expected_busbw_gbps"] = scales.expected_busbw(sweep)
     if matrices.node_matrix_shown(sweep):
         summary["grouped"] = matrices.has_groups(sweep)
         views = {"matrix": matrices.matrix_text(sweep)}

@@ -112,6 +112,7 @@
           verdict.className = `verdict verdict-${state.verdict}`;
           this.root.querySelector("[data-last-when]").textContent = (state.finished || "").slice(0, 19).replace("T", " ") + " UTC";
           renderFindings(this.root.querySelector("[data-last-findings]"), state, this.cfg.findingUrl);
+          this.matrix.setExpected(state.expected_busbw_gbps);
           this.matrix.setFindings(state.findings);
           if (state.matrix) return this.matrix.load(state.matrix);
           this.matrix.clear();
@@ -150,6 +151,7 @@
         // A fleet without topology groups (every node in one group, or each in its own) has no group matrix to show.
         groupsEl.hidden = !state.grouped;
         renderMeta(state);
+        matrix.setExpected(state.expected_busbw_gbps);
         matrix.setFindings(state.findings);
         renderFindings(findingsEl, state, findingUrl);
         renderTrending(state.trending_down);

@@ -14,8 +14,11 @@ const CH = (window.CH = window.CH || {});
 CH.STATUS_COLORS = {
   untested: "#eeeeee", pending: "#bbbbbb", running: "#56b4e9", ok: "#009e73",
   degraded: "#f0e442", failed: "#d55e00", timeout: "#cc79a7", offline: "#000000", skipped: "#0072b2",
-  transient: "#e69f00", contended: "#999999",
+  // transient: bad once, fine when probed again: a pale green, near ok and far from every failure colour.
+  transient: "#99d8c9", contended: "#999999",
 };
+// A fail or warn finding marks the pairs it names; an info one (what the confirmation pass cleared) does not.
+CH.MARKING_SEVERITIES = ["fail", "warn"];
 // Statuses that have no figure to plot: on the throughput and latency views their cells keep
 // their status colour, marked with a cross, so a failed pair or a dead node never turns blank.
 CH.KEPT_ON_FIGURES = ["failed", "timeout", "offline"];
@@ -25,6 +28,22 @@ CH.findingCells = function (f) {
   if (String(f.subject).includes("<->")) return { pairs: [f.subject], nodes: [] };
   return { pairs: [], nodes: [f.subject] };
 };
+/* Figures of a view that set its colour range: the finite values of the cells keep(k) accepts, at most
+ * 4,096 of them taken evenly (a 1,024-node matrix has 523,776 cells; a median needs no more). */
+CH.sampleFigures = function (values, keep) {
+  const picked = [];
+  for (let k = 0; k < values.length; k++) if (keep(k) && Number.isFinite(values[k])) picked.push(values[k]);
+  const step = Math.max(1, Math.ceil(picked.length / 4096));
+  return step === 1 ? picked : picked.filter((_, n) => n % step === 0);
+};
+CH.median = function (xs) {
+  if (!xs.length) return null;
+  const s = Float64Array.from(xs).sort(), m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+// The latency scale is darkest at this many times the sweep's median healthy latency: noise (one pair
+// at 1.7x its peers) reads a shade darker, not darkest; a link several times slower reads dark.
+CH.LATENCY_SPAN = 3;
 CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00" };
 
 CH.decode = function (b64, Type) {
@@ -172,8 +191,9 @@ class MatrixPlot {
     } else {
       Object.assign(t, { colorscale: o.colorscale, reversescale: !!o.reversescale,
         colorbar: { title: { text: o.unit, side: "right" }, thickness: 12 } });
-      if (o.zmin != null) t.zmin = o.zmin;
-      if (o.zmax != null) t.zmax = o.zmax;
+      // plotly honours zmin only beside a zmax: both, or neither. zmax may be worked out at each draw.
+      const zmax = typeof o.zmax === "function" ? o.zmax() : o.zmax;
+      if (o.zmin != null && zmax != null && zmax > o.zmin) Object.assign(t, { zmin: o.zmin, zmax });
       if (o.zmid != null) t.zmid = o.zmid;
     }
     return t;
@@ -317,11 +337,34 @@ class SweepMatrix {
     const hover = (i, j) => this.hoverText(i, j);
     const click = (i, j) => { if (this.opts.pairUrl) window.location = this.opts.pairUrl(this.nodes[i], this.nodes[j]); };
     const overlay = { values: this.status, codes: this.codes, colors: CH.STATUS_COLORS, kept: CH.KEPT_ON_FIGURES };
-    // A passing pair a finding names (a slow node's links) is marked, so its green never reads "all well".
-    const mark = (i, j) => (this.findingsAt(i, j).length && !CH.KEPT_ON_FIGURES.includes(this.codes[this.status[CH.pairIndex(i, j, this.nodes.length)]]) ? "!" : "");
-    if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, hover, click };
-    if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, overlay, hover, click };
-    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, mark, markColor: "#000000", hover, click };
+    // "!" on exactly the pairs a fail or warn finding names, whatever their status: a slow node's green
+    // links never read "all well", and a failure a finding names carries the same mark as the rest of it.
+    const mark = (i, j) => (this.findingsAt(i, j).some((f) => CH.MARKING_SEVERITIES.includes(f.severity)) ? "!" : "");
+    if (view === "busbw") return { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, zmax: () => this.scaleTop("busbw").value, overlay, hover, click };
+    if (view === "latency") return { kind: "continuous", colorscale: "Cividis", reversescale: true, unit: "µs", zmin: 0, zmax: () => this.scaleTop("latency").value, overlay, hover, click };
+    return { kind: "discrete", codes: this.codes, colors: CH.STATUS_COLORS, mark, hover, click };
+  }
+
+  /* The fleet's expected busbw (state.json's expected_busbw_gbps: its baseline), or null. */
+  setExpected(gbps) {
+    this.expectedBusbw = gbps || null;
+  }
+
+  /* The top of a figure view's colour range, whose bottom is 0, so a colour means the same figure from
+   * sweep to sweep: busbw up to the fleet's expected busbw, else the fastest healthy (ok) pair; latency
+   * up to CH.LATENCY_SPAN times the median latency of the healthy pairs. {value, why}; value null with
+   * nothing measured. */
+  scaleTop(view) {
+    const ok = this.codes.indexOf("ok");
+    const healthy = (k) => this.status[k] === ok;
+    if (view === "busbw") {
+      if (this.expectedBusbw) return { value: this.expectedBusbw, why: "the fleet's expected busbw (its baseline)" };
+      let fastest = null;
+      for (let k = 0; k < this.busbw.length; k++) if (healthy(k) && Number.isFinite(this.busbw[k])) fastest = Math.max(fastest || 0, this.busbw[k]);
+      return { value: fastest, why: "the fastest healthy pair" };
+    }
+    const mid = CH.median(CH.sampleFigures(this.latency, healthy));
+    return { value: mid ? CH.LATENCY_SPAN * mid : null, why: `${CH.LATENCY_SPAN} x the healthy pairs' median` };
   }
 
   /* The sweep's findings, indexed by the cells they are about (CH.findingCells): read by the tooltip and the marks. */
@@ -372,13 +415,22 @@ class SweepMatrix {
     const swatch = (c) => `<span class="swatch-item" data-status="${c}"><i class="swatch" style="background:${CH.STATUS_COLORS[c]}"></i>${c} <b>${counts[c]}</b></span>`;
     this.legendEl.dataset.view = this.view;
     if (this.view === "status") {
-      const marked = this.findingsByPair && (this.findingsByPair.size || this.findingsByNode.size) ? ' <span class="muted">! a finding names this pair: hover it.</span>' : "";
-      this.legendEl.innerHTML = this.codes.map(swatch).join("") + marked;
+      // The statuses on the figure, the failures first under their total: a timed-out or offline pair
+      // is a failure too, so "failed 0" never stands beside a pink cell.
+      const present = this.codes.filter((c) => counts[c]);
+      const failing = present.filter((c) => CH.KEPT_ON_FIGURES.includes(c));
+      const total = failing.reduce((n, c) => n + counts[c], 0);
+      const marked = this.findingsByPair && (this.findingsByPair.size || this.findingsByNode.size) ? ' <span class="muted">! a fail or warn finding names this pair: hover it.</span>' : "";
+      this.legendEl.innerHTML = `<span class="legend-group" data-failures="${total}">failures <b>${total}</b>${failing.length ? ":" : ""}</span> ` +
+        failing.map(swatch).join("") + ' <span class="legend-group">others:</span> ' +
+        present.filter((c) => !failing.includes(c)).map(swatch).join("") + marked;
       return;
     }
+    const top = this.scaleTop(this.view);
+    const range = top.value ? `, from 0 to ${CH.fmt(top.value, this.view === "busbw" ? 2 : 0)} (${top.why})` : "";
     const scale = this.view === "busbw"
-      ? "busbw in GB/s (scale on the right): dark purple is slow, yellow is fast"
-      : "latency in µs (scale on the right): yellow is quick, dark blue is slow";
+      ? `busbw in GB/s${range}: dark purple is slow, yellow is fast`
+      : `latency in µs${range}: yellow is quick, dark blue is slow`;
     const kept = CH.KEPT_ON_FIGURES.filter((c) => counts[c]);
     this.legendEl.innerHTML = `<span class="scale-note" data-scale>${scale}.</span>` +
       (kept.length ? ` <span class="muted">No figure, status colour kept (×):</span> ${kept.map(swatch).join("")}` : "") +
@@ -499,6 +551,7 @@ class GroupPanel {
   loadState(state) {
     if (this.sweepId !== state.sweep) { this.closeDrill(); this.data = null; }
     this.sweepId = state.sweep;
+    this.expectedBusbw = state.expected_busbw_gbps || null;
     this.sizeNote = state.matrix ? "" : `This sweep has more nodes than the ${state.node_matrix_max_nodes} a node matrix shows (CLUSTER_HEALTH_NODE_MATRIX_MAX_NODES): click a cell for the nodes of its two groups.`;
     if (state.groups) { this.detailsEl.open = true; return this.load(state.groups); }
     return this.detailsEl.open ? this.refresh() : Promise.resolve();
@@ -548,7 +601,13 @@ class GroupPanel {
       // A cell with no busbw (its pairs all failed, timed out or went offline) keeps its worst status's colour.
       const unmeasured = Uint8Array.from(this.worst, (w, k) => (Number.isNaN(this.median[k]) ? w : 0));
       const overlay = { values: unmeasured, codes: this.codes, colors: CH.STATUS_COLORS, kept: CH.KEPT_ON_FIGURES };
-      opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, overlay, ...common };
+      // Anchored as the node matrix's: 0 to the fleet's expected busbw, else the fastest median.
+      const top = () => {
+        let fastest = 0;
+        for (const v of this.median) if (Number.isFinite(v)) fastest = Math.max(fastest, v);
+        return this.expectedBusbw || fastest || null;
+      };
+      opts = { kind: "continuous", colorscale: "Viridis", unit: "GB/s", zmin: 0, zmax: top, overlay, ...common };
       values = this.median;
     }
     if (view === "failing") {
@@ -598,6 +657,7 @@ class GroupPanel {
         this.drillEl.hidden = false;
         this.drillEl.querySelector("[data-drill-title]").textContent = wanted.length === 1 ? `Inside ${wanted[0]}` : `${wanted[0]} ↔ ${wanted[1]}`;
         if (!this.drillMatrix) this.drillMatrix = new CH.SweepMatrix(this.drillEl, { pairUrl: this.opts.pairUrl });
+        this.drillMatrix.setExpected(this.expectedBusbw);
         this.drillGroups = wanted;
         return this.drillMatrix.load(m).then(() => { this.root.dataset.drilled = wanted.join(" "); });
       })
