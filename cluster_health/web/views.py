@@ -29,6 +29,7 @@ from cluster_health.core import consistency, culprits, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents, gpus, health, matrices, scales
+from cluster_health.shapes.findings import chain_lines
 from cluster_health.sweeps import waiting
 from cluster_health.web import times
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
@@ -636,7 +637,7 @@ def finding_detail(request, sweep_id: int, finding_id: int):
             "finding": finding,
             "sweep": finding.sweep,
             "support": support,
-            "chain": (finding.detail or {}).get("evidence") or [],
+            "chain": chain_lines((finding.detail or {}).get("evidence")),
             "next_step": (finding.detail or {}).get("next_step"),
         },
     )
