@@ -92,35 +92,68 @@ def test_it_blames_a_host_whose_agent_is_stopped(bed, stack):
     record_cell("agent stopped", max(times.values()), dead[0], "3 pairs offline (agent_offline), fail finding on host4")
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, stack):
-    # Agents registered by host name, as many clusters do; on host1 and host3 each other's
-    # name resolves to an address nobody has (a stale /etc/hosts line).
-    for name in ("host1", "host3"):
-        restart_agent(bed, stack, name, address=name)
-    wait_online(NAMES, address={"host1": "host1", "host3": "host3"})
-    injected = time.monotonic()
-    bed.misresolve("host1", "host3", NOWHERE)
-    bed.misresolve("host3", "host1", NOWHERE)
+    """Two address faults in one sweep: a peer name resolving wrongly, and host2 advertising its dead NIC."""
     try:
+        # Agents registered by host name, as many clusters do; on host1 and host3 each other's
+        # name resolves to an address nobody has (a stale /etc/hosts line).
+        for name in ("host1", "host3"):
+            restart_agent(bed, stack, name, address=name)
+        # host2's agent advertises the address of a second NIC on a dead network (--address set to it).
+        # host2 hosts the store for host3 and host4 (rank 0), which cannot reach it; it dials host1 from eth0.
+        dead = bed.add_dead_interface("host2")
+        restart_agent(bed, stack, "host2", address=dead)  # its facts, read at start, show eth1
+        wait_online(NAMES, address={"host1": "host1", "host3": "host3", "host2": dead})
+        injected = time.monotonic()
+        bed.misresolve("host1", "host3", NOWHERE)
+        bed.misresolve("host3", "host1", NOWHERE)
         sweep = fast_sweep(stack, NAMES, injected)
-        times = sweep.time_to_cells(("host1", "host3"))
+        times = sweep.time_to_cells(("host1", "host3"), ("host2", "host3"), ("host2", "host4"))
         rc, report = sweep.report()
     finally:
+        bed.remove_dead_interface("host2")
         for name in ("host1", "host3"):
             bed.host(name).extra_hosts.clear()
             bed.write_hosts_file(bed.host(name))
+        for name in ("host1", "host2", "host3"):
             restart_agent(bed, stack, name)
     assert rc == 2, report
     p = cell(report, "host1", "host3")
     assert p["status"] in ("failed", "timeout") and p["reason"] in ("dns", "unreachable"), p
     assert NOWHERE in p["hint"], p
-    assert {q["status"] for q in others(report, ("host1", "host3"))} == {"ok"}
+    unroutable = [("host2", "host3"), ("host2", "host4")]
+    for link in unroutable:
+        q = cell(report, *link)
+        assert q["status"] in ("failed", "timeout") and q["stage"] == "connect", q
+        assert q["evidence"]["confirmation"]["outcome"] == "confirmed", q["evidence"]["confirmation"]
+    assert {q["status"] for q in others(report, ("host1", "host3"), *unroutable)} == {"ok"}, report["pairs"]
+    # One line for host2, naming the address, how each peer failed on it and the address that works.
+    said = [f for f in report["findings"] if f["subject"] == "host2" and f["severity"] == "fail"]
+    assert [f["code"] for f in said] == ["unroutable_address"], report["findings"]
+    text, eth0 = said[0]["text"], bed.host("host2").address
+    assert f"host2's advertised address {dead} (eth1) is unreachable from its peers (2 of 2 failed on it: " in text
+    for peer in ("host3", "host4"):
+        q = cell(report, "host2", peer)
+        assert f"{peer} {q['status']} at connect ({q['reason']})" in text, text
+    assert f"host2 connects out fine from eth0 ({eth0}) (to host1)" in text, text
+    assert f"--address {eth0}" in text and "GLOO_SOCKET_IFNAME=eth0" in text, text
+    assert sorted(said[0]["pairs"]) == ["host2<->host3", "host2<->host4"], said[0]
+    assert not [
+        f for f in report["findings"] if f["code"] in ("inbound_blocked", "link_failed") and "host2" in f["subject"]
+    ]
     record_cell(
         "peer name resolves wrongly",
         times[("host1", "host3")],
         p,
         f"{p['status']} at {p['stage']} ({p['reason']}), hint names {NOWHERE}",
+    )
+    record_cell(
+        "advertised address on a dead second NIC (host2)",
+        max(times[link] for link in unroutable),
+        cell(report, *unroutable[0]),
+        f"host2's 2 pairs as rank 0 fail at connect, confirmed; fail finding unroutable_address naming {dead} "
+        f"(eth1) and --address {eth0}",
     )
 
 
