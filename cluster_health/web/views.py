@@ -29,6 +29,7 @@ from cluster_health.core import consistency, culprits, fleet, matrix, merge
 from cluster_health.models import Finding, GroupProbe, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents, gpus, health, matrices, scales
+from cluster_health.shapes.compare import diff as sweep_diff
 from cluster_health.shapes.findings import chain_lines
 from cluster_health.sweeps import waiting
 from cluster_health.web import times
@@ -264,7 +265,7 @@ def compare(request):
     if before is None and after is None:
         before, after = default_comparison()
     same = before is not None and after is not None and before.pk == after.pk  # nothing to compare, say so
-    diff = matrix.build_diff(sweep_matrix(before), sweep_matrix(after)) if before and after and not same else None
+    diff = sweep_diff(sweep_matrix(before), sweep_matrix(after)) if before and after and not same else None
     recent = Sweep.objects.exclude(status__in=Sweep.OPEN_STATUSES).order_by("-created")[:200]
     return render(
         request,
@@ -286,7 +287,7 @@ def compare_state(request):
     before, after = _get_sweep_param(request, "a"), _get_sweep_param(request, "b")
     if not (before and after):
         return JsonResponse({"error": "a and b: two sweep ids are required"}, status=400)
-    return JsonResponse(matrix.build_diff(sweep_matrix(before), sweep_matrix(after)))
+    return JsonResponse(sweep_diff(sweep_matrix(before), sweep_matrix(after)))
 
 
 # The report's table lists every pair status, most severe first, with 0 where none had it.
@@ -313,7 +314,7 @@ def report(request, sweep_id: int):
     )
     after_matrix = sweep_matrix(after)  # each sweep's matrix decoded once for the diff and the counts
     before_matrix = sweep_matrix(before) if before else None
-    diff = matrix.build_diff(before_matrix, after_matrix) if before_matrix else None
+    diff = sweep_diff(before_matrix, after_matrix) if before_matrix else None
     after_counts = matrix.status_counts(after_matrix)
     before_counts = matrix.status_counts(before_matrix) if before_matrix else None
     go, gate = go_no_go(after)

@@ -134,7 +134,7 @@ def test_compare_opens_on_the_latest_two_and_the_report_on_its_gate(operator_pag
     broke, changed = (tuple(map(int, re.findall(r"\d+", colours[k]))) for k in ("broke", "changed"))
     assert sum((x - y) ** 2 for x, y in zip(broke, changed)) ** 0.5 > 150, colours
     assert "t1 ↔ t2" in page.locator("[data-broke]").inner_text()
-    assert "t2 ↔ t3: ok → degraded" in page.locator("[data-changed]").inner_text()  # neither broke nor fixed: listed
+    assert "t2 ↔ t3: ok → degraded" in page.locator("[data-regressed]").inner_text()  # still works, now slow
     shot(page, "compare-default")
     page.goto(f"{page.base}/sweeps/{second.pk}/report/?before={first.pk}")
     gate = page.locator("main > p.go-no-go")

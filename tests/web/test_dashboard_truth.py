@@ -122,10 +122,10 @@ def test_compare_defaults_to_the_latest_two_sweeps_and_lists_every_changed_pair(
     after = make_sweep(nodes, {("c1", "c3"): {"status": "degraded", "busbw_gbps": 0.5}})
     html = viewer.get(reverse("compare")).content.decode()
     assert f"?a={before.pk}&amp;b={after.pk}" in html or f"?a={before.pk}&b={after.pk}" in html
-    fixed = html[html.index("data-fixed") : html.index("data-changed")]
+    fixed = html[html.index("data-fixed") : html.index("data-transient")]
     assert "c1 ↔ c2" in fixed and "c2 ↔ c3" in fixed  # a failure and a slow pair recovered
-    changed = html[html.index("data-changed") :]
-    assert "c1 ↔ c3</a>: ok → <b>degraded" in changed
+    regressed = html[html.index("data-regressed") : html.index("data-fixed")]
+    assert "c1 ↔ c3</a>: ok → <b>degraded" in regressed  # a regression, not "changed otherwise"
     same = viewer.get(reverse("compare"), {"a": after.pk, "b": after.pk}).content.decode()
     assert "data-same-sweep" in same and "plot-change" not in same
 

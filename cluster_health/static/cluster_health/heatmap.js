@@ -44,7 +44,8 @@ CH.median = function (xs) {
 // The latency scale is darkest at this many times the sweep's median healthy latency: noise (one pair
 // at 1.7x its peers) reads a shade darker, not darkest; a link several times slower reads dark.
 CH.LATENCY_SPAN = 3;
-CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00" };
+CH.DIFF_COLORS = { absent: "#eeeeee", same: "#d9d9d9", broke: "#d55e00", fixed: "#009e73", changed: "#e69f00",
+  regressed: CH.STATUS_COLORS.degraded, transient: CH.STATUS_COLORS.transient };
 
 CH.decode = function (b64, Type) {
   const bin = atob(b64);
