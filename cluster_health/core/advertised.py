@@ -79,6 +79,14 @@ def _ipv4(iface: Mapping[str, Any]) -> str | None:
     return next((a for a in iface.get("addresses") or [] if isinstance(a, str) and ":" not in a), None)
 
 
+def _resolved_here(address: str, facts: Mapping[str, Any] | None) -> list[str]:
+    """What the node's own name resolves to on the node (its facts), where the advertised address is that name."""
+    host = (facts or {}).get("host")
+    if not isinstance(host, dict) or address not in (host.get("hostname"), host.get("fqdn")):
+        return []
+    return sorted(a for a in host.get("resolves_to") or [] if isinstance(a, str))
+
+
 def _failed_dial(p: Mapping[str, Any]) -> bool:
     """Whether the peer's dial to the node's store failed, or the node could not bind the address at all."""
     if p["status"] not in BAD:
@@ -118,9 +126,10 @@ def _on_peers_network(address: str, ifaces: list[dict[str, Any]], peer_addresses
 
 
 def _how(p: Mapping[str, Any], node: str) -> str:
-    """How one peer failed on the address: "host3 timeout at connect (connect_timeout)"."""
-    who = node if (p.get("stage"), p.get("reason")) == NOT_HERE else p["b"]
-    return f"{who} {p['status']} at {p.get('stage')} ({p.get('reason')})"
+    """How one peer failed on the address: "host3 timeout at connect (connect_timeout)", or the node's own refusal."""
+    if (p.get("stage"), p.get("reason")) == NOT_HERE:
+        return f"{node} itself {p['status']} at {p.get('stage')} ({p.get('reason')}) with {p['b']}"
+    return f"{p['b']} {p['status']} at {p.get('stage')} ({p.get('reason')})"
 
 
 def _unroutable(
@@ -149,15 +158,15 @@ def _unroutable(
     used = Counter(_side(p, "b").get("interface") for p in outbound if _side(p, "b").get("interface"))
     working_iface = used.most_common(1)[0][0] if used else None
     working = next((_ipv4(i) for i in ifaces if i["name"] == working_iface), None) if working_iface else None
-    bound = sorted({a for p in failed if (a := _store_address(_side(p, "a")))})
+    # What the address is on the node itself: where its store listened, else what its own name resolves to there.
+    bound = sorted({a for p in failed if (a := _store_address(_side(p, "a")))}) or _resolved_here(address, facts)
     tried = sorted({a for p in failed if (a := _store_address(_side(p, "b")))} - {address})
     if is_loopback(address):
         problem = "it is a loopback address, so each peer dialled its own host"
-    elif bound and all(is_loopback(a) for a in bound) and not all(is_loopback(a) for a in tried):
-        problem = (
-            f"it resolves on {node} to {', '.join(bound)} (loopback), so its store listened there while its peers "
-            f"dialled {', '.join(tried) or address}"
-        )
+    elif bound and all(is_loopback(a) for a in bound) and not (tried and all(is_loopback(a) for a in tried)):
+        problem = f"it resolves on {node} to {', '.join(bound)} (loopback)"
+        if tried:
+            problem += f", where its store listened while its peers dialled {', '.join(tried)}"
     elif any((p.get("stage"), p.get("reason")) == NOT_HERE for p in failed) or (ifaces and _ip(address) and on is None):
         have = sorted({a for i in ifaces for a in i.get("addresses") or [] if not is_loopback(a)})
         problem = f"it is not an address of {node}" + (f" (it has {', '.join(have)})" if have else "")

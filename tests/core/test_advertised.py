@@ -83,9 +83,25 @@ def test_it_names_a_name_that_resolves_to_loopback_on_the_node_itself():
     found = advertised.unroutable_addresses(addresses, facts(), pairs)
     assert codes(found) == [("unroutable_address", "n2")]
     text = found[0]["text"]
-    said = "it resolves on n2 to 127.0.1.1 (loopback), so its store listened there while its peers dialled 10.0.0.2"
+    said = "it resolves on n2 to 127.0.1.1 (loopback), where its store listened while its peers dialled 10.0.0.2"
     assert said in text, text
     assert "--address 10.0.0.2" in text, text
+
+
+def test_it_names_its_own_name_resolving_to_loopback_where_it_would_not_bind_it():
+    # n2 advertises its hostname, which its hosts file maps to 127.0.1.1: not an address lo carries here,
+    # so n2 refused to bind it (interface_missing) before any peer dialled.
+    addresses, pairs = sweep("n2", "n2", how=("failed", "resolve", "interface_missing"))
+    for p in pairs:
+        if p["a"] == "n2":
+            p["evidence"] = None
+    known = facts()
+    known["n2"]["host"] = {"hostname": "n2", "resolves_to": ["127.0.1.1"], "loopback": True}
+    found = advertised.unroutable_addresses(addresses, known, pairs)
+    assert codes(found) == [("unroutable_address", "n2")]
+    text = found[0]["text"]
+    assert "(2 of 2 failed on it: n2 itself failed at resolve (interface_missing) with n3, n2 itself" in text, text
+    assert ": it resolves on n2 to 127.0.1.1 (loopback). Fix: start n2's agent with --address 10.0.0.2" in text, text
 
 
 def test_it_names_an_address_the_node_does_not_have():
@@ -96,7 +112,7 @@ def test_it_names_an_address_the_node_does_not_have():
     found = sweep_findings(addresses, facts(), pairs)
     assert codes(found) == [("unroutable_address", "n2")], found
     text = found[0]["text"]
-    assert "n2 failed at resolve (interface_missing)" in text, text
+    assert "n2 itself failed at resolve (interface_missing) with n3" in text, text
     assert "it is not an address of n2 (it has 10.0.0.2)" in text and "--address 10.0.0.2" in text, text
 
 
