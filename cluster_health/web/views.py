@@ -56,6 +56,7 @@ def sweep_state(request, sweep_id: int):
     summary["last_complete"] = _last_complete(before=sweep.created) if sweep.is_open else None
     # The throughput view's colour scale runs from 0 to this, so a healthy sweep reads as healthy.
     summary["expected_busbw_gbps"] = scales.expected_busbw(sweep)
+    summary["finished_text"] = times.absolute(sweep.finished) if sweep.finished else None  # "ended ..."
     if matrices.node_matrix_shown(sweep):
         summary["grouped"] = matrices.has_groups(sweep)
         views = {"matrix": matrices.matrix_text(sweep)}

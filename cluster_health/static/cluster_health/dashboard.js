@@ -82,6 +82,16 @@
       set("progress[data-progress-bar]", (el) => { el.max = meta.progress.pairs_total || 1; el.value = meta.progress.pairs_done; });
     }
     if (meta.status && !OPEN.includes(meta.status)) set("[data-open-only]", (el) => { el.hidden = true; });
+    // When the sweep ended and how long ago, in the server's format (finished_text) and the pages' one clock.
+    if (meta.status) {
+      set("[data-sweep-ended]", (el) => {
+        el.hidden = OPEN.includes(meta.status) || !meta.finished;
+        if (el.hidden) return;
+        const at = CH.esc(meta.finished), text = CH.esc(meta.finished_text);
+        el.innerHTML = `ended <time datetime="${at}">${text}</time>, <time datetime="${at}" data-ago title="${text}"></time>`;
+        CH.refreshAges(el);
+      });
+    }
   }
 
   /* The last complete sweep, beside an open one: its matrix and findings, read once, never live. */
