@@ -138,7 +138,7 @@ def _unroutable(
     facts: Mapping[str, Any] | None,
     mine: list[dict[str, Any]],
     pairs_of: Mapping[str, list[dict[str, Any]]],
-    peer_addresses: list[str],
+    addresses: Mapping[str, str],
 ) -> dict[str, Any] | None:
     """The finding for one node, or None when its peers reach its address or the address is not the cause."""
     # Offline pairs say nothing about the address: the peer's agent was silent.
@@ -147,11 +147,14 @@ def _unroutable(
     if not failed or len(failed) != len(inbound):
         return None  # a peer reached the address: it routes
     peers = {p["b"] for p in failed}
+    if all(is_loopback(addresses.get(peer)) for peer in peers):
+        return None  # its peers share its host (loopback agents): loopback is where they meet
     elsewhere = all(
         any(q["status"] in PASSED and node not in (q["a"], q["b"]) for q in pairs_of.get(peer, ())) for peer in peers
     )
     if not elsewhere and len(pairs_of) > 2:
         return None  # the peers fail with others too: the fault is theirs
+    peer_addresses = [a for n, a in addresses.items() if n != node and _ip(a)]
     outbound = [p for p in mine if p["b"] == node and _connected_out(p)]
     ifaces = _interfaces(facts)
     on = next((i for i in ifaces if address in (i.get("addresses") or [])), None)
@@ -192,7 +195,8 @@ def _unroutable(
     if working_iface:
         fix += f"; jobs on {node}: GLOO_SOCKET_IFNAME={working_iface} NCCL_SOCKET_IFNAME={working_iface}"
     shown = address + (f" ({on['name']})" if on is not None else "")
-    fails = ", ".join(_how(p, node) for p in failed)
+    more = f" and {len(failed) - culprits.MAX_LISTED} more" if len(failed) > culprits.MAX_LISTED else ""
+    fails = ", ".join(_how(p, node) for p in failed[: culprits.MAX_LISTED]) + more
     text = (
         f"{node}'s advertised address {shown} is unreachable from its peers ({len(failed)} of {len(inbound)} "
         f"failed on it: {fails}): {problem}. Fix: {fix}"
@@ -232,8 +236,7 @@ def unroutable_addresses(
     for node in sorted(addresses):
         if not addresses[node] or node not in pairs_of:
             continue
-        peer_addresses = [a for n, a in addresses.items() if n != node and a and _ip(a)]
-        found = _unroutable(node, addresses[node], facts.get(node), pairs_of[node], pairs_of, peer_addresses)
+        found = _unroutable(node, addresses[node], facts.get(node), pairs_of[node], pairs_of, addresses)
         if found is not None:
             out.append(found)
     return out

@@ -3,7 +3,7 @@
 from itertools import combinations
 
 from cluster_health.core import advertised, culprits, verdicts
-from tests.support.advertised_pairs import NODES, PORT, facts_of, interface, probe
+from tests.support.advertised_pairs import NODES, PORT, UNREACHABLE, facts_of, interface, probe
 from tests.support.advertised_pairs import advertising as sweep
 
 REFUSED = ("failed", "connect", "refused")
@@ -174,8 +174,18 @@ def test_without_facts_a_second_interface_is_not_guessed():
     assert codes(sweep_findings(addresses, {}, pairs)) == [("inbound_blocked", "n2")]
 
 
-def test_the_loopback_agents_of_one_machine_are_left_alone():
-    nodes = ["n1", "n2", "n3"]
+def test_the_loopback_agents_of_one_machine_are_left_alone_even_when_a_pair_fails():
+    nodes = ["n1", "n2", "n3", "n4"]
     addresses = {n: "127.0.0.1" for n in nodes}
-    pairs = [probe(a, b, addresses) for a, b in combinations(nodes, 2)]
+    pairs = [probe(a, b, addresses, REFUSED if a == "n2" else None) for a, b in combinations(nodes, 2)]
     assert advertised.unroutable_addresses(addresses, {n: facts_of(n) for n in nodes}, pairs) == []
+
+
+def test_a_large_fleet_lists_the_first_peers_and_counts_the_rest():
+    nodes = [f"n{i}" for i in range(1, 21)]
+    addresses = {n: f"10.0.0.{n[1:]}" for n in nodes}
+    addresses["n2"] = "10.9.0.2"
+    pairs = [probe(a, b, addresses, UNREACHABLE if a == "n2" else None) for a, b in combinations(nodes, 2)]
+    found = advertised.unroutable_addresses(addresses, {"n2": facts_of("n2", "10.9.0.2")}, pairs)
+    assert len(found[0]["pairs"]) == 18 and "(18 of 18 failed on it: n3 failed at connect" in found[0]["text"]
+    assert "n14 failed at connect (unreachable) and 6 more): it is on eth1" in found[0]["text"], found[0]["text"]
