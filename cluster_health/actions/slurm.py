@@ -213,6 +213,10 @@ def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
     for drain in SlurmDrain.objects.filter(status="drained", node__in=passing_nodes(sweep)).select_related("sweep"):
         if drain.sweep_id and drain.sweep_id > sweep.pk:
             continue  # drained by a newer sweep than this one
+        if any(drain.node in nodes for _, nodes in newer):
+            # As for a drain: a newer finished sweep of this node decides (it may have blamed it again).
+            done.append(f"left {drain.slurm_node}: sweep #{sweep.pk} is not this node's newest")
+            continue
         if drain.sweep and (drain.sweep.kind == "gpu") != (sweep.kind == "gpu"):
             continue  # a GPU problem is cleared by a GPU check, a network one by a network sweep
         current = node_state(drain.slurm_node)

@@ -121,6 +121,25 @@ def test_a_replayed_or_late_task_for_an_old_sweep_never_drains_a_node_a_newer_sw
 
 
 @pytest.mark.django_db
+def test_a_late_resume_task_for_an_older_passing_sweep_never_resumes_a_node_a_newer_sweep_blamed(slurmctld, settings):
+    """A drained node passes sweep 2, fails again in sweep 3 (still drained: no second drain), then sweep 2's
+    task runs late: it speaks for a sweep that is no longer the node's newest, so the node stays drained."""
+    from cluster_health.actions import tasks
+
+    settings.SLURM_ACTIONS = "drain"
+    first = dead_c()
+    assert tasks.slurm_actions(first.pk) == ["drained node-c"]
+    passing = finished_sweep(NODES)
+    blamed_again = dead_c()
+    assert tasks.slurm_actions(blamed_again.pk) == []  # drained already, by the first
+    assert tasks.slurm_actions(passing.pk) == [f"left node-c: sweep #{passing.pk} is not this node's newest"]
+    assert slurmctld.sinfo_states()["node-c"][0].startswith("drain")
+    assert SlurmDrain.objects.get().status == "drained"
+    cleared = finished_sweep(NODES)  # the node passing now is resumed
+    assert tasks.slurm_actions(cleared.pk) == ["resumed node-c"]
+
+
+@pytest.mark.django_db
 def test_a_node_not_heard_from_is_never_drained(slurmctld):
     """Not hearing a node is the server's trouble (its agent, the broker, a queue): a warning, never a drain."""
     silent = finished_sweep(NODES, {("gpu-a", "gpu-c"): "offline", ("gpu-b", "gpu-c"): "offline"}, [C_OFFLINE])
