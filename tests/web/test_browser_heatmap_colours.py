@@ -8,6 +8,8 @@
   the failure colours.
 """
 
+import re
+
 import pytest
 
 from cluster_health.models import Baseline, BaselinePair, Finding, PairProbe
@@ -48,6 +50,11 @@ def test_a_healthy_sweep_reads_healthy_and_a_figure_keeps_its_colour(viewer_page
     noisy = {("host1", "host2"): 690.0, ("host3", "host4"): 395.0}
     plain = four_host_sweep(nodes, {("host1", "host2"): 0.45}, noisy)
     open_sweep(page, plain)
+    # The header says when it ended and how long ago, as rewritten from state.json by the page's script.
+    ended = page.locator("[data-sweep-ended]")
+    assert ended.is_visible() and re.fullmatch(
+        r"ended \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, \d+ s ago", ended.inner_text()
+    )
     show_view(page, "busbw")
     cell = page.evaluate(CELL, ["host1", "host3"])
     # From 0 (not the sweep's minimum) to its fastest healthy pair: 0.42 of 0.45 is near the fast end.
