@@ -147,16 +147,19 @@ def hostname_check(host: dict[str, Any], environ: Mapping[str, str] | None = Non
 
 
 def version_checks(have: dict[str, Any], expected: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each version against what the cluster expects: one value, or several while an upgrade is declared."""
     out = []
     for key in ("torch", "cuda", "nccl"):
         want = expected.get(key)
-        if not want:
+        accepted = [str(v) for v in (want if isinstance(want, list) else [want]) if v]
+        if not accepted:
             continue
+        runs = " or ".join(accepted) + (" (a declared upgrade)" if len(accepted) > 1 else "")
         got = have.get(key)
         if got is None:
-            out.append(check(f"{key}_version", FAIL, f"{key} {want} expected; none found on this node"))
-        elif str(got) != str(want):
-            out.append(check(f"{key}_version", FAIL, f"{key} {got} here, the cluster runs {want}"))
+            out.append(check(f"{key}_version", FAIL, f"{key} {runs} expected; none found on this node"))
+        elif str(got) not in accepted:
+            out.append(check(f"{key}_version", FAIL, f"{key} {got} here, the cluster runs {runs}"))
         else:
             out.append(check(f"{key}_version", PASS, f"{key} {got}"))
     return out
@@ -212,14 +215,54 @@ def verdict(checks: list[dict[str, Any]]) -> str:
 # -- gathering and the command -----------------------------------------------------
 
 
+class ServerAnswerError(ValueError):
+    """The server's answer is not the expected set (a proxy's page, a truncated body, a server bug)."""
+
+
+def _optional(doc: dict[str, Any], name: str, kinds: tuple[type, ...]) -> Any:
+    value = doc.get(name)
+    if value is not None and (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds):
+        raise ServerAnswerError(f"{name}: expected {' or '.join(k.__name__ for k in kinds)}")
+    return value
+
+
+def expected_from_answer(doc: Any) -> dict[str, Any]:
+    """GET /api/expected's answer checked field by field, as the expected set the checks read: versions
+    (each one value, or the values a declared upgrade accepts), interface, GPU count, and the node's
+    registration and heartbeat as the server sees them. Anything else raises ServerAnswerError."""
+    if not isinstance(doc, dict):
+        raise ServerAnswerError("expected a JSON object")
+    versions = _optional(doc, "versions", (dict,)) or {}
+    accepted = _optional(doc, "accepted", (dict,)) or {}
+    want: dict[str, Any] = {}
+    for key in ("torch", "cuda", "nccl", "driver"):
+        one = _optional(versions, key, (str,))
+        several = _optional(accepted, key, (list,))
+        if several is not None and not all(isinstance(v, str) for v in several):
+            raise ServerAnswerError(f"accepted.{key}: expected a list of strings")
+        want[key] = several or one
+    out: dict[str, Any] = {
+        "versions": want,
+        "interface": _optional(doc, "interface", (str,)),
+        "gpu_count": _optional(doc, "gpu_count", (int,)),
+    }
+    node = _optional(doc, "node", (dict,))
+    if node is not None:
+        out["node"] = {
+            "registered": _optional(node, "registered", (bool,)),
+            "online": _optional(node, "online", (bool,)),
+            "heartbeat_age_s": _optional(node, "heartbeat_age_s", (int, float)),
+        }
+    return out
+
+
 def fetch_expected(server: str, node: str, token: str | None) -> dict[str, Any]:
     url = server.rstrip("/") + "/api/expected?node=" + urllib.parse.quote(node)
     req = urllib.request.Request(url, headers={"Accept": "application/json"})
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     with urllib.request.urlopen(req, timeout=SERVER_TIMEOUT_S) as resp:
-        expected: dict[str, Any] = json.load(resp)
-    return expected
+        return expected_from_answer(json.load(resp))
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -241,9 +284,11 @@ def run_checks(args: argparse.Namespace) -> list[dict[str, Any]]:
         try:
             expected = fetch_expected(args.server, args.name, _token(args))
             node_status = expected.get("node")
-        except (OSError, ValueError) as exc:
-            # The server being down must not drain the fleet: the local checks still run.
-            checks.append(check("server", WARN, f"expected set not fetched from {args.server}: {exc}"))
+        except Exception as exc:
+            # Whatever went wrong talking to the server (down, a truncated body, a proxy's page, an answer
+            # of the wrong shape) is the server's trouble: a warning, and the local checks decide alone.
+            why = f"{type(exc).__name__}: {exc}"[:300]
+            checks.append(check("server", WARN, f"expected set not fetched from {args.server}: {why}"))
     versions = local_versions()
     want = expected.get("versions") or {}
     if want.get("nccl") and versions["torch"] and versions["nccl"] is None:

@@ -146,3 +146,78 @@ def test_it_warns_and_still_checks_locally_when_the_server_is_down():
     report = json.loads(run.stdout)
     assert report["checks"][0]["name"] == "server" and report["checks"][0]["status"] == "warn"
     assert any(c["name"] == "interfaces" for c in report["checks"])
+
+
+class MalformedServer:
+    """A real HTTP server on 127.0.0.1, in a thread, answering GET /api/expected with one malformed answer."""
+
+    def __init__(self, answer: str):
+        import http.server
+        import socket
+        import struct
+        import threading
+
+        def handle(handler: http.server.BaseHTTPRequestHandler) -> None:
+            if answer == "reset":  # RST instead of an answer, as a web process killed mid-request
+                handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                handler.close_connection = True
+                return
+            if answer == "slow":  # past the check's timeout, then nothing
+                self.released.wait(check.SERVER_TIMEOUT_S + 5)
+                return
+            body, kind = BODIES[answer]
+            handler.send_response(200)
+            handler.send_header("Content-Type", kind)
+            length = len(body) * (4 if answer == "truncated" else 1)
+            handler.send_header("Content-Length", str(length))
+            handler.end_headers()
+            handler.wfile.write(body)
+            handler.wfile.flush()
+            handler.close_connection = True
+
+        handler_class = type("Handler", (http.server.BaseHTTPRequestHandler,), {"do_GET": handle})
+        handler_class.log_message = lambda *a: None
+        self.released = threading.Event()
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
+
+
+GOOD = {"versions": {"torch": "1.0.0"}, "interface": None, "gpu_count": 0, "nodes": 3}
+BODIES = {
+    "truncated": (json.dumps(GOOD).encode(), "application/json"),
+    "list": (b"[]", "application/json"),
+    "null": (b"null", "application/json"),
+    "versions_a_string": (json.dumps({**GOOD, "versions": "2.5.1"}).encode(), "application/json"),
+    "gpu_count_a_string": (json.dumps({**GOOD, "gpu_count": "eight"}).encode(), "application/json"),
+    "node_a_list": (json.dumps({**GOOD, "node": ["n0"]}).encode(), "application/json"),
+    "version_an_object": (json.dumps({**GOOD, "versions": {"torch": {"v": 1}}}).encode(), "application/json"),
+    "html": (b"<!doctype html><html><body>502 Bad Gateway</body></html>", "text/html"),
+}
+
+
+@pytest.mark.parametrize("answer", [*BODIES, "reset", "slow"])
+def test_a_malformed_or_failed_answer_from_the_server_is_a_warning_never_a_failure(answer):
+    """A web restart mid-response, a proxy's error page or a server bug must not fail every node's
+    check at once (a prolog would drain the fleet): the local checks run and decide alone."""
+    with MalformedServer(answer) as server:
+        run = run_check("--json", "--server", server.url, "--no-agent", "--name", "n0")
+    assert "Traceback" not in run.stderr, run.stderr
+    report = json.loads(run.stdout)
+    first = report["checks"][0]
+    assert (first["name"], first["status"]) == ("server", "warn"), report
+    names = {c["name"] for c in report["checks"]}
+    assert "interfaces" in names and not names & {"torch_version", "gpus", "agent_heartbeat"}
+    local = [c for c in report["checks"] if c["name"] != "server"]
+    assert run.returncode == (1 if any(c["status"] == "fail" for c in local) else 0)
