@@ -362,7 +362,8 @@ def outcome(p: Mapping[str, Any]) -> str | None:
 
 
 def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The findings, with each slow node or slow link the pass confirmed raised to a fail (acted on).
+    """The findings, with each slow node or slow link the pass confirmed raised to a fail (acted on),
+    and each slow finding whose pairs all came out ``contended`` or ``transient`` lowered to info.
 
     Confirmed: at least one of the finding's pairs was probed again and every one the pass
     looked at came out ``confirmed`` (slow again, and not beside other traffic: a ``contended``
@@ -375,6 +376,10 @@ def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> 
     out = []
     for f in found:
         listed = [by_name[n] for n in f.get("pairs") or () if n in by_name]
+        if f["code"] in SLOW_CODES and listed and all(p["status"] in EXPLAINED for p in listed):
+            # Every pair behind it was slow only beside other work, or fine when probed again: never an alarm.
+            out.append({**f, "severity": "info", "text": f"{f['text']}; each of its pairs {_explained(listed)}"})
+            continue
         looked = [p for p in listed if outcome(p)]
         if f["code"] not in ACTED_SLOW or not looked or any(outcome(p) != "confirmed" for p in looked):
             out.append(f)
@@ -394,6 +399,14 @@ def confirmed_slow(found: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> 
         text = f"{f['text']}; confirmed, slow again when probed again ({', '.join(again)}{more})"
         out.append({**f, "severity": "fail", "text": text})
     return out
+
+
+EXPLAINED = ("contended", "transient")  # pair statuses that explain a slow finding away
+
+
+def _explained(listed: list[dict[str, Any]]) -> str:
+    said = sorted({p["status"] for p in listed})
+    return f"{' or '.join(said)}: not acted on"
 
 
 def _partners_agree(found: Mapping[str, Any], record: Mapping[str, Any]) -> bool:

@@ -36,7 +36,7 @@ HEAVIER = 0.2
 BUSY_STEAL = 0.1
 BUSY_NIC_SHARE = 0.5
 MIN_PEERS = 2  # peer links needed before a pair is compared with its peers at all
-MEASURED = ("ok", "degraded")  # pairs whose busbw is a figure of their link
+MEASURED = ("ok", "degraded", "contended")  # pairs whose busbw is a figure of their link
 
 
 def _share(value: Any) -> float | None:
