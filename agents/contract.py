@@ -27,7 +27,8 @@ TASK_PROBE = "agent.probe"  # server -> agent: run one probe half (kwargs: comma
 TASK_RESULT = "server.result"  # agent -> server: a probe half finished (kwargs: result)
 TASK_HEARTBEAT = "server.heartbeat"  # agent -> server: alive, with facts (kwargs: heartbeat)
 
-# Redis key under which rank 0 publishes the real port of its TCPStore.
+# Redis keys under which rank 0 publishes the real port of its TCPStore: PREFIX + rank 0's node + ":" + the
+# probe's rendezvous id (rendezvous_key), so a node's broker user writes only its own (cluster_health.queues.acl).
 RENDEZVOUS_KEY_PREFIX = "cluster-health:rdv:"
 
 # Vocabulary (docs/VOCABULARY.md): stable words used by the CLI JSON, the API and the tests.
@@ -150,6 +151,16 @@ def agent_unacked_keys(node_name: str) -> dict[str, str]:
         "unacked_index_key": f"unacked_index.{queue}",
         "unacked_mutex_key": f"unacked_mutex.{queue}",
     }
+
+
+def rendezvous_key(master_node: str, rendezvous_id: str) -> str:
+    """Where rank 0 of a probe, on ``master_node``, publishes its store's port (``*``: every such key of that node)."""
+    return f"{RENDEZVOUS_KEY_PREFIX}{check_node_name(master_node)}:{rendezvous_id}"
+
+
+def master_node(command: dict[str, Any]) -> str:
+    """The node of a probe command's rank 0: this node at rank 0, else the first of its peers (listed in rank order)."""
+    return str(command["node"] if command["rank"] == 0 else command["peers"][0]["name"])
 
 
 def agent_transport_options(node_name: str) -> dict[str, Any]:
@@ -331,12 +342,41 @@ def _bounded(val: Any, at: Any, depth: int, bounds: JsonBounds) -> Any:
     return out
 
 
+FACTS_VERSION_KEYS = ("torch", "cuda", "nccl", "driver", "cuda_driver", "python")
+
+
+def _facts_shape(facts: dict[str, Any]) -> None:
+    """The parts of facts the server compares across nodes have the shapes agents/facts.py gives them:
+    one node's odd value is refused here, never an error for every node that reads the fleet's."""
+    versions = facts.get("versions")
+    if versions is not None:
+        for key, value in _object(versions, "facts.versions").items():
+            wanted = (str,) if key in FACTS_VERSION_KEYS else (str, int, float, bool)
+            if value is not None and not isinstance(value, wanted):
+                raise ContractError(f"facts.versions.{key}: expected {'a string' if wanted == (str,) else 'a value'}")
+    interfaces = facts.get("interfaces")
+    if interfaces is not None and not isinstance(interfaces, list):
+        raise ContractError("facts.interfaces: expected a list")
+    for i, iface in enumerate(interfaces or []):
+        if (
+            not isinstance(iface, dict)
+            or not isinstance(iface.get("name"), str)
+            or not isinstance(iface.get("addresses", []), list)
+            or not all(isinstance(a, str) for a in iface.get("addresses") or [])
+        ):
+            raise ContractError(f"facts.interfaces[{i}]: expected an object with a name and a list of addresses")
+    gpus = facts.get("gpus")
+    if gpus is not None and not isinstance(_object(gpus, "facts.gpus").get("devices", []), list):
+        raise ContractError("facts.gpus.devices: expected a list")
+
+
 def validate_facts(facts: Any) -> dict[str, Any]:
     """A node's facts: a bounded JSON object (depth, entries, strings, encoded size), env at most MAX_FACTS_ENV."""
     out: dict[str, Any] = bounded_json(_object(facts, "facts"), "facts")
     env = out.get("env")
     if env is not None and (not isinstance(env, dict) or len(env) > MAX_FACTS_ENV):
         raise ContractError(f"facts.env: expected an object of at most {MAX_FACTS_ENV} variables")
+    _facts_shape(out)
     size = len(json.dumps(out, separators=(",", ":")))
     if size > MAX_FACTS_BYTES:
         raise ContractError(f"facts: {size} bytes, at most {MAX_FACTS_BYTES} allowed")
@@ -511,6 +551,8 @@ def validate_command(msg: Any) -> dict[str, Any]:
         out["peers"].append(
             {"name": check_node_name(p.get("name"), f"peers[{i}].name"), "address": _address(p, "address")}
         )
+    if out["rank"] > 0 and not out["peers"]:
+        raise ContractError("peers: a rank other than 0 needs its peers, rank 0 first (it reads rank 0's rendezvous)")
     out["last_stage"] = _choice(msg, "last_stage", LAST_STAGES, default="bandwidth")
     out["sizes"] = validate_sizes(msg.get("sizes", list(DEFAULT_SIZES)))
     out["iterations"] = _num(msg, "iterations", 1, MAX_ITERATIONS, integer=True, default=DEFAULT_ITERATIONS)

@@ -5,11 +5,13 @@ publishes what it got, so two probes never race for a "free" port. Two
 implementations: Redis (the agent, through the broker it already has) and
 by hand (`python -m agents pair`, where an engineer copies ADDR:PORT).
 
-Every node's broker user may write the rendezvous keys (a probe's ranks meet
-there), so a value is signed with the probe's own key, which the server puts in
-both ranks' signed commands: a value someone else wrote (a port pointing at their
-listener, a failure with text of their choosing) is ignored, and a rank that
-found only such values says so when it gives up.
+The key is named after rank 0's node (contract.rendezvous_key), and a node's
+broker user may write only the keys under its own name: no other node can
+write over, delete or expire a probe's rendezvous (deny the probe). The value
+is signed with the probe's own key too, which the server puts in both ranks'
+signed commands: a value that is not rank 0's (a probe of the same node's own
+making, a server without per-node keys) is ignored, and a rank that found only
+such values says so when it gives up.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.broker import redis_client
-from agents.contract import RENDEZVOUS_KEY_PREFIX
+from agents.contract import rendezvous_key
 
 # A cold probe imports torch (and CUDA) before its store can listen: 4.5 s on an idle H100 node
 # (docs/GPU.md), more on a busy one. The other ranks do not count the master's import against
@@ -69,15 +71,23 @@ class Rendezvous:
 
 
 class RedisRendezvous(Rendezvous):
-    """The port lives under RENDEZVOUS_KEY_PREFIX + id, with a TTL so nothing outlives the probe."""
+    """The port lives under rank 0's node and the probe's id (contract.rendezvous_key), with a TTL so
+    nothing outlives the probe. ``master``: rank 0's node, the only one whose broker user may write it."""
 
     def __init__(
-        self, url: str, rendezvous_id: str, ttl_s: float, poll_s: float = 0.05, secret: str | None = None
+        self,
+        url: str,
+        rendezvous_id: str,
+        ttl_s: float,
+        poll_s: float = 0.05,
+        secret: str | None = None,
+        *,
+        master: str,
     ) -> None:
         # The broker URL may be Celery's redis+socket:// form (agents inside network namespaces),
         # hold a password, or be rediss:// with the TLS files named in the environment.
         self.client = redis_client(url, socket_timeout=5, socket_connect_timeout=5)
-        self.key = RENDEZVOUS_KEY_PREFIX + rendezvous_id
+        self.key = rendezvous_key(master, rendezvous_id)
         self.ttl_ms = max(1000, int(ttl_s * 1000))
         self.poll_s = poll_s
         self.secret = secret.encode() if secret else None  # None: an older server's command, values unsigned
@@ -173,7 +183,7 @@ class ManualRendezvous(Rendezvous):
 
 
 def from_spec(spec: dict[str, Any], announce: Callable[[str, int], object] | None = None) -> Rendezvous:
-    """Build the rendezvous the runner described: {"kind": "redis", url, id, ttl_s} or {"kind": "manual", port}."""
+    """Build the rendezvous the runner described: {"kind": "redis", url, id, master, ttl_s, key} or {"kind": "manual", port}."""
     if spec.get("kind") == "redis":
-        return RedisRendezvous(spec["url"], spec["id"], spec["ttl_s"], secret=spec.get("key"))
+        return RedisRendezvous(spec["url"], spec["id"], spec["ttl_s"], secret=spec.get("key"), master=spec["master"])
     return ManualRendezvous(announce, spec.get("port"))

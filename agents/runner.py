@@ -74,6 +74,7 @@ def rendezvous_spec(command: dict[str, Any], broker_url: str | None, port: int |
             "kind": "redis",
             "url": broker_url,
             "id": command["rendezvous"],
+            "master": contract.master_node(command),  # the node whose broker user may write the key
             "ttl_s": command["deadline_s"] + 60,
             "key": command.get("rendezvous_key"),
         }

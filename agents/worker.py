@@ -211,12 +211,8 @@ class Agent:
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             report["error"] = str(e)[:2000]
         log.info("inspect %s: %d rank(s) of the job here", cmd["probe_id"], len(report.get("ranks") or []))
-        self.app.send_task(
-            hangs_contract.TASK_INSPECTION,
-            kwargs=self.signed(report, "inspection", "inspection"),
-            queue=contract.INGEST_QUEUE,
-            retry=True,
-            retry_policy=RESULT_RETRY,
+        self.send_to_ingest(
+            hangs_contract.TASK_INSPECTION, self.signed(report, "inspection", "inspection"), retry_policy=RESULT_RETRY
         )
         return report
 
@@ -310,14 +306,16 @@ class Agent:
             kwargs["auth"] = signing.sign(body, self.key, purpose)
         return kwargs
 
+    def send_to_ingest(self, task: str, kwargs: dict[str, Any], **options: Any) -> None:
+        """Send a task message to the server's ingest queue, whose consumer takes them in batches.
+
+        Appended onto the queue's list (Celery's anonymous exchange) without declaring the queue:
+        its binding is the server's, and a node's broker user may only append to the list.
+        """
+        self.app.send_task(task, kwargs=kwargs, queue=contract.INGEST_QUEUE, declare=[], retry=True, **options)
+
     def send_result(self, result: dict[str, Any]) -> None:
-        self.app.send_task(
-            contract.TASK_RESULT,
-            kwargs=self.signed(result, "result", "result"),
-            queue=contract.INGEST_QUEUE,  # the server's ingest consumer takes halves in batches
-            retry=True,
-            retry_policy=RESULT_RETRY,
-        )
+        self.send_to_ingest(contract.TASK_RESULT, self.signed(result, "result", "result"), retry_policy=RESULT_RETRY)
 
     # -- heartbeats ---------------------------------------------------------------
     def current_facts(self) -> dict[str, Any]:
@@ -345,12 +343,10 @@ class Agent:
 
     def send_heartbeat(self) -> None:
         # A short expiry: heartbeats queued while the server was down are worthless later.
-        self.app.send_task(
+        self.send_to_ingest(
             contract.TASK_HEARTBEAT,
-            kwargs=self.signed(self.heartbeat(), "heartbeat", "heartbeat"),
-            queue=contract.INGEST_QUEUE,
+            self.signed(self.heartbeat(), "heartbeat", "heartbeat"),
             expires=max(10.0, 3 * self.heartbeat_s),
-            retry=True,
             retry_policy=HEARTBEAT_RETRY,
         )
 

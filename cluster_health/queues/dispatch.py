@@ -282,7 +282,7 @@ def build_commands(
             "backend": sweep.backend,
             "bind_address": address,
             "master_address": members[0][1],
-            "peers": [p for p in peers if p["name"] != name],
+            "peers": [p for p in peers if p["name"] != name],  # in rank order: contract.master_node reads it
             "expires_at": expires_at,
             "lifetime_s": START_GRACE_S,
             "multi_group": bool(sweep.params.get("multi_group")),

@@ -11,6 +11,8 @@ whole state over HTTP, so frames are an optimisation and never the record.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -21,8 +23,16 @@ CLOSE_LOGGED_OUT = 4403
 
 
 def session_group(session_key: str) -> str:
-    """The group of one login session's sockets: told when the session logs out."""
-    return f"session.{session_key}"
+    """The group of one login session's sockets: told when the session logs out.
+
+    Named by an HMAC of the session key, never the key itself: channels_redis keeps a group's
+    members under a Redis key named after the group, and whoever can list Redis keys must not
+    find logins there.
+    """
+    from django.conf import settings
+
+    base = hmac.new(settings.SECRET_KEY.encode(), b"cluster-health session group v1", hashlib.sha256).digest()
+    return "session." + hmac.new(base, session_key.encode(), hashlib.sha256).hexdigest()[:40]
 
 
 def close_sessions_sockets(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:

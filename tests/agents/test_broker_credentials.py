@@ -15,7 +15,7 @@ from agents import broker, contract
 from agents.rendezvous import RedisRendezvous
 from cluster_health.queues import acl
 from devtools.services import ROOT, RedisServer, make_tls_files, python_env, spawn, stop_process, wait_until
-from tests.support.agent_fixtures import drain_until
+from tests.support.agent_fixtures import acl_broker, drain_until
 
 PASSWORD = "s3cret-Broker-pw-7f2c"
 SECURITY_DOC = Path(ROOT) / "docs" / "SECURITY.md"
@@ -34,18 +34,10 @@ def documented_agent_acl(node: str) -> str:
 @pytest.fixture
 def acl_redis(tmp_path):
     """Only named users: the server (everything) and two nodes' agents (the documented rule); the default user is off."""
-    server = RedisServer(
-        tmp_path / "acl",
-        users=(
-            "default off",
-            f"server on >{PASSWORD}-srv ~* &* +@all",
-            documented_agent_acl("sec0"),
-            documented_agent_acl("sec1"),
-        ),
-    )
-    server.start()
-    yield server
-    server.stop()
+    with acl_broker(
+        tmp_path / "acl", f"{PASSWORD}-srv", documented_agent_acl("sec0"), documented_agent_acl("sec1")
+    ) as server:
+        yield server
 
 
 @pytest.fixture
@@ -139,7 +131,7 @@ def test_the_agent_acl_refuses_what_agents_never_need(acl_redis):
             attempt()
     assert client.lpush("server.ingest", b"{}") == 1  # what it may do: send, and use its own keys
     assert client.lpush("agent.sec0", b"{}") == 1 and client.hset("unacked.agent.sec0", "t", b"x") == 1
-    assert client.set("cluster-health:rdv:abcdefgh", b"1")
+    assert client.set(contract.rendezvous_key("sec0", "abcdefgh"), b"1")  # its own probes' rendezvous
     client.close()
 
 
@@ -163,6 +155,8 @@ def test_an_agent_takes_and_acks_commands_as_its_own_broker_user(tmp_path, acl_r
         drain_until(server_url, lambda task, body: task == contract.TASK_HEARTBEAT, 30, environ=env)
         assert not server.hlen("unacked"), "the server's unacked hash was written"
         assert "NOPERM" not in log.read_text() and "No permissions" not in log.read_text(), log.read_text()[-3000:]
+        # Every command the agent ran was one its rule allows (Redis logs each one it refused).
+        assert not [e for e in server.acl_log() if e.get("username") == "agent-sec0"], server.acl_log()
     finally:
         server.close()
         stop_process(proc)
@@ -171,8 +165,8 @@ def test_an_agent_takes_and_acks_commands_as_its_own_broker_user(tmp_path, acl_r
 def test_probes_meet_at_their_rendezvous_as_the_agent_user_and_over_tls(acl_redis, tls_redis, tls_files, monkeypatch):
     monkeypatch.setenv("CLUSTER_HEALTH_REDIS_CA_FILE", str(tls_files.ca))  # a probe inherits the agent's environment
     for url in (acl_redis.url_for("agent-sec0", PASSWORD), tls_redis.url):
-        RedisRendezvous(url, "rdv-credentials-1", 30).publish("127.0.0.1", 29500)
-        assert RedisRendezvous(url, "rdv-credentials-1", 30).lookup(timeout=5) == 29500
+        RedisRendezvous(url, "rdv-credentials-1", 30, master="sec0").publish("127.0.0.1", 29500)
+        assert RedisRendezvous(url, "rdv-credentials-1", 30, master="sec0").lookup(timeout=5) == 29500
 
 
 def test_a_wrong_password_stops_the_agent_with_a_clear_message(acl_redis):

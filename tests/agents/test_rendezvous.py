@@ -16,7 +16,10 @@ pytestmark = pytest.mark.timeout(30)
 def pair_of(redis_url: str) -> tuple[RedisRendezvous, RedisRendezvous]:
     """Rank 0 and rank 1 of one probe, with the probe's key from its commands."""
     rdv, key = "r" + secrets.token_hex(8), secrets.token_hex(16)
-    return RedisRendezvous(redis_url, rdv, 30.0, secret=key), RedisRendezvous(redis_url, rdv, 30.0, secret=key)
+    return (
+        RedisRendezvous(redis_url, rdv, 30.0, secret=key, master="n0"),
+        RedisRendezvous(redis_url, rdv, 30.0, secret=key, master="n0"),
+    )
 
 
 def later(delay_s: float, fn) -> threading.Thread:
@@ -84,7 +87,9 @@ def test_values_another_node_planted_are_ignored_and_named_when_nothing_else_cam
     publisher = later(0.3, lambda: master.publish("127.0.0.1", 4242))  # rank 0's own value replaces it
     assert peer.lookup(5.0, pause_max_s=0.0) == 4242
     publisher.join()
-    wrong_key = RedisRendezvous(redis_url, master.key.rsplit(":", 1)[1], 30.0, secret=secrets.token_hex(16))
+    wrong_key = RedisRendezvous(
+        redis_url, master.key.rsplit(":", 1)[1], 30.0, secret=secrets.token_hex(16), master="n0"
+    )
     wrong_key.publish_failure("port_in_use", "signed with another probe's key")
     with pytest.raises(RendezvousTimeout):
         peer.lookup(0.3, pause_max_s=0.0)

@@ -17,7 +17,7 @@ from agents.probe import Probe, StageLog
 from agents.runner import TMP_PREFIX
 from cluster_health import vocabulary
 from devtools.probe_commands import loopback_pair, run_ranks
-from devtools.services import resident_kib  # noqa: F401  (re-exported for test modules)
+from devtools.services import RedisServer, resident_kib  # noqa: F401  (resident_kib: re-exported for test modules)
 
 SMALL_SIZES = [1024, 4096, 16384, 65536, 262144]
 SHORT_TIMEOUTS = {"resolve": 2.0, "connect": 2.0, "store": 6.0, "init": 6.0, "collective": 4.0, "bandwidth": 4.0}
@@ -142,3 +142,15 @@ def drain_until(url: str, predicate, timeout: float, environ: dict | None = None
         finally:
             messages.close()
     raise AssertionError(f"no matching message on {AGENT_TO_SERVER} within {timeout}s")
+
+
+@contextmanager
+def acl_broker(workdir: Path, server_password: str, *rules: str) -> Iterator[RedisServer]:
+    """A private Redis with named users only: ``server`` (everything, ``server_password``) and these ACL
+    rules (``agent-NAME on >PASSWORD ...``); the default user is off."""
+    server = RedisServer(workdir, users=("default off", f"server on >{server_password} ~* &* +@all", *rules))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

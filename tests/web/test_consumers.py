@@ -144,3 +144,31 @@ def test_logging_out_closes_the_sessions_open_pages_sockets(client, viewer, sett
     closed, still = async_to_sync(session_ends)()
     assert closed == {"type": "websocket.close", "code": consumers.CLOSE_LOGGED_OUT}
     assert still["type"] != "hello"
+
+
+def test_no_redis_key_names_a_pages_session(client, viewer, settings, redis_url):
+    """Channels keeps a group's members under a key named after the group; a node's broker user may not list
+    keys, but no key name carries the session id anyway: whoever read one would not hold a login."""
+    import redis
+
+    from tests.support.dashboard_rows import PASSWORD
+
+    settings.ALLOWED_HOSTS = ["testserver", "localhost"]
+    assert client.login(username="viewer", password=PASSWORD)
+    session_key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    cookie = f"{settings.SESSION_COOKIE_NAME}={session_key}".encode()
+
+    async def page_open_keys():
+        headers = [(b"cookie", cookie), (b"origin", b"http://localhost"), (b"host", b"localhost")]
+        page = WebsocketCommunicator(application, "/ws/sweeps/9/", headers=headers)
+        connected, _ = await page.connect()
+        assert connected and (await page.receive_json_from())["type"] == "hello"
+        listing = redis.Redis.from_url(redis_url)
+        names = [k.decode(errors="replace") for k in listing.scan_iter(count=1000)]
+        listing.close()
+        await page.disconnect()
+        return names
+
+    names = async_to_sync(page_open_keys)()
+    assert any("group" in name for name in names), names  # the page's groups are there
+    assert not [name for name in names if session_key in name]

@@ -2,7 +2,8 @@
 
 Copy each key file to its node (for example /etc/cluster-health/agent.key) and start
 the agent with `--key-file`. `--rotate` replaces a node's key, revoking the old one
-at once; `--revoke` revokes without a replacement (the node is shut out).
+at once; `--revoke` revokes without a replacement (the node is shut out): its key, and
+its broker user on the broker at REDIS_URL (deleted, its open connections closed).
 
 With `--broker URL` (the broker's URL without credentials), each node also gets a broker
 user of its own: DIR/NAME.acl is its Redis ACL line (cluster_health.queues.acl) with a
@@ -17,10 +18,12 @@ import secrets
 import urllib.parse
 from pathlib import Path
 
+import redis
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from agents import contract, signing
+from agents import broker, contract, signing
 from cluster_health.models import AgentKey
 from cluster_health.queues import acl
 
@@ -32,7 +35,9 @@ class Command(BaseCommand):
         parser.add_argument("names", nargs="+", metavar="NAME", help="node names (the agents' --name)")
         parser.add_argument("--out", help="directory for the key files (created 0700 if missing)")
         parser.add_argument("--rotate", action="store_true", help="replace existing keys (the old ones stop at once)")
-        parser.add_argument("--revoke", action="store_true", help="revoke the nodes' keys; write nothing")
+        parser.add_argument(
+            "--revoke", action="store_true", help="revoke the nodes' keys and delete their broker users; write nothing"
+        )
         parser.add_argument(
             "--broker",
             metavar="URL",
@@ -55,6 +60,7 @@ class Command(BaseCommand):
                 for key in AgentKey.objects.filter(node_name=name, revoked_at__isnull=True):
                     key.revoke()
                 self.stdout.write(f"{name}: {count} key(s) revoked")
+            self._remove_broker_users(names)
             return
         if not out:
             raise CommandError("--out DIR: where to write the key files")
@@ -76,6 +82,32 @@ class Command(BaseCommand):
             if base is not None:
                 _write_broker_user(directory, name, base)
                 self.stdout.write(f"{name}: broker user {acl.user_name(name)} written to {name}.acl and {name}.broker")
+
+    def _remove_broker_users(self, names: list[str]) -> None:
+        """Delete each node's broker user on the broker, now: its open connections are closed, and it can
+        log in no more (a revoked key alone would leave it reading its queue and sending to ingest)."""
+        client = broker.redis_client(settings.REDIS_URL, socket_connect_timeout=5, socket_timeout=5)
+        users = " ".join(acl.user_name(n) for n in names)
+        try:
+            for name in names:
+                user = acl.user_name(name)
+                if client.acl_getuser(user) is None:
+                    self.stdout.write(f"{name}: no broker user {user} on the broker")
+                    continue
+                killed = client.execute_command("CLIENT", "KILL", "USER", user)
+                client.acl_deluser(user)
+                self.stdout.write(f"{name}: broker user {user} deleted, {killed} connection(s) closed")
+            try:
+                client.acl_save()
+            except redis.ResponseError:  # users given as --user options or in redis.conf, not an aclfile
+                self.stderr.write(f"the broker has no ACL file: remove {users} where its users are configured")
+        except redis.RedisError as exc:
+            raise CommandError(
+                f"keys revoked, but the broker users were not removed ({broker.redact(str(exc))}): "
+                f"run ACL DELUSER {users} on the broker"
+            ) from None
+        finally:
+            client.close()
 
 
 def _broker_base(url: str) -> urllib.parse.SplitResult:
