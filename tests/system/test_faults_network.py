@@ -12,7 +12,17 @@ import time
 
 import pytest
 
-from tests.support.fault_bed import agent_bed, cell, fast_sweep, fault, others, record, record_cell, restart_agent
+from tests.support.fault_bed import (
+    agent_bed,
+    cell,
+    fast_sweep,
+    fault,
+    others,
+    record,
+    record_cell,
+    restart_agent,
+    restart_agents,
+)
 from tests.support.sweep_setup import TimedSweep, manage, sweep_flags, wait_offline, wait_online
 
 pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -98,12 +108,10 @@ def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, sta
     try:
         # Agents registered by host name, as many clusters do; on host1 and host3 each other's
         # name resolves to an address nobody has (a stale /etc/hosts line).
-        for name in ("host1", "host3"):
-            restart_agent(bed, stack, name, address=name)
         # host2's agent advertises the address of a second NIC on a dead network (--address set to it).
         # host2 hosts the store for host3 and host4 (rank 0), which cannot reach it; it dials host1 from eth0.
         dead = bed.add_dead_interface("host2")
-        restart_agent(bed, stack, "host2", address=dead)  # its facts, read at start, show eth1
+        restart_agents(bed, stack, {"host1": "host1", "host3": "host3", "host2": dead})  # host2's facts show eth1
         wait_online(NAMES, address={"host1": "host1", "host3": "host3", "host2": dead})
         injected = time.monotonic()
         bed.misresolve("host1", "host3", NOWHERE)
@@ -116,8 +124,7 @@ def test_it_names_the_address_a_wrongly_resolved_peer_name_was_tried_at(bed, sta
         for name in ("host1", "host3"):
             bed.host(name).extra_hosts.clear()
             bed.write_hosts_file(bed.host(name))
-        for name in ("host1", "host2", "host3"):
-            restart_agent(bed, stack, name)
+        restart_agents(bed, stack, dict.fromkeys(("host1", "host2", "host3")))
     assert rc == 2, report
     p = cell(report, "host1", "host3")
     assert p["status"] in ("failed", "timeout") and p["reason"] in ("dns", "unreachable"), p
