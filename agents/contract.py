@@ -342,12 +342,38 @@ def _bounded(val: Any, at: Any, depth: int, bounds: JsonBounds) -> Any:
     return out
 
 
+FACTS_VERSION_KEYS = ("torch", "cuda", "nccl", "driver", "cuda_driver", "python")
+
+
+def _facts_shape(facts: dict[str, Any]) -> None:
+    """The parts of facts the server compares across nodes have the shapes agents/facts.py gives them:
+    one node's odd value is refused here, never an error for every node that reads the fleet's."""
+    versions = facts.get("versions")
+    if versions is not None:
+        for key, value in _object(versions, "facts.versions").items():
+            wanted = (str,) if key in FACTS_VERSION_KEYS else (str, int, float, bool)
+            if value is not None and not isinstance(value, wanted):
+                raise ContractError(f"facts.versions.{key}: expected {'a string' if wanted == (str,) else 'a value'}")
+    interfaces = facts.get("interfaces")
+    if interfaces is not None and not isinstance(interfaces, list):
+        raise ContractError("facts.interfaces: expected a list")
+    for i, iface in enumerate(interfaces or []):
+        if (
+            not isinstance(iface, dict)
+            or not isinstance(iface.get("name"), str)
+            or not isinstance(iface.get("addresses", []), list)
+            or not all(isinstance(a, str) for a in iface.get("addresses") or [])
+        ):
+            raise ContractError(f"facts.interfaces[{i}]: expected an object with a name and a list of addresses")
+
+
 def validate_facts(facts: Any) -> dict[str, Any]:
     """A node's facts: a bounded JSON object (depth, entries, strings, encoded size), env at most MAX_FACTS_ENV."""
     out: dict[str, Any] = bounded_json(_object(facts, "facts"), "facts")
     env = out.get("env")
     if env is not None and (not isinstance(env, dict) or len(env) > MAX_FACTS_ENV):
         raise ContractError(f"facts.env: expected an object of at most {MAX_FACTS_ENV} variables")
+    _facts_shape(out)
     size = len(json.dumps(out, separators=(",", ":")))
     if size > MAX_FACTS_BYTES:
         raise ContractError(f"facts: {size} bytes, at most {MAX_FACTS_BYTES} allowed")

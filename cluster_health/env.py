@@ -82,3 +82,16 @@ def envlist(name: str, default: list[str] | None = None) -> list[str]:
     if raw is None:
         return list(default or [])
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def envpins(name: str, keys: tuple[str, ...]) -> dict[str, list[str]]:
+    """``key=value[|value...],...`` as {key: [values]}, keys among ``keys``; unset or blank: {}."""
+    raw = (envstr(name) or "").strip()
+    out: dict[str, list[str]] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, values = item.partition("=")
+        accepted = [v.strip() for v in values.split("|") if v.strip()]
+        if not sep or key.strip() not in keys or not accepted or len(accepted) != len(values.split("|")):
+            raise ImproperlyConfigured(f"{name}: expected {'|'.join(keys)}=VALUE[|VALUE...],..., got {item!r}")
+        out[key.strip()] = accepted
+    return out

@@ -8,13 +8,14 @@ and REDIS_URL, and turns on the secure-cookie, HSTS and SSL settings that
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from agents import broker
-from cluster_health.env import envbool, envfloat, envint, envlist, envstr
+from cluster_health.env import envbool, envfloat, envint, envlist, envpins, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("CLUSTER_HEALTH_VAR_DIR", str(BASE_DIR / "var")))
@@ -263,6 +264,21 @@ if SLURM_ACTIONS not in ("off", "report", "drain"):
 SLURM_NODE_MAP = envstr("CLUSTER_HEALTH_SLURM_NODE_MAP", "") or ""
 SLURM_SCONTROL = envstr("CLUSTER_HEALTH_SLURM_SCONTROL", "scontrol") or "scontrol"
 SLURM_TIMEOUT_S = envfloat("CLUSTER_HEALTH_SLURM_TIMEOUT_S", 20.0, 1.0, 300.0)
+# The versions every node must run, pinned by an operator ("torch=2.6.0,nccl=2.23.4"); what is not pinned is
+# what a strong majority of the fleet runs, or nothing. "torch=2.6.0|2.5.1" declares a rolling upgrade: both
+# pass `agents check` until CLUSTER_HEALTH_EXPECTED_UPGRADE_UNTIL (ISO 8601; unset: until this changes),
+# then only the first.
+EXPECTED_VERSIONS = envpins("CLUSTER_HEALTH_EXPECTED_VERSIONS", ("torch", "cuda", "nccl", "driver"))
+EXPECTED_UPGRADE_UNTIL = None
+if _until := (envstr("CLUSTER_HEALTH_EXPECTED_UPGRADE_UNTIL") or "").strip():
+    try:
+        EXPECTED_UPGRADE_UNTIL = datetime.fromisoformat(_until.replace("Z", "+00:00"))
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"CLUSTER_HEALTH_EXPECTED_UPGRADE_UNTIL: expected an ISO 8601 time, got {_until!r}"
+        ) from None
+    if EXPECTED_UPGRADE_UNTIL.tzinfo is None:
+        EXPECTED_UPGRADE_UNTIL = EXPECTED_UPGRADE_UNTIL.replace(tzinfo=UTC)
 K8S_ACTIONS = envstr("CLUSTER_HEALTH_K8S_ACTIONS", "off").strip().lower()
 if K8S_ACTIONS != "off":
     raise ImproperlyConfigured("CLUSTER_HEALTH_K8S_ACTIONS: only off is supported in this release")

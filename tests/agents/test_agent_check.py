@@ -108,14 +108,14 @@ def test_it_fetches_the_expected_set_from_the_server(live_server, tmp_path):
         "gpus": {"devices": []},
     }
     odd = {**facts, "versions": {**facts["versions"], "torch": "2.0.0"}}
-    heartbeat("n0", facts=facts), heartbeat("n1", facts=facts), heartbeat("n2", facts=odd)
+    heartbeat("n0", facts=facts), heartbeat("n1", facts=facts), heartbeat("n2", facts=odd), heartbeat("n3", facts=facts)
     user = User.objects.create_user("check", password="pw-check-123")
     token = tmp_path / "token"
     token.write_text(ApiToken.issue(user, "health check", scope=ApiToken.READ)[1])
     run = run_check("--json", "--server", live_server.url, "--token-file", str(token), "--name", "n0", "--no-agent")
     report = json.loads(run.stdout)
     names = {c["name"]: c for c in report["checks"]}
-    assert names["torch_version"]["status"] == "pass", report  # the majority, not n2's odd one
+    assert names["torch_version"]["status"] == "pass", report  # three of four, not n2's odd one
     assert names["expected_interface"]["detail"].startswith("lo up")  # the interface holding n0's address
     assert "server" not in names
 
@@ -130,11 +130,12 @@ def test_the_api_answers_the_majority_and_the_nodes_heartbeat(client):
     heartbeat("n0", address="10.0.0.5", facts=facts)
     heartbeat("n1", address="10.0.0.5", facts=facts)
     heartbeat("n2", address="10.0.0.5", facts={**facts, "versions": {**facts["versions"], "cuda": "12.1"}})
+    heartbeat("n3", address="10.0.0.5", facts=facts)  # three of four run 12.4: a strong majority
     assert client.get("/api/expected").status_code == 401
     client.force_login(User.objects.create_user("viewer", password="pw-viewer-123"))
     data = client.get("/api/expected?node=n1").json()
     assert data["versions"] == {"torch": "2.5.1", "cuda": "12.4", "nccl": "2.21.5", "driver": None}
-    assert (data["interface"], data["gpu_count"], data["nodes"]) == ("eth0", 8, 3)
+    assert (data["interface"], data["gpu_count"], data["nodes"]) == ("eth0", 8, 4)
     assert data["node"]["registered"] and data["node"]["online"]
     assert client.get("/api/expected?node=nope").json()["node"]["registered"] is False
 
