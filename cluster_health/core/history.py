@@ -14,7 +14,10 @@ from typing import Any
 from cluster_health import vocabulary
 
 HISTORY_SWEEPS = 8  # sweeps of a link looked back over
-MIN_FLAPS = 2  # failures within the window that make a link flapping (with passes between them)
+MIN_FLAPS = 2  # failures within the window that make a link flapping (with passes between them) ...
+# ... as a warning from this many on: a link that failed twice in eight sweeps with passes between may
+# have had two faults, each repaired (a node's fault fails its links too); a third is a pattern.
+WARN_FLAPS = 3
 MIN_TRANSIENT_SWEEPS = 3  # sweeps within the window in which a node came out transient before it is named flapping
 # ... as a warning only when that is nearly every sweep of a full window: on a loaded healthy bed the busiest
 # host comes out transient in up to 5 of 8 nightly sweeps (benchmarks/false_alarms.py), which is noted, not raised.
@@ -113,14 +116,22 @@ def drifting(series: list[float]) -> tuple[float, float, float] | None:
     return found if steady and still_down else None
 
 
-def link_findings(link: str, statuses: list[str], busbw: list[float]) -> list[dict[str, Any]]:
-    """Warn findings for one link from its recent statuses and passing busbw values (both oldest first)."""
-    out = []
+def link_findings(
+    link: str, statuses: list[str], busbw: list[float], relative: list[float] | None = None
+) -> list[dict[str, Any]]:
+    """Findings for one link from its recent statuses and passing busbw values (both oldest first).
+
+    ``relative``: the same busbw values, each as a share of its own sweep's median link (the link
+    next to its peers of the same moment), where every sweep had peers to compare with. A drift is
+    named only where both fall: a whole fleet slowed by load, or a changed test bed, falls in
+    busbw alone, and is no link's trend.
+    """
+    out: list[dict[str, Any]] = []
     if flapping(statuses):
         n_bad = sum(s in vocabulary.BAD_STATUSES for s in statuses)
         out.append(
             {
-                "severity": "warn",
+                "severity": "warn" if n_bad >= WARN_FLAPS else "info",
                 "code": "flapping",
                 "subject": link,
                 "text": (
@@ -132,6 +143,8 @@ def link_findings(link: str, statuses: list[str], busbw: list[float]) -> list[di
             }
         )
     trend = drifting(busbw)
+    if trend and relative is not None and len(relative) == len(busbw) and drifting(relative) is None:
+        trend = None  # its peers fell alike: the conditions changed, not the link
     if trend:
         fall, level, scatter = trend
         out.append(

@@ -5,6 +5,8 @@ Reads the sweep's rows and hands them to the pure rules in ``cluster_health.core
 
 from __future__ import annotations
 
+from statistics import median
+
 from django.conf import settings
 from django.utils import timezone
 
@@ -164,19 +166,31 @@ def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
         .exclude(status__in=vocabulary.OPEN_STATUSES)
         .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes")
     )
+    # Each sweep's links that passed, by size: a link's busbw next to its peers of the same moment.
+    peers: dict[tuple[int, int | None], list[float]] = {}
     for sid, a, b, status, bw, sizes in rows.iterator(chunk_size=READ_CHUNK):
         key = (a, b) if (a, b) in links else (b, a)
         if key in links:
             past.setdefault(key, []).append((sid, status, bw, _largest(sizes)))
+        if status in contract.PASSED_STATUSES and bw:
+            peers.setdefault((sid, _largest(sizes)), []).append(bw)
+    for p in pairs:
+        if p["status"] in contract.PASSED_STATUSES and p.get("busbw_gbps"):
+            peers.setdefault((sweep.pk, _largest(p.get("sizes"))), []).append(p["busbw_gbps"])
+    middle = {k: median(v) for k, v in peers.items() if len(v) > judging.MIN_PEERS}
     for key, now in links.items():
         series = sorted(past.get(key, []))
         statuses = [st for _, st, _, _ in series if st != "skipped"] + [now["status"]]
         size = _largest(now.get("sizes"))
         # Only busbw measured at the same message size is comparable across sweeps.
-        busbw = [bw for _, st, bw, sz in series if st in contract.PASSED_STATUSES and bw and sz == size]
+        points = [(sid, bw) for sid, st, bw, sz in series if st in contract.PASSED_STATUSES and bw and sz == size]
         if now["status"] in contract.PASSED_STATUSES and now.get("busbw_gbps"):
-            busbw.append(now["busbw_gbps"])
-        found += history.link_findings(f"{key[0]}<->{key[1]}", statuses, busbw)
+            points.append((sweep.pk, now["busbw_gbps"]))
+        busbw = [bw for _, bw in points]
+        relative = None
+        if all((sid, size) in middle for sid, _ in points):
+            relative = [bw / middle[(sid, size)] for sid, bw in points]
+        found += history.link_findings(f"{key[0]}<->{key[1]}", statuses, busbw, relative)
     return found[: verdicts.MAX_LINK_FINDINGS]
 
 

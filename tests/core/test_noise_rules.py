@@ -75,3 +75,20 @@ def test_a_link_losing_a_few_percent_a_night_is_trending_down():
     assert level == 1.0 and fall == pytest.approx(0.21, abs=0.02) and scatter < 0.02
     (finding,) = history.link_findings("a<->b", ["ok"] * len(series), series)
     assert finding["code"] == "drift" and "fell from 1 to 0.84 GB/s over its last 8 sweeps" in finding["text"]
+
+
+def test_a_fall_its_peers_share_is_no_drift_of_the_link():
+    # A bulk transfer started beside the bed: every link fell a third; this one no more than its peers.
+    series = [0.19, 0.18, 0.19, 0.18, 0.15, 0.13, 0.12]
+    assert history.drifting(series) is not None
+    alike = [1.0, 0.98, 1.02, 1.0, 0.97, 1.01, 0.99]  # its busbw over its sweep's median link
+    assert [f["code"] for f in history.link_findings("a<->b", ["ok"] * 7, series, alike)] == []
+    alone = [1.0, 0.98, 1.02, 0.9, 0.8, 0.72, 0.65]  # it fell while its peers held
+    assert [f["code"] for f in history.link_findings("a<->b", ["ok"] * 7, series, alone)] == ["drift"]
+
+
+def test_a_link_that_failed_twice_with_passes_between_is_noted_and_three_times_raised():
+    twice = history.link_findings("a<->b", ["ok", "timeout", "ok", "ok", "timeout", "ok"], [])
+    assert [(f["code"], f["severity"]) for f in twice] == [("flapping", "info")]
+    thrice = history.link_findings("a<->b", ["timeout", "ok", "timeout", "ok", "timeout", "ok"], [])
+    assert [(f["code"], f["severity"]) for f in thrice] == [("flapping", "warn")]
