@@ -29,7 +29,8 @@ confirmation pass took, over all the sweeps. Target: none in 20 sweeps.
 ``--faults``: after the healthy sweeps, the same loaded bed stages each fault of
 ``FAULTS`` in turn (a firewall between two hosts, one-way loss, a node shaped to
 200 Mbit/s, a lossy node, a node accepting no inbound connection, a size stall on
-one path), runs one full sweep with it and clears it. Per fault: ``found`` (the
+one path, a node advertising the address of a second NIC its peers cannot reach),
+runs one full sweep with it and clears it. Per fault: ``found`` (the
 verdict is not pass), ``culprit`` (right when a warn or fail finding names the
 expected node or link), ``drains`` (the nodes ``slurm.blamed_nodes`` would drain),
 ``sweep_s`` (request to verdict, server-side), the pass's rounds, and each pair's
@@ -102,16 +103,32 @@ def run(
 
 # Faults staged on hosts 1-4 of the bed: what, how to make it and clear it, and the culprit to name.
 FAULTS = [
-    ("firewall both ways", lambda b, h: b.firewall_between(h[0], h[1]), lambda b, h: b.heal(h[0], h[1]), (0, 1)),
-    ("one-way loss", lambda b, h: b.drop(h[2], h[3]), lambda b, h: b.undrop(h[2], h[3]), (2, 3)),
-    ("node shaped to 200 Mbit/s", lambda b, h: b.shape(h[0], 200), lambda b, h: b.unshape(h[0]), (0,)),
-    ("lossy node (5 % of its frames lost)", lambda b, h: b.lose(h[1], 5), lambda b, h: b.unlose(h[1]), (1,)),
-    ("inbound connections blocked", lambda b, h: b.block_inbound(h[1]), lambda b, h: b.unblock_inbound(h[1]), (1,)),
+    (
+        "firewall both ways",
+        lambda s, h: s.bed.firewall_between(h[0], h[1]),
+        lambda s, h: s.bed.heal(h[0], h[1]),
+        (0, 1),
+    ),
+    ("one-way loss", lambda s, h: s.bed.drop(h[2], h[3]), lambda s, h: s.bed.undrop(h[2], h[3]), (2, 3)),
+    ("node shaped to 200 Mbit/s", lambda s, h: s.bed.shape(h[0], 200), lambda s, h: s.bed.unshape(h[0]), (0,)),
+    ("lossy node (5 % of its frames lost)", lambda s, h: s.bed.lose(h[1], 5), lambda s, h: s.bed.unlose(h[1]), (1,)),
+    (
+        "inbound connections blocked",
+        lambda s, h: s.bed.block_inbound(h[1]),
+        lambda s, h: s.bed.unblock_inbound(h[1]),
+        (1,),
+    ),
     (
         "packets over 1200 bytes dropped one way (size stall)",
-        lambda b, h: b.drop_large(h[1], h[3], 1200),
-        lambda b, h: b.undrop_large(h[1], h[3]),
+        lambda s, h: s.bed.drop_large(h[1], h[3], 1200),
+        lambda s, h: s.bed.undrop_large(h[1], h[3]),
         (1, 3),
+    ),
+    (
+        "advertised address on a dead second NIC",
+        lambda s, h: advertise_dead_nic(s, h[2]),
+        lambda s, h: advertise_own(s, h[2]),
+        (2,),
     ),
 ]
 
@@ -125,11 +142,11 @@ def one_fault(system, what, inject, clear, culprit, after: bool = False) -> dict
 
     names = [h.name for h in system.bed.hosts]
     expected = names[culprit[0]] if len(culprit) == 1 else f"{names[culprit[0]]}<->{names[culprit[1]]}"
-    inject(system.bed, names)
+    inject(system, names)
     try:
         sweep = system.wait_closed(sweeps.request_sweep(source="command", kind="full"), timeout=SWEEP_TIMEOUT_S)
     finally:
-        clear(system.bed, names)
+        clear(system, names)
     named = sorted(
         {
             f"[{sev}] {code} {subject}"
@@ -170,20 +187,45 @@ def recovered(record: dict) -> dict:
     return {
         "sweep": record["sweep"],
         "verdict": record["verdict"],
-        "not_ok": record["bad_pairs"] + [f"transient x{record['transient_pairs']}"] * bool(record["transient_pairs"]),
+        "not_ok": record["bad_pairs"] + record["transient"],
         "findings": [text for _, text in record["findings"]],
         "contended": record["contended_pairs"],
     }
+
+
+def restart_agent(system, name: str, address: str | None = None, timeout: float = 120.0) -> None:
+    """Stop the host's agent and start it again (advertising ``address``, else its own); return once the
+    new agent has heartbeated (the old one's last heartbeat keeps the node online for a while)."""
+    from django.utils import timezone
+
+    from cluster_health.models import Node
+
+    system.bed.stop_agent(name)
+    restarted = timezone.now()
+    system.bed.start_agent(name, system.broker_url, address=address or system.bed.host(name).address)
+    deadline = time.monotonic() + timeout
+    while not Node.objects.filter(name=name, last_heartbeat__gt=restarted).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the restarted agent on {name} sent no heartbeat in {timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def agent_restart(system) -> dict:
     """A sweep, then one host's agent stopped and started again, then the sweep that counts."""
     one_sweep(system)
     host = system.bed.hosts[1]
-    system.bed.stop_agent(host.name)
-    system.bed.start_agent(host.name, system.broker_url, address=host.address)
-    system.wait_online([h.name for h in system.bed.hosts])
+    restart_agent(system, host.name)
     return {"host": host.name, **recovered(one_sweep(system))}
+
+
+def advertise_dead_nic(system, name: str) -> None:
+    """The host gets a second NIC on a network that loses every packet, and its agent advertises that address."""
+    restart_agent(system, name, system.bed.add_dead_interface(name))
+
+
+def advertise_own(system, name: str) -> None:
+    restart_agent(system, name)
+    system.bed.remove_dead_interface(name)
 
 
 @contextmanager
@@ -251,6 +293,9 @@ def one_sweep(system) -> dict:
         "pairs": len(rows),
         "bad_pairs": bad,
         "transient_pairs": sum(r.status == "transient" for r in rows),
+        "transient": [
+            f"{r.node_a.name}<->{r.node_b.name}: transient {r.hint}" for r in rows if r.status == "transient"
+        ],
         "contended_pairs": sum(r.status == "contended" for r in rows),
         "confirm_rounds": sweep.params.get("confirm_rounds", 0),
         "findings": findings,
