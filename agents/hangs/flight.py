@@ -40,32 +40,51 @@ class FlightError(ValueError):
     """The dump could not be read, or is not Flight Recorder's JSON."""
 
 
-def _owned_by(path: str, pid: int, proc_root: str) -> os.stat_result:
-    """The path's lstat as the rank sees it, refused unless the rank's own user owns it (no symlinks)."""
-    if not path.startswith("/") or len(path) > 255 or "\0" in path or "/../" in f"{path}/":
+def _open_as_rank_sees_it(path: str, pid: int, proc_root: str) -> tuple[int, os.stat_result]:
+    """An O_PATH descriptor of the path as the rank sees it (from ``/proc/PID/root``) and its fstat, walked
+    one component at a time with O_NOFOLLOW: no folder on the way is a symbolic link, a last one that is
+    stays the link itself (callers then find no socket or file), and nothing can be swapped between the
+    check and the use. Refused unless the rank's own user owns what it names."""
+    if not path.startswith("/") or len(path) > 255 or "\0" in path:
+        raise FlightError(f"{path[:80]!r}: not an absolute path")
+    parts = path.split("/")[1:]
+    if any(part in ("", ".", "..") for part in parts):
         raise FlightError(f"{path[:80]!r}: not an absolute path")
     owner = os.stat(Path(proc_root, str(pid))).st_uid
-    info = os.lstat(f"{proc_root}/{pid}/root{path}")
+    fd = os.open(f"{proc_root}/{pid}/root", os.O_PATH | os.O_DIRECTORY)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_PATH | os.O_NOFOLLOW | (0 if last else os.O_DIRECTORY)
+            try:
+                step = os.open(part, flags, dir_fd=fd)
+            except NotADirectoryError:
+                raise FlightError(f"{path[:80]!r}: {part[:40]!r} is a symbolic link or not a folder") from None
+            os.close(fd)
+            fd = step
+        info = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
     if info.st_uid != owner:
+        os.close(fd)
         raise FlightError(f"{path[:80]!r}: not owned by the rank's user")
-    return info
+    return fd, info
 
 
 def _from_socket(path: str, pid: int, proc_root: str) -> bytes:
-    if not stat.S_ISSOCK(_owned_by(path, pid, proc_root).st_mode):
-        raise FlightError(f"{path[:80]!r}: not a socket")
-    deadline = time.monotonic() + DEADLINE_S
-    folder, _, name = path.rpartition("/")
-    # Through the folder's descriptor: a socket's address is at most 107 bytes, the rank's root adds some.
-    fd = os.open(f"{proc_root}/{pid}/root{folder or '/'}", os.O_PATH | os.O_DIRECTORY)
+    fd, info = _open_as_rank_sees_it(path, pid, proc_root)
     try:
+        if not stat.S_ISSOCK(info.st_mode):
+            raise FlightError(f"{path[:80]!r}: not a socket")
+        deadline = time.monotonic() + DEADLINE_S
+        # Through the socket's own descriptor: the very inode checked, and an address within 107 bytes.
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(DEADLINE_S)
-            conn.connect(f"/proc/self/fd/{fd}/{name}")
-            body = _receive(conn, deadline)
+            conn.connect(f"/proc/self/fd/{fd}")
+            return _receive(conn, deadline)
     finally:
         os.close(fd)
-    return body
 
 
 def _receive(conn: socket.socket, deadline: float) -> bytes:
@@ -89,10 +108,13 @@ def _receive(conn: socket.socket, deadline: float) -> bytes:
 
 def _from_file(prefix: str, rank: int, pid: int, proc_root: str) -> bytes:
     path = f"{prefix}{rank}"
-    info = _owned_by(path, pid, proc_root)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
-        raise FlightError(f"{path[:80]!r}: not a regular file within {MAX_BYTES} bytes")
-    fd = os.open(f"{proc_root}/{pid}/root{path}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    found, info = _open_as_rank_sees_it(path, pid, proc_root)
+    try:
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES:
+            raise FlightError(f"{path[:80]!r}: not a regular file within {MAX_BYTES} bytes")
+        fd = os.open(f"/proc/self/fd/{found}", os.O_RDONLY | os.O_NONBLOCK)  # the inode checked, read
+    finally:
+        os.close(found)
     with os.fdopen(fd, "rb") as f:
         data = f.read(MAX_BYTES + 1)
     if not data.lstrip().startswith(b"{"):

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -77,7 +79,10 @@ def _moved(first: dict[str, Any], second: dict[str, Any]) -> bool:
 
 def inspect(selector: procs.JobSelector, interval_s: float = 2.0) -> dict[str, Any]:
     """This node's ranks of the job: identity, state, stacks, connections, and whether each moved."""
-    ranks = procs.find_ranks(selector)
+    return _inspect_ranks(procs.find_ranks(selector), interval_s)
+
+
+def _inspect_ranks(ranks: list[procs.RankProcess], interval_s: float) -> dict[str, Any]:
     first = _sample(ranks)
     time.sleep(interval_s if ranks else 0)
     second = _sample(ranks)
@@ -95,9 +100,45 @@ def inspect(selector: procs.JobSelector, interval_s: float = 2.0) -> dict[str, A
 
 
 HELPER_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 5.0  # a caller that sends no request line within this holds no slot longer
 MAX_REQUEST_BYTES = 1024
 # Where the privileged helper listens on a deployed node (deploy/systemd/cluster-health-inspect.socket).
 SOCKET_ENV = "CLUSTER_HEALTH_INSPECT_SOCKET"
+# The agent's user (a name: systemd's DynamicUser gets its uid at start), answered for any job as root is;
+# --agent-user, or this variable.
+AGENT_USER_ENV = "CLUSTER_HEALTH_INSPECT_AGENT_USER"
+
+
+class CallerRefused(ValueError):
+    """The caller may not read this job: neither root, the agent's user, nor the owner of its ranks."""
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket, as the kernel recorded it (SO_PEERCRED)."""
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return int(uid)
+
+
+def trusted_caller(uid: int, agent_user: str | None) -> bool:
+    """Root, or the agent's user (by name): answered for any job on this node."""
+    if uid == 0:
+        return True
+    name = (agent_user or "").strip()
+    if not name:
+        return False
+    try:
+        return pwd.getpwnam(name).pw_uid == uid
+    except KeyError:  # a DynamicUser exists only while its unit runs
+        return False
+
+
+def _authorize(caller_uid: int | None, agent_user: str | None, ranks: list[procs.RankProcess]) -> None:
+    """Refuse a caller that is not trusted and does not own every rank asked about (None: no socket peer,
+    the process that started this helper, which reads only what its own privileges let it)."""
+    if caller_uid is None or trusted_caller(caller_uid, agent_user):
+        return
+    if any(procs.owner(r.pid) != caller_uid for r in ranks):
+        raise CallerRefused(f"uid {caller_uid} is not the owner of this job's ranks")
 
 
 def _selector(request: dict[str, Any]) -> procs.JobSelector:
@@ -156,9 +197,10 @@ def _ask_socket(path: str, request: dict[str, Any]) -> list[dict[str, Any]]:
     return ranks
 
 
-def _answer(line: bytes) -> str:
+def _answer(line: bytes, caller_uid: int | None = None, agent_user: str | None = None) -> str:
     """The helper's whole interface: one JSON request line (a job selector and an interval) in, one
-    bounded JSON answer out; a request with anything else is refused with the reason."""
+    bounded JSON answer out; a request with anything else is refused with the reason, and so is a
+    caller other than root, the agent's user or the owner of the job's ranks (``caller_uid``)."""
     try:
         request = json.loads(line)
         if not isinstance(request, dict):
@@ -167,22 +209,47 @@ def _answer(line: bytes) -> str:
         interval = float(request.get("interval_s", 2.0))
         if not 0.0 <= interval <= 10.0:
             raise ValueError("interval_s: between 0 and 10")
-        return _bounded_text(inspect(selector, interval))
+        ranks = procs.find_ranks(selector)
+        _authorize(caller_uid, agent_user, ranks)
+        return _bounded_text(_inspect_ranks(ranks, interval))
+    except CallerRefused as exc:
+        return json.dumps({"error": f"refused: {exc}"})
     except (ValueError, TypeError, KeyError) as exc:
         return json.dumps({"error": f"bad request: {exc}"})
 
 
-def serve_stdio() -> int:
+def _stdin_request() -> tuple[bytes, int | None]:
+    """The request line and the caller's uid: when standard input is the connection (socket activation),
+    its peer, and a caller silent for REQUEST_TIMEOUT_S gets nothing (it holds no slot); else None, the
+    process that started the helper."""
+    fd = os.dup(0)
+    try:
+        conn = socket.socket(fileno=fd)
+    except OSError:  # not a socket
+        os.close(fd)
+        return sys.stdin.buffer.readline(MAX_REQUEST_BYTES), None
+    with conn:
+        caller = peer_uid(conn)
+        conn.settimeout(REQUEST_TIMEOUT_S)
+        with conn.makefile("rb") as requests:
+            return requests.readline(MAX_REQUEST_BYTES), caller
+
+
+def serve_stdio(agent_user: str | None = None) -> int:
     """One request on standard input, its answer on standard output: how systemd's socket activation
     (Accept=yes) runs the helper for each connection, with the privileges its unit grants."""
-    sys.stdout.write(_answer(sys.stdin.buffer.readline(MAX_REQUEST_BYTES)) + "\n")
+    try:
+        line, caller = _stdin_request()
+    except OSError:  # the caller sent no line in time, or went away
+        return 0
+    sys.stdout.write(_answer(line, caller, agent_user) + "\n")
     return 0
 
 
 MAX_CONNECTIONS = 4
 
 
-def serve_socket(path: str) -> int:
+def serve_socket(path: str, agent_user: str | None = None) -> int:
     """Listen on a Unix socket and answer each connection as ``--stdio`` does, at most MAX_CONNECTIONS
     at a time: the helper as a container of its own beside the agent's (deploy/kubernetes), the socket
     on a volume only the two share."""
@@ -198,16 +265,18 @@ def serve_socket(path: str) -> int:
             if not slots.acquire(blocking=False):
                 conn.close()  # as systemd's MaxConnections does
                 continue
-            threading.Thread(target=_serve_one, args=(conn, slots), daemon=True).start()
+            threading.Thread(target=_serve_one, args=(conn, slots, agent_user), daemon=True).start()
 
 
-def _serve_one(conn: socket.socket, slots: threading.BoundedSemaphore) -> None:
+def _serve_one(conn: socket.socket, slots: threading.BoundedSemaphore, agent_user: str | None) -> None:
     try:
         with conn:
-            conn.settimeout(HELPER_TIMEOUT_S)
+            caller = peer_uid(conn)
+            conn.settimeout(REQUEST_TIMEOUT_S)
             with conn.makefile("rb") as requests:
                 line = requests.readline(MAX_REQUEST_BYTES)
-            conn.sendall(_answer(line).encode() + b"\n")
+            conn.settimeout(HELPER_TIMEOUT_S)
+            conn.sendall(_answer(line, caller, agent_user).encode() + b"\n")
     except OSError:
         pass
     finally:
@@ -231,11 +300,16 @@ def main(argv: list[str] | None = None) -> int:
     chosen.add_argument("--master", metavar="ADDR:PORT", help="the job's MASTER_ADDR:MASTER_PORT")
     chosen.add_argument("--slurm-job", metavar="ID", help="the job's SLURM_JOB_ID")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between the two samples")
+    parser.add_argument(
+        "--agent-user",
+        default=os.environ.get(AGENT_USER_ENV),
+        help=f"with --stdio or --listen: the agent's user, answered for any job as root is (env {AGENT_USER_ENV})",
+    )
     args = parser.parse_args(argv)
     if args.stdio:
-        return serve_stdio()
+        return serve_stdio(args.agent_user)
     if args.listen:
-        return serve_socket(args.listen)
+        return serve_socket(args.listen, args.agent_user)
     try:
         selector = (
             procs.JobSelector.parse_master(args.master) if args.master else procs.JobSelector(slurm_job=args.slurm_job)

@@ -111,6 +111,14 @@ def launch_variables(pid: int, proc_root: str = "/proc") -> dict[str, str] | Non
     return out
 
 
+def owner(pid: int, proc_root: str = "/proc") -> int | None:
+    """The uid a process runs as (its /proc entry's owner), or None when it is gone."""
+    try:
+        return os.stat(Path(proc_root, str(pid))).st_uid
+    except OSError:
+        return None
+
+
 def process_state(pid: int, proc_root: str = "/proc") -> str:
     """running, sleeping, disk wait, stopped, zombie, or gone."""
     try:
