@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cluster_health import vocabulary
-from cluster_health.core import culprits, judging
+from cluster_health.core import culprits, fleet, judging
 
 BAD = vocabulary.BAD_STATUSES
 SLOW_CODES = ("slow_node", "slow_link", "segment")  # outlier findings whose pairs are slow next to their peers
@@ -124,12 +124,14 @@ def plan(nodes: list[str], pairs: list[dict[str, Any]]) -> list[tuple[str, str]]
 
 
 def _troubled(pairs: list[dict[str, Any]]) -> set[str]:
-    """Nodes not healthy in this sweep: in a pair that did not pass, unless the other side is in more of them.
+    """Nodes not healthy in this sweep: in a pair that did not pass, unless the other side is in more of them,
+    and every node whose agent a pair's hint says went silent (however few of its pairs it missed).
 
     A slow or dead node's peers each have one bad pair, with it: they are healthy partners for
     everyone else (and for the node itself), while both sides of a lone bad link are suspect.
     """
     bad = [p for p in pairs if p["status"] not in ("ok", "skipped")]
+    gone = {n for p in bad for n in fleet.gone_in_hint(p.get("hint"))}
     count: dict[str, int] = defaultdict(int)
     for p in bad:
         count[p["a"]] += 1
@@ -139,7 +141,7 @@ def _troubled(pairs: list[dict[str, Any]]) -> set[str]:
         for side, other in ((p["a"], p["b"]), (p["b"], p["a"])):
             if count[other] <= count[side]:
                 out.add(side)
-    return out
+    return out | gone
 
 
 def _bw(p: Mapping[str, Any] | None) -> str:
@@ -201,6 +203,8 @@ def judge(
         for side in (p["a"], p["b"]):
             for r in with_partner.get(side, []):
                 other = r["b"] if r["a"] == side else r["a"]
+                if other in fleet.gone_in_hint(r.get("hint")):
+                    continue  # the partner's agent went silent: that says nothing about this side
                 worse = bad_again(p, r)
                 sides.append({"node": side, "partner": other, "status": r["status"], "busbw_gbps": r.get("busbw_gbps")})
                 if worse:

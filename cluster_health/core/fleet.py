@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 
@@ -33,6 +34,21 @@ def describe_silence(last_heartbeat: datetime | None, now: datetime) -> str:
 def offline_hint(name: str, last_heartbeat: datetime | None, now: datetime) -> str:
     """A pair's or a group's hint for a member that was offline: 'n2 offline: last heartbeat ...'."""
     return f"{name} offline: {describe_silence(last_heartbeat, now)}"
+
+
+# How a pair's hint names the side whose agent was not heard from (offline_hint, core/merge):
+# "host5 offline: last heartbeat ...", "host5 stopped sending heartbeats", "...; host5 then stopped ...".
+_GONE_IN_HINT = re.compile(r"^(?P<names>.+?) (?:offline:|(?:then )?stopped sending heartbeats)")
+
+
+def gone_in_hint(hint: str | None) -> set[str]:
+    """The nodes a pair's hint says were offline (their agent silent), by name."""
+    gone: set[str] = set()
+    for clause in (hint or "").split(";"):
+        said = _GONE_IN_HINT.match(clause.strip())
+        if said:
+            gone.update(said["names"].split(" and "))
+    return gone
 
 
 def parse_time(value: str | None) -> datetime | None:

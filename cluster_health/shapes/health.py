@@ -19,6 +19,7 @@ from django.db.models import Count, Max, Q
 
 from agents import contract
 from cluster_health import vocabulary
+from cluster_health.core import fleet
 from cluster_health.models import BaselinePair, Finding, Node, PairProbe, Sweep
 
 RECENT_SWEEPS = 20  # how far back "failing since sweep #N" looks
@@ -111,21 +112,6 @@ def offline_in(counts: dict[str, int]) -> bool:
     return probed == {"offline"}
 
 
-# How a pair's hint names the side whose agent was not heard from (core/fleet.offline_hint, core/merge):
-# "host5 offline: last heartbeat ...", "host5 stopped sending heartbeats", "...; host5 then stopped ...".
-_GONE_IN_HINT = re.compile(r"^(?P<names>.+?) (?:offline:|(?:then )?stopped sending heartbeats)")
-
-
-def gone_in_hint(hint: str | None) -> set[str]:
-    """The nodes a pair's hint says were offline (their agent silent), by name."""
-    gone: set[str] = set()
-    for clause in (hint or "").split(";"):
-        said = _GONE_IN_HINT.match(clause.strip())
-        if said:
-            gone.update(said["names"].split(" and "))
-    return gone
-
-
 def _give_offline_pairs_to_their_node(
     ids: list[int], statuses: dict[tuple[int, int], dict[str, int]]
 ) -> set[tuple[int, int]]:
@@ -149,7 +135,7 @@ def _give_offline_pairs_to_their_node(
         .order_by()
     )
     for sweep_id, a, b, a_name, b_name, _, hint in bad:
-        gone = gone_in_hint(hint)
+        gone = fleet.gone_in_hint(hint)
         for node, name in ((a, a_name), (b, b_name)):
             if (sweep_id, name) in named or name in gone:
                 offline.add((sweep_id, node))

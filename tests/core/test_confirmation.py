@@ -79,6 +79,29 @@ def test_a_dead_nodes_pairs_are_bounded_per_node():
     assert sum("n4" in p for p in planned) == confirmation.PER_NODE
 
 
+def test_a_node_whose_agent_went_silent_is_never_a_healthy_partner():
+    nodes, pairs = fleet()
+    # n1's agent died late: one pair of it is offline, while n6 (the side that answered) has another bad pair.
+    dead = {**pair("n1", "n6", "offline", None, "agent_offline", None), "hint": "n1 stopped sending heartbeats"}
+    slow = pair("n3", "n6", "timeout", None, "connect_timeout", "connect")
+    pairs = [p for p in pairs if {p["a"], p["b"]} not in ({"n1", "n6"}, {"n3", "n6"})] + [dead, slow]
+    planned = confirmation.plan(nodes, pairs)
+    assert planned[0] == ("n3", "n6") and len(planned) == 3
+    assert not any("n1" in probe for probe in planned)
+
+
+def test_a_partner_probe_lost_to_the_partners_dead_agent_blames_nobody():
+    _, pairs = fleet()
+    pairs = [p for p in pairs if {p["a"], p["b"]} != {"n1", "n3"}] + [pair("n1", "n3", "timeout", None, "x", "connect")]
+    gone = {**pair("n1", "n5", "offline", None, "agent_offline", None, 17), "hint": "n5 stopped sending heartbeats"}
+    again = [pair("n1", "n3", "timeout", None, "x", "connect", round_=16), gone, pair("n3", "n2", round_=17)]
+    updates, found = confirmation.judge(pairs, again)
+    record = updates[("n1", "n3")]["confirmation"]
+    assert record["outcome"] == "confirmed" and record["culprit"] is None
+    assert [s["partner"] for s in record["partners"]] == ["n2"]
+    assert "bad again" not in found[0]["text"] and "n5" not in found[0]["text"]
+
+
 def test_slow_once_and_normal_again_is_transient_with_both_figures():
     nodes, pairs = fleet()
     slow = pair("n4", "n6", "degraded", 0.18, "below_peers", round_=3)
