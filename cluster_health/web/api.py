@@ -401,11 +401,11 @@ def _hang_json(diagnosis: HangDiagnosis) -> dict:
 def hang_list(request):
     """GET: recent diagnoses. POST {"master": "ADDR:PORT"} or {"slurm_job": ID}, optional "nodes",
     "timeout_s": an operator asks for one; 202 with its id and URL, the answer follows on GET."""
+    if not request.user.has_perm(START_PERMISSION):  # a report holds a job's stacks, launch variables, peers
+        return error(403, "hang diagnoses are read and asked for by operators")
     if request.method == "GET":
         recent = HangDiagnosis.objects.order_by("-created")[: _bounded_int(request, "limit", 50, 1, MAX_LIST)]
         return JsonResponse({"diagnoses": [{**_hang_json(d), "result": None} for d in recent]})
-    if not request.user.has_perm(START_PERMISSION):
-        return error(403, "diagnosing a job needs the operator permission")
     if len(request.body) > MAX_BODY:
         return error(400, "body: larger than 1 MiB")
     try:
@@ -433,6 +433,8 @@ def hang_list(request):
 
 @api_view()
 def hang_detail(request, pk):
+    if not request.user.has_perm(START_PERMISSION):
+        return error(403, "hang diagnoses are read and asked for by operators")
     diagnosis = HangDiagnosis.objects.filter(pk=pk).first()
     if diagnosis is None:
         return error(404, f"no hang diagnosis {pk}")

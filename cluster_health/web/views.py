@@ -679,10 +679,11 @@ def cancel_sweep(request, sweep_id: int):
 
 @login_required
 def hang_list(request):
-    """The Hangs page: diagnose a running job (operators), and every diagnosis so far."""
+    """The Hangs page (operators: a report holds a job's stacks, launch variables and peers): diagnose a
+    running job, and every diagnosis so far."""
+    if not request.user.has_perm("cluster_health.start_sweep"):
+        return HttpResponse("Hang diagnoses are read and asked for by operators.", status=403)
     if request.method == "POST":
-        if not request.user.has_perm("cluster_health.start_sweep"):
-            return HttpResponse("Diagnosing a job needs the operator permission.", status=403)
         target = (request.POST.get("job") or "").strip()
         master, slurm_job = (None, target.removeprefix("slurm:")) if target.startswith("slurm:") else (target, None)
         nodes = [n.strip() for n in (request.POST.get("nodes") or "").split(",") if n.strip()] or None
@@ -706,5 +707,7 @@ def hang_list(request):
 @login_required
 def hang_detail(request, pk: int):
     """One diagnosis: verdict and culprits on top, then every rank (its place, and its frames on click)."""
+    if not request.user.has_perm("cluster_health.start_sweep"):
+        return HttpResponse("Hang diagnoses are read by operators.", status=403)
     diagnosis = get_object_or_404(HangDiagnosis, pk=pk)
     return render(request, "cluster_health/hang.html", {"d": diagnosis, "r": diagnosis.result or {}})

@@ -2,8 +2,10 @@
 frames open on click, and the Hangs list links to it."""
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 
+from cluster_health import defaults
 from cluster_health.models import HangDiagnosis
 from tests.support.artifacts import shot
 from tests.support.dashboard_rows import make_nodes
@@ -90,6 +92,9 @@ def kept_diagnosis() -> HangDiagnosis:
 def test_a_kept_diagnosis_reads_culprit_first_and_opens_a_ranks_frames(viewer_page):
     page = viewer_page
     diagnosis = kept_diagnosis()
+    page.goto(f"{page.base}/hangs/{diagnosis.pk}/")
+    assert "read by operators" in page.text_content("body")  # a job's stacks and peers are not every viewer's
+    User.objects.get(username="viewer").groups.add(defaults.ensure_operators_group())
     page.goto(f"{page.base}/hangs/")
     page.click(f'tr[data-hang="{diagnosis.pk}"] a')
     page.wait_for_url(f"{page.base}/hangs/{diagnosis.pk}/")

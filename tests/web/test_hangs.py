@@ -45,7 +45,7 @@ def rank(n: int, where: dict, world: int = 2) -> dict:
     }
 
 
-def test_an_operator_asks_through_the_api_and_anyone_reads_the_kept_answer():
+def test_an_operator_asks_through_the_api_and_only_operators_read_the_kept_answer():
     make_nodes(["g0", "g1", "g2"])
     op = logged_in(operator=True)
     with dispatch.capture() as sent:
@@ -74,7 +74,10 @@ def test_an_operator_asks_through_the_api_and_anyone_reads_the_kept_answer():
         [1],
         ["g0", "g1"],
     )
-    viewer = logged_in(operator=False)
+    viewer = logged_in(operator=False)  # a report holds a job's stacks, launch variables and peers: not theirs
+    assert viewer.get(f"/api/hangs/{pk}").status_code == 403 and viewer.get("/api/hangs").status_code == 403
+    assert viewer.get(f"/hangs/{pk}/").status_code == 403 and viewer.get("/hangs/").status_code == 403
+    viewer = op
     kept = viewer.get(f"/api/hangs/{pk}").json()
     assert (kept["status"], kept["verdict"], kept["result"]["culprits"]) == (
         "finished",
