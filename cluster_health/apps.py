@@ -1,3 +1,5 @@
+import sys
+
 from cluster_health import defaults
 
 
@@ -7,6 +9,14 @@ class ClusterHealthConfig(defaults.ProjectAppConfig):
 
     def ready(self):
         super().ready()
+        from django.conf import settings
+
+        if settings.SECRET_KEY == settings.DEVELOPMENT_SECRET_KEY:
+            # Every process (web, workers, beat, manage.py) says it loudly, on stderr whatever the logging.
+            sys.stderr.write(
+                "WARNING: SECRET_KEY is the public development key: anyone can forge sessions and unseal "
+                "agent keys. Set SECRET_KEY (50+ random characters) on anything reachable by others.\n"
+            )
         from django.contrib.auth.signals import user_logged_out
 
         from cluster_health.web.consumers import close_sessions_sockets

@@ -21,6 +21,8 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("CLUSTER_HEALTH_VAR_DIR", str(BASE_DIR / "var")))
 
 PRODUCTION = envbool("CLUSTER_HEALTH_PRODUCTION", False)
+# Printed in this repository: what it signs (sessions) and seals (agent keys) is anyone's. Warned of at start.
+DEVELOPMENT_SECRET_KEY = "dev-only-insecure-key-cluster-health-do-not-use-in-production"
 DEBUG = envbool("DEBUG", False)
 if PRODUCTION and DEBUG:
     raise ImproperlyConfigured("DEBUG: must be off when CLUSTER_HEALTH_PRODUCTION=1")
@@ -42,7 +44,7 @@ if PRODUCTION:
         raise ImproperlyConfigured("ALLOWED_HOSTS: required when CLUSTER_HEALTH_PRODUCTION=1")
     REDIS_URL = _required("REDIS_URL")
 else:
-    SECRET_KEY = envstr("SECRET_KEY") or "dev-only-insecure-key-cluster-health-do-not-use-in-production"
+    SECRET_KEY = envstr("SECRET_KEY") or DEVELOPMENT_SECRET_KEY
     ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
     REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -104,3 +104,13 @@ def test_it_refuses_unsigned_agents_in_production():
     out = run_django("print('started')", {**PRODUCTION, "CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS": "1"})
     assert out.returncode != 0
     assert "CLUSTER_HEALTH_ALLOW_UNSIGNED_AGENTS: refused" in out.stderr
+
+
+def test_it_warns_loudly_when_it_runs_on_the_public_development_secret_key():
+    """Outside production mode a missing SECRET_KEY falls back to one printed in this repository: sessions
+    and agent keys sealed with it are anyone's. Every process says so at start."""
+    out = run_django("print('started')", {})
+    assert "started" in out.stdout
+    assert "SECRET_KEY is the public development key" in out.stderr, out.stderr
+    out = run_django("print('started')", {"SECRET_KEY": GOOD_KEY})
+    assert "started" in out.stdout and "SECRET_KEY" not in out.stderr
