@@ -380,13 +380,15 @@ def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: Ref
     if not (max(mine_bw) < without.minimum or without.far_below(median(mine_bw), OUTLIER_NODE_Z)):
         return None
     mid = median(bw for _, bw in mine)
+    # Each count beside what it counts: "(4 links)" after the reference read as the reference's count,
+    # and beside an evidence list of the node's links and one reference line, as a miscount.
     text = (
-        f"every link of {node} is slow next to its peers: median busbw {mid:.3g} GB/s, "
-        f"{mid / ref:.2f} x the {ref:.3g} GB/s of the links without it ({len(mine)} links): "
+        f"every link of {node} is slow next to its peers: its {len(mine)} measured links at median busbw "
+        f"{mid:.3g} GB/s, {mid / ref:.2f} x the {ref:.3g} GB/s of the {without.count} links without it: "
         f"check {node}'s NIC speed, cable and any rate limit"
     )
     chain = [f"{pair_name(p)}: {bw:.3g} GB/s" for p, bw in mine] + [
-        f"links without {node}: median {ref:.3g} GB/s over {without.count}"
+        f"compared with the {without.count} links without {node}: median {ref:.3g} GB/s"
     ]
     found = _finding(
         "warn",

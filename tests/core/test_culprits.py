@@ -248,7 +248,13 @@ def test_a_slow_node_is_named_when_links_without_it_came_out_transient():
     ]
     found = culprits.infer(nodes, pairs)
     assert codes(found) == [("slow_node", "host1")]
-    assert "0.06 x the 0.4 GB/s of the links without it (3 links)" in found[0]["text"], found[0]["text"]
+    said = found[0]["text"]
+    assert "its 3 measured links at median busbw 0.024 GB/s, 0.06 x the 0.4 GB/s of the 3 links without it" in said, (
+        said
+    )
+    # The evidence: each of its links, then the one line of what they were compared with.
+    assert found[0]["detail"]["evidence"][-1] == "compared with the 3 links without host1: median 0.4 GB/s"
+    assert len(found[0]["detail"]["evidence"]) == len(found[0]["pairs"]) + 1 == 4
 
 
 def test_a_node_too_slow_to_reach_the_large_sizes_is_still_compared_at_them():
