@@ -29,6 +29,10 @@ BACKEND_CHOICES = [(b, b) for b in contract.BACKENDS]
 VERDICT_CHOICES = [(v, v) for v in vocabulary.VERDICTS]
 
 
+IN_SERVICE, MAINTENANCE, RETURNING = "service", "maintenance", "returning"
+NODE_STATE_CHOICES = [(IN_SERVICE, "in service"), (MAINTENANCE, "maintenance"), (RETURNING, "returning to service")]
+
+
 def pair_key(a: str, b: str) -> tuple[str, str]:
     """A pair's identity regardless of which node was rank 0."""
     return (a, b) if a <= b else (b, a)
@@ -62,9 +66,22 @@ class Node(models.Model):
         validators=[RegexValidator(topology.GROUP_RE, f"a topology group is {topology.GROUP_RULE}")],
         help_text="rack, leaf switch or rail; empty: the group comes from the node's name",
     )
+    # Set by an operator (cluster_health/operator_states.py): a node in maintenance, or returning from it
+    # until its verification sweep passes, is out of fleet sweeps, alerts and Slurm actions.
+    state = models.CharField(max_length=12, choices=NODE_STATE_CHOICES, default=IN_SERVICE, db_index=True)
+    state_reason = models.CharField(max_length=300, blank=True, default="")
+    state_by = models.CharField(max_length=150, blank=True, default="")
+    state_since = models.DateTimeField(null=True, blank=True)
+    return_sweep = models.ForeignKey(
+        "Sweep", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
 
     class Meta:
         ordering = ["name"]
+
+    @property
+    def in_service(self) -> bool:
+        return self.state == IN_SERVICE
 
     def __str__(self) -> str:
         return self.name
@@ -593,3 +610,81 @@ class HangReport(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["diagnosis", "node"], name="hang_report_one_per_node")]
+
+
+class AuditEntry(models.Model):
+    """One operator action (who, when, what, why): maintenance, returns to service, acknowledgements,
+    retiring and activating nodes, starting and cancelling sweeps. Written with the change it records."""
+
+    ACTION_CHOICES = [
+        (a, a)
+        for a in (
+            "maintenance",
+            "return_requested",
+            "returned",
+            "return_failed",
+            "acknowledge",
+            "unacknowledge",
+            "retire",
+            "activate",
+            "sweep_start",
+            "sweep_cancel",
+        )
+    ]
+    SOURCE_CHOICES = [(s, s) for s in ("page", "api", "command", "server")]
+
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.CharField(max_length=150, blank=True, default="")  # a user name; "" for the server itself
+    source = models.CharField(max_length=8, choices=SOURCE_CHOICES, default="command")
+    action = models.CharField(max_length=20, choices=ACTION_CHOICES)
+    subject = models.CharField(max_length=300)  # a node, a link, a finding's subject, "sweep #N"
+    text = models.TextField(blank=True, default="")  # the reason or note given, or what the server decided
+    sweep = models.ForeignKey(Sweep, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.created:%Y-%m-%d %H:%M} {self.actor or 'server'} {self.action} {self.subject}"
+
+
+class Acknowledgement(models.Model):
+    """An operator's word that a finding is known: its alert is not sent again while the finding stays the same.
+
+    Keyed by the finding's subject and code; a later sweep whose finding for them has another
+    severity or text ends it (``ended``), as does the operator taking it back.
+    """
+
+    finding = models.ForeignKey(Finding, null=True, on_delete=models.SET_NULL, related_name="acknowledgements")
+    subject = models.TextField()
+    code = models.CharField(max_length=40, db_index=True)
+    severity = models.CharField(max_length=5)
+    text = models.TextField()
+    note = models.TextField()
+    by = models.CharField(max_length=150)
+    created = models.DateTimeField(default=timezone.now)
+    ended = models.DateTimeField(null=True, blank=True, db_index=True)
+    ended_by = models.ForeignKey(Sweep, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    ended_why = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.subject[:60]} ({'ended' if self.ended else 'acknowledged'} by {self.by})"
+
+
+class PairCoverage(models.Model):
+    """When each pair was last measured (any final outcome but offline or skipped), and by which sweep."""
+
+    node_a = models.CharField(max_length=63)  # pair_key order
+    node_b = models.CharField(max_length=63)
+    last_measured = models.DateTimeField(db_index=True)
+    sweep = models.ForeignKey(
+        Sweep, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
+    status = models.CharField(max_length=10, choices=PAIR_STATUS_CHOICES)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node_a", "node_b"], name="pair_coverage_unique")]
