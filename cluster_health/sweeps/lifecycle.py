@@ -20,7 +20,7 @@ from agents import contract
 from cluster_health import vocabulary
 from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import planner, verdicts
-from cluster_health.models import OPEN_PAIR_STATUSES, Finding, GpuCheck, GroupProbe, Node, PairProbe, Sweep
+from cluster_health.models import IN_SERVICE, OPEN_PAIR_STATUSES, Finding, GpuCheck, GroupProbe, Node, PairProbe, Sweep
 from cluster_health.nodes import groups_of
 from cluster_health.queues import dispatch
 from cluster_health.shapes import broadcast, matrices
@@ -161,7 +161,10 @@ def _sweep_nodes(sweep: Sweep, now: datetime) -> list[str]:
         names = list(wanted)
     else:
         # The fleet, not whoever happens to be online: a dead node must fail the sweep, not vanish from it.
-        names = list(Node.objects.filter(active=True).order_by("name").values_list("name", flat=True))
+        # Less the nodes an operator holds (maintenance, returning): named ones only, so a verification runs.
+        names = list(
+            Node.objects.filter(active=True, state=IN_SERVICE).order_by("name").values_list("name", flat=True)
+        )
     if sweep.kind == "preflight":
         master = params.get("master") or names[0] if names else None
         if master not in names:

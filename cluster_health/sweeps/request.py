@@ -155,10 +155,15 @@ def _refuse_retired(params: dict) -> None:
         )
 
 
-def request_sweep(*, source: str, user=None, **request) -> Sweep:
-    """Create a pending sweep and ask the server worker to start it once the row is committed."""
+def request_sweep(*, source: str, user=None, marks: dict | None = None, **request) -> Sweep:
+    """Create a pending sweep and ask the server worker to start it once the row is committed.
+
+    ``marks``: what the server itself notes in its params (the Slurm job a gang check is for,
+    the hold an idle sweep runs under); never from a request.
+    """
     fields = clean_request(**request)
     _refuse_retired(fields["params"])
+    fields["params"].update(marks or {})
     with transaction.atomic():
         sweep = Sweep.objects.create(
             source=source, requested_by=user if user and user.is_authenticated else None, **fields
