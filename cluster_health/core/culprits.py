@@ -400,6 +400,7 @@ def _slow_node(node: str, mine: list[tuple[dict[str, Any], float]], without: Ref
         f"compare {node}'s link speed (ethtool), its qdisc (tc) and NIC counters with a peer's",
     )
     found["detail"]["reference_gbps"] = ref  # what its links were compared with
+    found["detail"]["busbw_gbps"] = mid  # what they run at (core/problems.py says it in its line)
     return found
 
 
@@ -422,6 +423,7 @@ def _slow_links(rest: list[tuple[dict[str, Any], float]]) -> list[dict[str, Any]
                 f"check the cabling and ports between {p['a']} and {p['b']}",
             )
             found["detail"]["reference_gbps"] = ref
+            found["detail"]["busbw_gbps"] = bw
             out.append(found)
     return out
 
