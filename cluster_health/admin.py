@@ -10,7 +10,18 @@ from django_celery_beat.admin import PeriodicTaskAdmin
 from django_celery_beat.models import PeriodicTask, SolarSchedule
 
 from cluster_health import vocabulary
-from cluster_health.models import AgentKey, ApiToken, Baseline, Finding, GroupProbe, Node, RejectedMessage, Sweep
+from cluster_health.models import (
+    Acknowledgement,
+    AgentKey,
+    ApiToken,
+    AuditEntry,
+    Baseline,
+    Finding,
+    GroupProbe,
+    Node,
+    RejectedMessage,
+    Sweep,
+)
 
 # The jobs the product runs for itself; an operator schedules sweeps (the Schedules page), never these.
 INTERNAL_TASKS = (vocabulary.TASK_REAP, vocabulary.TASK_PRUNE, vocabulary.TASK_OFFLINE, "celery.backend_cleanup")
@@ -125,3 +136,28 @@ class SweepScheduleAdmin(PeriodicTaskAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).exclude(task__in=INTERNAL_TASKS)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit log, read-only: an entry records what happened; editing one would rewrite history."""
+
+    list_display = ("created", "actor", "source", "action", "subject", "text", "sweep")
+    list_filter = ("action", "source")
+    search_fields = ("actor", "subject", "text")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Acknowledgement)
+class AcknowledgementAdmin(admin.ModelAdmin):
+    list_display = ("code", "subject", "severity", "by", "created", "ended", "ended_why")
+    list_filter = ("code",)
+    readonly_fields = ("finding", "subject", "code", "severity", "text", "by", "created", "ended", "ended_by")

@@ -55,6 +55,12 @@ def node_dict(node: Node, now=None) -> dict:
         "busy": node.busy,
         "topology_group": node.topology_group or None,
         "clock_offset_s": node.clock_offset_s,  # its clock minus the server's, from its heartbeats
+        # An operator's: service, maintenance, or returning (its verification sweep running).
+        "state": node.state,
+        "state_reason": node.state_reason or None,
+        "state_by": node.state_by or None,
+        "state_since": node.state_since and node.state_since.isoformat(),
+        "return_sweep": node.return_sweep_id,
         "facts": node.facts,
     }
 
@@ -68,13 +74,18 @@ def registered(names) -> dict[str, Node]:
     return nodes
 
 
-def set_active(names: list[str], active: bool) -> list[Node]:
-    """Retire (active=False) or activate the named nodes; every name must be registered."""
+@transaction.atomic
+def set_active(names: list[str], active: bool, *, actor: str = "", source: str = "page") -> list[Node]:
+    """Retire (active=False) or activate the named nodes, each change in the audit log; every name must be
+    registered."""
+    from cluster_health.operator_states import record
+
     nodes = registered(names)
     now = timezone.now()
     for node in nodes.values():
         if node.active != active:
             node.activate() if active else node.retire(now)
+            record("activate" if active else "retire", node.name, actor=actor, source=source)
     return [nodes[n] for n in dict.fromkeys(names)]
 
 

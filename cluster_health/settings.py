@@ -96,7 +96,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
-            "builtins": ["cluster_health.web.times"],
+            "builtins": ["cluster_health.web.times", "cluster_health.web.operator_tags"],
         },
     },
 ]
@@ -266,6 +266,8 @@ if SLURM_ACTIONS not in ("off", "report", "drain"):
 SLURM_NODE_MAP = envstr("CLUSTER_HEALTH_SLURM_NODE_MAP", "") or ""
 SLURM_SCONTROL = envstr("CLUSTER_HEALTH_SLURM_SCONTROL", "scontrol") or "scontrol"
 SLURM_TIMEOUT_S = envfloat("CLUSTER_HEALTH_SLURM_TIMEOUT_S", 20.0, 1.0, 300.0)
+# The Slurm user an idle-gap sweep's hold (a MAINT reservation) is made for; empty: the worker's own user.
+SLURM_HOLD_USER = envstr("CLUSTER_HEALTH_SLURM_HOLD_USER", "") or ""
 # The versions every node must run, pinned by an operator ("torch=2.6.0,nccl=2.23.4"); what is not pinned is
 # what a strong majority of the fleet runs, or nothing. "torch=2.6.0|2.5.1" declares a rolling upgrade: both
 # pass `agents check` until CLUSTER_HEALTH_EXPECTED_UPGRADE_UNTIL (ISO 8601; unset: until this changes),

@@ -132,6 +132,9 @@ def evaluate_sweep(sweep: Sweep) -> list[int]:
         problems[verdict_problem["key"]] = verdict_problem
     if verdict_clears:
         looked.add(f"verdict:{sweep.kind}")
+    silenced = _silenced(problems)
+    problems = {key: p for key, p in problems.items() if key not in silenced}
+    looked -= silenced  # an acknowledged problem, or one of a node in maintenance, stays as it is
     deliveries: list[int] = []
     newer = newer_coverage(sweep)
     for problem in problems.values():
@@ -148,6 +151,23 @@ def evaluate_sweep(sweep: Sweep) -> list[int]:
         )
         deliveries += _resolve(alert, sweep, why)
     return deliveries
+
+
+def _silenced(problems: dict[str, dict]) -> set[str]:
+    """Keys of problems no alert is sent for: about a node an operator holds (maintenance, returning), or
+    acknowledged while its finding stays the same (cluster_health/operator_states.py)."""
+    from cluster_health import operator_states
+
+    named = {n for p in problems.values() if p["kind"] != "verdict" for n in p["subject"].split("<->")}
+    held = operator_states.held(named)
+    known = operator_states.acknowledged((p["subject"], p["reason"]) for p in problems.values())
+    return {
+        key
+        for key, p in problems.items()
+        if (p["subject"], p["reason"]) in known
+        or p["kind"] != "verdict"
+        and any(n in held for n in p["subject"].split("<->"))
+    }
 
 
 def newer_coverage(sweep: Sweep) -> list[tuple[str, set[str]]]:
@@ -171,7 +191,7 @@ def evaluate_offline(now=None) -> list[int]:
     cutoff = now - timedelta(seconds=settings.ALERT_OFFLINE_AFTER_S)
     nodes = Node.objects.all()
     if any(f.name == "active" for f in Node._meta.get_fields()):
-        nodes = nodes.filter(active=True)  # retired nodes are expected to be silent
+        nodes = nodes.filter(active=True, state="service")  # retired nodes, and those in maintenance, may be silent
     deliveries: list[int] = []
     silent = set()
     for node in nodes.filter(last_heartbeat__lt=cutoff):

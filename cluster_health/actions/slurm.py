@@ -119,8 +119,11 @@ def _resume(slurm_node: str) -> None:
 _JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,8})?$")
 
 
-def job_nodes(job_id: str) -> list[str]:
-    """The Slurm nodes a running job holds, as slurmctld says; SlurmError naming the job's state otherwise."""
+def job_nodes(job_id: str, states: tuple[str, ...] = ("RUNNING",)) -> list[str]:
+    """The Slurm nodes a job in one of ``states`` holds, as slurmctld says; SlurmError naming its state otherwise.
+
+    A job whose PrologSlurmctld runs is CONFIGURING: its nodes are allocated, nothing runs yet.
+    """
     if not _JOB_ID.match(job_id):
         raise SlurmError(f"{job_id!r} is not a Slurm job id")
     try:
@@ -129,13 +132,69 @@ def job_nodes(job_id: str) -> list[str]:
         raise SlurmError(f"slurmctld knows no job {job_id} ({exc})") from None
     state = re.search(r"\bJobState=(\S+)", out)
     nodes = re.search(r"\bNodeList=(\S+)", out)
-    if not state or state.group(1) != "RUNNING" or not nodes or nodes.group(1) == "(null)":
+    if not state or state.group(1) not in states or not nodes or nodes.group(1) == "(null)":
         why = re.search(r"\bReason=(\S+)", out)
         raise SlurmError(
             f"job {job_id} is {state.group(1) if state else 'unknown'}"
             f"{f' ({why.group(1)})' if why and why.group(1) != 'None' else ''}: it runs on no node now"
         )
     return [n for n in _scontrol("show", "hostnames", nodes.group(1)).split() if _SLURM_NAME.match(n)]
+
+
+def idle_nodes() -> list[str]:
+    """The Slurm nodes idle now: no job, not drained, in no reservation (State exactly IDLE), as slurmctld says."""
+    out = _scontrol("show", "nodes", "--oneliner")
+    idle = []
+    for line in out.splitlines():
+        name, state = re.search(r"\bNodeName=(\S+)", line), re.search(r"\bState=(\S+)", line)
+        if name and state and state.group(1) == "IDLE" and _SLURM_NAME.match(name.group(1)):
+            idle.append(name.group(1))
+    return idle
+
+
+HOLD_PREFIX = "cluster-health-idle-"
+_HOLD_NAME = re.compile(r"^cluster-health-idle-[a-z0-9]{1,32}$")
+
+
+def hold(reservation: str, slurm_nodes: list[str], minutes: int, user: str) -> None:
+    """Keep new jobs off idle nodes for ``minutes``: a MAINT reservation that slurmctld refuses if a job runs on
+    any of them, and that ends by itself when its time is up (a server killed mid-sweep holds nothing for long)."""
+    if not _HOLD_NAME.match(reservation) or not all(_SLURM_NAME.match(n) for n in slurm_nodes):
+        raise SlurmError(f"not a hold cluster-health makes: {reservation} on {slurm_nodes}")
+    _scontrol(
+        "create",
+        "reservation",
+        f"ReservationName={reservation}",
+        "StartTime=now",
+        f"Duration={max(1, int(minutes))}",
+        f"Nodes={','.join(slurm_nodes)}",
+        f"Users={user}",
+        "Flags=MAINT",
+    )
+
+
+def release(reservation: str) -> bool:
+    """End a hold; False if slurmctld has none by that name (ended by its time, or released already)."""
+    if not _HOLD_NAME.match(reservation):
+        raise SlurmError(f"not a hold cluster-health makes: {reservation}")
+    try:
+        _scontrol("delete", f"ReservationName={reservation}")
+    except SlurmError:
+        if reservation in _scontrol("show", "reservation", "--oneliner"):
+            raise
+        return False
+    return True
+
+
+def ours_by_slurm_name(names) -> dict[str, str]:
+    """Slurm node name -> cluster-health node name, for the given cluster-health names that map cleanly."""
+    out = {}
+    for name in names:
+        try:
+            out[slurm_name(name)] = name
+        except NodeMapError:
+            continue
+    return out
 
 
 def drain_reason(sweep: Sweep, text: str) -> str:
@@ -187,8 +246,12 @@ def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
         return []
     done: list[str] = []
     newer = newer_coverage(sweep)
+    held = _held(sweep.nodes)
     for node, text in blamed_nodes(sweep).items():
         target = slurm_name(node)
+        if node in held:
+            done.append(f"left {target}: {held[node]} (an operator's)")
+            continue
         if any(node in nodes for _, nodes in newer):
             # A newer sweep of this node has finished: its own actions decide (a late or replayed task
             # for an old sweep must never drain a node that has passed since).
@@ -210,7 +273,8 @@ def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
         SlurmDrain.objects.create(node=node, slurm_node=target, sweep=sweep, reason=reason)
         log.warning("slurm: drained %s: %s", target, reason)
         done.append(f"drained {target}")
-    for drain in SlurmDrain.objects.filter(status="drained", node__in=passing_nodes(sweep)).select_related("sweep"):
+    passed = passing_nodes(sweep) - set(held)  # a held node is resumed by its return to service alone
+    for drain in SlurmDrain.objects.filter(status="drained", node__in=passed).select_related("sweep"):
         if drain.sweep_id and drain.sweep_id > sweep.pk:
             continue  # drained by a newer sweep than this one
         if any(drain.node in nodes for _, nodes in newer):
@@ -219,20 +283,37 @@ def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
             continue
         if drain.sweep and (drain.sweep.kind == "gpu") != (sweep.kind == "gpu"):
             continue  # a GPU problem is cleared by a GPU check, a network one by a network sweep
-        current = node_state(drain.slurm_node)
-        if not (current.drained and current.ours):
-            # Resumed by hand, or re-drained by someone with their own reason: theirs now.
-            SlurmDrain.objects.filter(pk=drain.pk, status="drained").update(status="released", ended=timezone.now())
-            done.append(f"released {drain.slurm_node}: changed outside cluster-health")
-            continue
-        if mode == "report":
-            log.warning("slurm (report only): would resume %s", drain.slurm_node)
-            done.append(f"would resume {drain.slurm_node}")
-            continue
-        _resume(drain.slurm_node)
-        SlurmDrain.objects.filter(pk=drain.pk, status="drained").update(
-            status="resumed", resumed_by=sweep, ended=timezone.now()
-        )
-        log.warning("slurm: resumed %s (sweep #%s passed it)", drain.slurm_node, sweep.pk)
-        done.append(f"resumed {drain.slurm_node}")
+        done.append(_resume_drain(drain, sweep, mode))
     return done
+
+
+def _held(names) -> dict[str, str]:
+    from cluster_health.operator_states import held
+
+    return held(names)
+
+
+def _resume_drain(drain: SlurmDrain, sweep: Sweep, mode: str) -> str:
+    """Resume one of our drains that ``sweep`` passed, unless it was changed outside cluster-health."""
+    current = node_state(drain.slurm_node)
+    if not (current.drained and current.ours):
+        # Resumed by hand, or re-drained by someone with their own reason: theirs now.
+        SlurmDrain.objects.filter(pk=drain.pk, status="drained").update(status="released", ended=timezone.now())
+        return f"released {drain.slurm_node}: changed outside cluster-health"
+    if mode == "report":
+        log.warning("slurm (report only): would resume %s", drain.slurm_node)
+        return f"would resume {drain.slurm_node}"
+    _resume(drain.slurm_node)
+    SlurmDrain.objects.filter(pk=drain.pk, status="drained").update(
+        status="resumed", resumed_by=sweep, ended=timezone.now()
+    )
+    log.warning("slurm: resumed %s (sweep #%s passed it)", drain.slurm_node, sweep.pk)
+    return f"resumed {drain.slurm_node}"
+
+
+def resume_node(node: str, sweep: Sweep, mode: str | None = None) -> list[str]:
+    """Resume cluster-health's drains of a node its verification sweep passed (a return to service)."""
+    mode = mode or settings.SLURM_ACTIONS
+    if mode == "off":
+        return []
+    return [_resume_drain(d, sweep, mode) for d in SlurmDrain.objects.filter(status="drained", node=node)]

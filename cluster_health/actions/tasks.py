@@ -81,11 +81,25 @@ def after_sweep(sweep_id):
     if sweep is None:
         return 0
     bootstrap.ensure_env_channels()
+    after_sweep_operations(sweep)  # before the alerts: a node back in service is alerted on again
     with transaction.atomic():
         ids = alerts.evaluate_sweep(sweep)
         _acted(sweep_id, vocabulary.TASK_AFTER_SWEEP)
         transaction.on_commit(lambda: _send_deliveries(ids))
     return len(ids)
+
+
+def after_sweep_operations(sweep: Sweep) -> list[str]:
+    """What a finished sweep changes beside its alerts: pair coverage, operators' states, an idle hold released."""
+    from cluster_health import coverage, operator_states
+    from cluster_health.sweeps.idle import release_hold
+
+    coverage.record(sweep)
+    done = operator_states.after_sweep(sweep)
+    done += release_hold(sweep)
+    for line in done:
+        log.info("sweep %s: %s", sweep.pk, line)
+    return done
 
 
 @shared_task(name=vocabulary.TASK_OFFLINE, ignore_result=True)

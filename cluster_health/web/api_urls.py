@@ -2,13 +2,18 @@
 
 from django.urls import path
 
-from cluster_health.web import api, expected
+from cluster_health.web import api, expected, operator_views
 
 urlpatterns = [
     path("nodes", api.nodes, name="api-nodes"),
     path("nodes/<str:name>/gpus", api.node_gpus, name="api-node-gpus"),
     path("nodes/<str:name>/retire", api.node_retire, name="api-node-retire"),
     path("nodes/<str:name>/activate", api.node_activate, name="api-node-activate"),
+    path("nodes/<str:name>/maintenance", operator_views.api_node_maintenance, name="api-node-maintenance"),
+    path("nodes/<str:name>/return", operator_views.api_node_return, name="api-node-return"),
+    path("findings/<int:pk>/acknowledge", operator_views.api_finding_acknowledge, name="api-finding-acknowledge"),
+    path("audit", operator_views.api_audit, name="api-audit"),
+    path("coverage", operator_views.api_coverage, name="api-coverage"),
     path("expected", expected.expected, name="api-expected"),
     path("sweeps", api.sweep_list, name="api-sweeps"),
     path("sweeps/<int:pk>", api.sweep_detail, name="api-sweep"),

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from cluster_health.web import schedules, views
+from cluster_health.web import operator_views, schedules, views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -26,6 +26,9 @@ urlpatterns = [
     path("schedules/", schedules.schedule_list, name="schedules"),
     path("schedules/new/", schedules.schedule_edit, name="schedule-new"),
     path("schedules/<int:pk>/", schedules.schedule_edit, name="schedule-edit"),
+    path("nodes/<str:name>/maintenance/", operator_views.node_maintenance, name="node-maintenance"),
+    path("findings/<int:finding_id>/acknowledge/", operator_views.finding_acknowledge, name="finding-acknowledge"),
+    path("audit/", operator_views.audit_log, name="audit"),
     path("hangs/", views.hang_list, name="hangs"),
     path("hangs/<int:pk>/", views.hang_detail, name="hang"),
 ]

@@ -95,10 +95,11 @@ class WebhookReceiver:
 class SlurmCluster:
     """A private slurmctld (and munged) for the listed nodes, in ``workdir``."""
 
-    def __init__(self, workdir: Path, nodes: list[str], cpus: int = 1):
+    def __init__(self, workdir: Path, nodes: list[str], cpus: int = 1, own_ports: bool = False):
         self.workdir = Path(workdir)
         self.nodes = nodes
         self.cpus = cpus
+        self.own_ports = own_ports  # a SlurmdPort per node: several slurmd on this one machine
         self.conf = self.workdir / "slurm.conf"
         self.socket = self.workdir / "munge" / "munge.socket"
         self.procs: dict[str, subprocess.Popen] = {}
@@ -162,7 +163,7 @@ class SlurmCluster:
                     "MpiDefault=none",
                     "SlurmdTimeout=0",  # no slurmd runs here: never mark the test nodes down for silence
                     "ReturnToService=2",
-                    f"NodeName={','.join(self.nodes)} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={self.cpus} State=UNKNOWN",
+                    *self._node_lines(),
                     "PartitionName=test Nodes=ALL Default=YES State=UP",
                     "",
                 ]
@@ -187,6 +188,12 @@ class SlurmCluster:
             out = (self.workdir / "slurmctld.out").read_text()[-2000:]
             raise RuntimeError(f"slurmctld did not start: {out}") from exc
         return self
+
+    def _node_lines(self) -> list[str]:
+        same = f"NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={self.cpus} State=UNKNOWN"
+        if not self.own_ports:
+            return [f"NodeName={','.join(self.nodes)} {same}"]
+        return [f"NodeName={node} Port={free_port()} {same}" for node in self.nodes]
 
     def start_slurmd(self, node: str, timeout: float = 30) -> None:
         """A slurmd for ``node`` on this machine (loopback, the private ports), until slurmctld says idle."""

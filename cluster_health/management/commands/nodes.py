@@ -13,11 +13,13 @@ clears it, ``nodes topology FILE`` makes the whole declared topology that of a f
 
 from __future__ import annotations
 
+import getpass
 import json
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from cluster_health import operator_states
 from cluster_health.core import topology
 from cluster_health.models import Node
 from cluster_health.nodes import declare_topology, node_dict, registered, set_active, set_topology_group
@@ -28,6 +30,7 @@ USAGE = {
     "label": "nodes label GROUP NAME [NAME ...]",
     "unlabel": "nodes unlabel NAME [NAME ...]",
     "topology": "nodes topology FILE (lines 'GROUP: NAME NAME ...')",
+    "maintenance": "nodes maintenance NAME --reason TEXT | nodes maintenance NAME --off",
 }
 
 
@@ -41,7 +44,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "action",
             nargs="?",
-            choices=("list", "retire", "activate", "label", "unlabel", "topology"),
+            choices=("list", "retire", "activate", "label", "unlabel", "topology", "maintenance"),
             default="list",
             help="retire: leave sweeps out of the node until it is activated again; label GROUP NAME ...: declare "
             "the nodes' topology group (rack, leaf, rail); unlabel: back to the group their name gives; "
@@ -49,6 +52,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("names", nargs="*", metavar="NAME")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument("--reason", help="maintenance NAME --reason TEXT: why it is out of sweeps, alerts, drains")
+        parser.add_argument(
+            "--off",
+            action="store_true",
+            help="maintenance NAME --off: return it to service once a verification sweep with healthy partners "
+            "passes it (its Slurm drains by cluster-health resumed then)",
+        )
 
     def handle(self, *args, **opts):
         action, names = opts["action"], opts["names"]
@@ -57,8 +67,11 @@ class Command(BaseCommand):
                 raise CommandError("nodes: names go with an action (retire, activate, label, unlabel, topology)")
             self._list(opts["json"])
             return
-        if len(names) < (2 if action == "label" else 1) or (action == "topology" and len(names) != 1):
+        if len(names) < (2 if action == "label" else 1) or (action in ("topology", "maintenance") and len(names) != 1):
             raise CommandError(f"usage: {USAGE[action]}")
+        if action == "maintenance":
+            self._maintenance(names[0], opts)
+            return
         try:
             changed = self._change(action, names)
         except (Node.DoesNotExist, topology.TopologyError) as exc:
@@ -73,9 +86,25 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"{n.name}: {n.topology_group or 'no declared group'}")
 
+    def _maintenance(self, name: str, opts) -> None:
+        actor = getpass.getuser()
+        if opts["off"] == bool(opts["reason"]):
+            raise CommandError(f"usage: {USAGE['maintenance']}")
+        try:
+            if opts["off"]:
+                sweep = operator_states.return_to_service(name, actor=actor, source="command")
+                node = Node.objects.get(name=name)
+                line = f"{name}: returning to service once verification sweep {sweep.pk} passes it"
+            else:
+                node = operator_states.set_maintenance(name, opts["reason"], actor=actor, source="command")
+                line = f"{name}: maintenance ({node.state_reason})"
+        except (Node.DoesNotExist, operator_states.OperatorError) as exc:
+            raise CommandError(f"nodes maintenance: {exc}; nothing changed") from None
+        self.stdout.write(json.dumps({"nodes": [node_dict(node)]}) if opts["json"] else line)
+
     def _change(self, action: str, names: list[str]) -> list[Node]:
         if action in ("retire", "activate"):
-            return set_active(names, action == "activate")
+            return set_active(names, action == "activate", actor=getpass.getuser(), source="command")
         if action == "label":
             return set_topology_group(names[1:], names[0])
         if action == "unlabel":
@@ -110,6 +139,8 @@ class Command(BaseCommand):
             versions = (n.facts or {}).get("versions") or {}
             torch = versions.get("torch") or "?"
             state = "retired" if not n.active else ("online " if n.is_online(now) else "OFFLINE")
+            if n.active and not n.in_service:
+                state += f" {n.state}"
             line = f"{n.name:<{width}}  {state}  {n.address:<16} heartbeat {seen:<10} torch {torch}"
             if n.topology_group:
                 line += f"  group {n.topology_group}"

@@ -13,9 +13,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents import contract
 from cluster_health import vocabulary
+from cluster_health.actions import slurm
 from cluster_health.core import planner, textmatrix
 from cluster_health.shapes import documents
-from cluster_health.sweeps import waiting
+from cluster_health.sweeps import gang, idle, waiting
 
 REQUESTABLE_KINDS = [k for k in vocabulary.SWEEP_KINDS if k != "preflight"]  # a preflight has its own command
 KIND_HELP = (
@@ -32,7 +33,9 @@ class Command(BaseCommand):
     help = "Request a sweep of the cluster; with --wait print the matrix or JSON and exit 0/1/2/3."
 
     def add_arguments(self, parser):
-        parser.add_argument("--kind", default="full", choices=REQUESTABLE_KINDS, help=KIND_HELP)
+        parser.add_argument(
+            "--kind", choices=REQUESTABLE_KINDS, help=f"default full (quick with --slurm-job); {KIND_HELP}"
+        )
         parser.add_argument(
             "--nodes", help="comma-separated node names (default: every active node; an offline one fails it)"
         )
@@ -58,9 +61,33 @@ class Command(BaseCommand):
             help="with --wait: give up after S seconds, cancel the sweep, exit 3",
         )
         parser.add_argument("--json", action="store_true", help="print only the sweep JSON")
+        parser.add_argument(
+            "--slurm-job",
+            metavar="ID",
+            help="a gang check for PrologSlurmctld: a sweep of the job's allocated nodes; exit 2 only on "
+            "confirmed faults, 0 otherwise (also when the server cannot answer in --timeout)",
+        )
+        parser.add_argument(
+            "--idle",
+            action="store_true",
+            help="only nodes Slurm reports idle, held from new jobs (a MAINT reservation) for the sweep's "
+            "length, their pairs measured longest ago first",
+        )
+        parser.add_argument(
+            "--max-nodes", type=int, help=f"with --idle: at most K nodes (default {idle.DEFAULT_MAX_NODES})"
+        )
 
     def handle(self, *args, **opts):
-        request = {"kind": opts["kind"], "backend": opts["backend"]}
+        if opts["slurm_job"]:
+            if opts["idle"] or opts["nodes"] or opts["pairs"]:
+                raise CommandError("--slurm-job sweeps the job's own nodes: no --idle, --nodes or --pairs")
+            kind = opts["kind"] or "quick"
+            warn, say = (lambda line: self.stderr.write(line)), (lambda line: self.stdout.write(line))
+            sys.exit(gang.check(opts["slurm_job"], kind, opts["timeout"], warn, say))
+        if opts["idle"]:
+            self._idle(opts)
+            return
+        request = {"kind": opts["kind"] or "full", "backend": opts["backend"]}
         if opts["nodes"]:
             request["nodes"] = waiting.node_names(opts["nodes"])
         if opts["pairs"]:
@@ -88,6 +115,31 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(f"sweep {sweep.pk} requested")
             return
+        self._wait_and_report(sweep, opts)
+
+    def _idle(self, opts):
+        if opts["nodes"] or opts["pairs"]:
+            raise CommandError("--idle chooses its nodes from Slurm's idle ones: no --nodes or --pairs")
+        if opts["max_nodes"] is not None and not 2 <= opts["max_nodes"] <= idle.MAX_NODES:
+            raise CommandError(f"--max-nodes: expected 2..{idle.MAX_NODES}")
+        try:
+            sweep = idle.start(opts["max_nodes"])
+        except (idle.IdleSweepError, slurm.SlurmError) as exc:
+            raise CommandError(f"idle sweep: {exc}") from None
+        hold = sweep.params["idle_hold"]
+        self.stderr.write(
+            f"sweep {sweep.pk}: {len(hold['slurm_nodes'])} idle nodes held by reservation {hold['reservation']} "
+            f"for at most {hold['minutes']} min"
+        )
+        if not opts["wait"]:
+            self.stdout.write(f"sweep {sweep.pk} requested")
+            return
+        try:
+            self._wait_and_report(sweep, opts)
+        finally:
+            idle.release_hold(sweep)  # any end (a timeout, ^C): the nodes go back to Slurm now
+
+    def _wait_and_report(self, sweep, opts):
         show = None
         if not opts["json"] and sys.stderr.isatty():
             show = lambda line: self.stderr.write(line)

@@ -1,0 +1,48 @@
+"""Template tags for what operators set and what coverage says, so any page can show them without its view
+reading them: a node's state and its maintenance form, a finding's acknowledgement, the coverage panel."""
+
+from __future__ import annotations
+
+from django import template
+from django.core.cache import cache
+
+from cluster_health import coverage
+from cluster_health.models import IN_SERVICE, Acknowledgement, AuditEntry, Node
+
+register = template.Library()
+COVERAGE_CACHE_S = 60  # every viewer of the overview reuses one summary a minute
+COVERAGE_PANEL_PAIRS = 5
+
+
+@register.simple_tag
+def held_nodes() -> dict[str, Node]:
+    """Name -> node, for the nodes an operator holds (maintenance, returning): one query for a whole table."""
+    return {n.name: n for n in Node.objects.exclude(state=IN_SERVICE)}
+
+
+@register.inclusion_tag("cluster_health/_node_operator.html", takes_context=True)
+def node_operator_panel(context, node: Node) -> dict:
+    return {
+        "node": node,
+        "perms": context.get("perms"),
+        "csrf_token": context.get("csrf_token"),
+        "entries": AuditEntry.objects.filter(subject=node.name)[:5],
+    }
+
+
+@register.inclusion_tag("cluster_health/_acknowledge.html", takes_context=True)
+def acknowledge_panel(context, finding) -> dict:
+    ack = Acknowledgement.objects.filter(subject=finding.subject, code=finding.code).order_by("-created").first()
+    return {"finding": finding, "ack": ack, "perms": context.get("perms"), "csrf_token": context.get("csrf_token")}
+
+
+@register.inclusion_tag("cluster_health/_coverage_panel.html")
+def coverage_panel() -> dict:
+    summary = cache.get_or_set("cluster-health:coverage-summary", coverage.summary, COVERAGE_CACHE_S)
+    return {"c": summary, "stalest": summary["stalest"][:COVERAGE_PANEL_PAIRS]}
+
+
+@register.filter
+def get_item(mapping, key):
+    """``mapping[key]``, or None: a dict read by a variable key in a template."""
+    return mapping.get(key) if hasattr(mapping, "get") else None
