@@ -12,7 +12,7 @@ from celery import shared_task
 from django.conf import settings
 
 from agents import contract
-from cluster_health import hangs, ingest, retention, sweeps, vocabulary
+from cluster_health import hang_diagnoses, ingest, retention, sweeps, vocabulary
 from cluster_health.ingest.auth import authenticate, remember_nonce
 from cluster_health.models import HangDiagnosis
 from cluster_health.shapes import matrices
@@ -82,4 +82,4 @@ def hang(diagnosis_id=None, timeout_s=30.0, **unexpected):
     diagnosis = HangDiagnosis.objects.filter(pk=diagnosis_id, status="collecting").first()
     if diagnosis is None or not isinstance(timeout_s, (int, float)) or not 5 <= timeout_s <= 600:
         return None
-    return hangs.run(diagnosis, float(timeout_s))["verdict"]
+    return hang_diagnoses.run(diagnosis, float(timeout_s))["verdict"]

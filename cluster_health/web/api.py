@@ -20,7 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from cluster_health import hangs, sweeps, vocabulary
+from cluster_health import hang_diagnoses, sweeps, vocabulary
 from cluster_health.models import ApiToken, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.nodes import node_dict, set_active
 from cluster_health.queues import dispatch
@@ -418,14 +418,14 @@ def hang_list(request):
         nodes = body.get("nodes")
         if nodes is not None and (not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes)):
             raise ValueError("nodes: a list of node names")
-        diagnosis = hangs.request(
+        diagnosis = hang_diagnoses.request(
             master=body.get("master"),
             slurm_job=body.get("slurm_job"),
             nodes=nodes,
             source="api",
             requested_by=request.user.get_username(),
         )
-    except (ValueError, TypeError, hangs.HangRequestError) as exc:
+    except (ValueError, TypeError, hang_diagnoses.HangRequestError) as exc:
         return error(400, str(exc))
     dispatch.send_to_server(vocabulary.TASK_HANG, diagnosis_id=diagnosis.pk, timeout_s=timeout_s)
     return JsonResponse(_hang_json(diagnosis), status=202)

@@ -206,7 +206,7 @@ def test_a_hang_diagnosis_by_slurm_job_asks_slurmctld_for_the_jobs_nodes(slurmct
     that runs nowhere (pending: no slurmd runs here) or does not exist is refused with what slurmctld says."""
     import subprocess
 
-    from cluster_health import hangs
+    from cluster_health import hang_diagnoses
     from cluster_health.models import Node
 
     for name in NODES:
@@ -220,12 +220,12 @@ def test_a_hang_diagnosis_by_slurm_job_asks_slurmctld_for_the_jobs_nodes(slurmct
         timeout=30,
         check=True,
     ).stdout.strip()
-    with pytest.raises(hangs.HangRequestError, match=f"job {submitted} is PENDING.*runs on no node now"):
-        hangs.request(slurm_job=submitted)
-    with pytest.raises(hangs.HangRequestError, match="slurmctld knows no job 999999"):
-        hangs.request(slurm_job="999999")
-    with pytest.raises(hangs.HangRequestError, match="is not a Slurm job id"):
-        hangs.request(slurm_job="12; rm -rf /")
+    with pytest.raises(hang_diagnoses.HangRequestError, match=f"job {submitted} is PENDING.*runs on no node now"):
+        hang_diagnoses.request(slurm_job=submitted)
+    with pytest.raises(hang_diagnoses.HangRequestError, match="slurmctld knows no job 999999"):
+        hang_diagnoses.request(slurm_job="999999")
+    with pytest.raises(hang_diagnoses.HangRequestError, match="is not a Slurm job id"):
+        hang_diagnoses.request(slurm_job="12; rm -rf /")
     subprocess.run(["scancel", submitted], env=slurmctld.env, capture_output=True, timeout=30)
 
 
@@ -233,7 +233,7 @@ def test_a_hang_diagnosis_by_slurm_job_asks_slurmctld_for_the_jobs_nodes(slurmct
 def test_a_running_jobs_nodelist_maps_back_to_registered_nodes(slurmctld, monkeypatch):
     """A running job needs a slurmd, which this machine has not: slurmctld's answer for one is recorded
     (the boundary), and the hostlist is expanded by the real scontrol."""
-    from cluster_health import hangs
+    from cluster_health import hang_diagnoses
     from cluster_health.models import Node
 
     for name in ("gpu-1", "gpu-2", "gpu-3"):
@@ -244,4 +244,4 @@ def test_a_running_jobs_nodelist_maps_back_to_registered_nodes(slurmctld, monkey
     )
     real = slurm._scontrol
     monkeypatch.setattr(slurm, "_scontrol", lambda *args: recorded if args[:2] == ("show", "job") else real(*args))
-    assert hangs.slurm_job_nodes("81234") == ["gpu-1", "gpu-2"]  # node map s/^gpu-/node-/
+    assert hang_diagnoses.slurm_job_nodes("81234") == ["gpu-1", "gpu-2"]  # node map s/^gpu-/node-/

@@ -18,7 +18,7 @@ FLOORS = [
     {"actions"},
     {"sweeps"},
     {"ingest"},
-    {"retention", "hangs", "tasks", "web", "management", "admin", "apps", "urls", "asgi", "__init__", "migrations"},
+    {"retention", "hang_diagnoses", "tasks", "web", "management", "admin", "apps", "urls", "asgi", "__init__", "migrations"},
 ]
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 

@@ -71,7 +71,7 @@ def test_its_node_table_endpoint_gives_online_state_and_last_heartbeat_offline_f
 
 
 def test_a_large_fleet_lists_its_offline_nodes_first_and_counts_the_rest(client, monkeypatch):
-    from cluster_health.web import views
+    from cluster_health.web.views import home as views
 
     monkeypatch.setattr(views, "OVERVIEW_NODE_ROWS", 2)
     client.force_login(make_user("viewer", operator=False))

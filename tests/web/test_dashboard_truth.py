@@ -194,7 +194,7 @@ def test_the_admin_says_online_or_offline_hides_internal_jobs_and_names_plurals_
 
 
 def test_a_large_fleet_lists_its_problems_first_and_counts_the_rest(viewer, monkeypatch):
-    from cluster_health.web import views
+    from cluster_health.web.views import nodes as views
 
     monkeypatch.setattr(views, "NODES_PAGE_ROWS", 3)
     nodes = make_nodes([f"l{i}" for i in range(5)])

@@ -7,7 +7,7 @@ from django.test import Client
 
 from agents.contract import ContractError
 from agents.hangs import contract as hangs_contract
-from cluster_health import hangs, vocabulary
+from cluster_health import hang_diagnoses, vocabulary
 from cluster_health.ingest import inspections
 from cluster_health.models import HangDiagnosis, RejectedMessage
 from cluster_health.queues import dispatch
@@ -68,7 +68,7 @@ def test_an_operator_asks_through_the_api_and_only_operators_read_the_kept_answe
     assert report(diagnosis, "g1", []) == "duplicate"
     assert report(diagnosis, "g2", []) == "rejected"  # not asked to look
     assert "was not asked to look" in RejectedMessage.objects.get().error
-    result = hangs.conclude(diagnosis)
+    result = hang_diagnoses.conclude(diagnosis)
     assert (result["verdict"], result["culprits"][0]["ranks"], result["job"]["nodes"]) == (
         "application",
         [1],
@@ -128,11 +128,11 @@ def test_a_rank_is_placed_on_the_node_its_own_connections_use_whichever_agent_sa
     belongs to the node whose address its sockets use, once."""
     make_nodes(["h1", "h2"])  # 10.0.0.1 and 10.0.0.2
     with dispatch.capture():
-        diagnosis = hangs.request(master="10.0.0.1:29500", nodes=["h1", "h2"])
+        diagnosis = hang_diagnoses.request(master="10.0.0.1:29500", nodes=["h1", "h2"])
     on_h2 = {**rank(1, IN_LOADER), "connections": [{"local": "10.0.0.2:40100", "peer": "10.0.0.1:29500"}]}
     on_h1 = {**rank(0, IN_ALL_REDUCE), "connections": [{"local": "10.0.0.1:40200", "peer": "10.0.0.2:40100"}]}
     for node in ("h1", "h2"):  # both agents report both ranks
         report(diagnosis, node, [on_h1, on_h2])
-    result = hangs.conclude(diagnosis)
+    result = hang_diagnoses.conclude(diagnosis)
     assert [(r["rank"], r["node"]) for r in result["ranks"]] == [(0, "h1"), (1, "h2")]
     assert result["culprits"][0]["nodes"] == ["h2"] and result["job"]["ranks_found"] == 2

@@ -14,7 +14,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from cluster_health import hangs
+from cluster_health import hang_diagnoses
 from cluster_health.core.hangs import EXIT_CODES
 
 
@@ -37,12 +37,12 @@ class Command(BaseCommand):
             raise CommandError("--interval: between 0 and 10 seconds")
         nodes = [n.strip() for n in opts["nodes"].split(",") if n.strip()] if opts["nodes"] else None
         try:
-            diagnosis = hangs.request(
+            diagnosis = hang_diagnoses.request(
                 master=opts["master"], slurm_job=opts["slurm_job"], nodes=nodes, interval_s=opts["interval"]
             )
-        except hangs.HangRequestError as exc:
+        except hang_diagnoses.HangRequestError as exc:
             raise CommandError(str(exc)) from None
-        answer = hangs.run(diagnosis, opts["timeout"])
+        answer = hang_diagnoses.run(diagnosis, opts["timeout"])
         if opts["json"]:
             self.stdout.write(json.dumps(answer, indent=1))
         else:
