@@ -1,0 +1,134 @@
+"""Sweeps that Slurm decides the nodes of, through a real slurmctld with a slurmd per node (on loopback):
+the gang check a PrologSlurmctld runs before a job, and idle-gap sweeps held by a MAINT reservation.
+
+The agents' side is played in-process (devtools/sweep_driver.py); the sweep, its confirmation
+pass, its findings and the exit code are the server's own code and the real management command.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.core.management import call_command
+
+from cluster_health import sweeps
+from cluster_health.actions import tasks
+from cluster_health.models import PairCoverage, PairProbe, Sweep
+from cluster_health.sweeps import idle, waiting
+from devtools.sweep_driver import heartbeat, result_for
+from tests.support.action_fixtures import SlurmCluster
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
+NODES = ["n1", "n2", "n3", "n4"]
+
+
+@pytest.fixture
+def slurm_bed(tmp_path, monkeypatch, settings):
+    cluster = SlurmCluster(tmp_path / "slurm", NODES, own_ports=True).start()
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    settings.SLURM_NODE_MAP = ""
+    try:
+        for n in NODES:
+            cluster.start_slurmd(n)
+            heartbeat(n)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def running_job(cluster, *args: str) -> str:
+    job = cluster.run("sbatch", "--parsable", *args, "--wrap", "sleep 120").strip()
+    deadline = time.monotonic() + 20
+    while "JobState=RUNNING" not in cluster.run("scontrol", "show", "job", "--oneliner", job):
+        assert time.monotonic() < deadline, cluster.run("scontrol", "show", "job", job)
+        time.sleep(0.2)
+    return job
+
+
+def nodes_of(cmd) -> set[str]:
+    probe = PairProbe.objects.select_related("node_a", "node_b").get(pk=cmd["probe_id"])
+    return {probe.node_a.name, probe.node_b.name}
+
+
+def n3_dead(cmd):
+    if "n3" in nodes_of(cmd):
+        return result_for(cmd, status="timeout", stage="connect", reason="connect_timeout", hint="no answer")
+    return result_for(cmd)
+
+
+def drive_with(driver, monkeypatch, reply=None):
+    """The gang check's wait: the agents answer at once (as ``reply`` says)."""
+
+    def wait_for(sweep, timeout, *args, **kwargs):
+        driver.run(sweeps.start_sweep, sweep.pk)
+        driver.answer_all(reply)
+        sweep.refresh_from_db()
+        return not sweep.is_open
+
+    monkeypatch.setattr(waiting, "wait_for", wait_for)
+
+
+def gang_check(job: str, timeout: float = 30) -> int:
+    with pytest.raises(SystemExit) as ended:
+        call_command("sweep", slurm_job=job, timeout=timeout)
+    return ended.value.code
+
+
+def test_the_gang_check_fails_a_job_on_a_confirmed_fault_and_passes_a_healthy_one(
+    slurm_bed, driver, monkeypatch, capsys
+):
+    job = running_job(slurm_bed, "-N", "4")
+    drive_with(driver, monkeypatch, n3_dead)
+    assert gang_check(job) == 2
+    out = capsys.readouterr().out
+    assert "node_unreachable n3" in out, out
+    sweep = Sweep.objects.get()
+    assert (sweep.kind, sweep.nodes, sweep.params["slurm_job"]) == ("quick", NODES, job)
+
+    drive_with(driver, monkeypatch)
+    assert gang_check(job) == 0
+    assert "passed 4 nodes" in capsys.readouterr().out
+
+
+def test_the_gang_check_lets_a_job_start_when_the_server_does_not_answer_or_slurmctld_is_gone(slurm_bed, capsys):
+    job = running_job(slurm_bed, "-N", "2", "-w", "n1,n2")
+    began = time.monotonic()
+    assert gang_check(job, timeout=3) == 0  # no worker starts the sweep: the server is paused
+    assert time.monotonic() - began < 5
+    assert "did not end within 3s; the job starts unchecked" in capsys.readouterr().err
+    assert Sweep.objects.get().status == "cancelled"  # it never runs later, over the job
+    slurm_bed.stop()
+    assert gang_check(job, timeout=3) == 0
+    assert "the job starts unchecked" in capsys.readouterr().err
+
+
+def test_an_idle_sweep_holds_only_idle_nodes_measures_the_stalest_pairs_and_releases_them(slurm_bed, driver):
+    running_job(slurm_bed, "-N", "1", "-w", "n1")
+    PairCoverage.objects.create(node_a="n2", node_b="n3", last_measured="2026-01-01T00:00:00Z", status="ok")
+    sweep = driver.run(idle.start, 2)
+    hold = sweep.params["idle_hold"]
+    # n2-n3 was measured; n2-n4 and n3-n4 never were: the stalest pair is one of those.
+    assert set(sweep.params["pairs"][0]) in ({"n2", "n4"}, {"n3", "n4"}), sweep.params
+    assert hold["reservation"] in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")
+    driver.run(sweeps.start_sweep, sweep.pk)
+    probed = set()
+
+    def reply(cmd):
+        probed.update(nodes_of(cmd))
+        return result_for(cmd)
+
+    driver.answer_all(reply)
+    sweep.refresh_from_db()
+    assert sweep.status == "finished" and "n1" not in probed  # n1 runs a job
+    tasks.after_sweep(sweep.pk)
+    assert hold["reservation"] not in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")
+    measured = set(PairCoverage.objects.values_list("node_a", "node_b"))
+    assert {tuple(sorted(p)) for p in sweep.params["pairs"]} <= measured
+
+
+def test_an_idle_sweep_refuses_when_a_job_took_the_nodes(slurm_bed):
+    running_job(slurm_bed, "-N", "3", "-w", "n1,n2,n3")
+    with pytest.raises(idle.IdleSweepError, match="idle in Slurm"):
+        idle.start()
+    assert not Sweep.objects.exists()
