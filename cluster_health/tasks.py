@@ -8,6 +8,8 @@ ones that carry data, and those are signed.
 
 from __future__ import annotations
 
+import logging
+
 from celery import shared_task
 from django.conf import settings
 
@@ -17,6 +19,8 @@ from cluster_health.ingest.auth import authenticate, remember_nonce
 from cluster_health.models import HangDiagnosis
 from cluster_health.shapes import matrices
 from cluster_health.sweeps import lifecycle, reaper, statistics
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name=contract.TASK_RESULT, ignore_result=True, bind=True)
@@ -58,7 +62,20 @@ def reap(self):
 
 @shared_task(name=vocabulary.TASK_SCHEDULED_SWEEP, ignore_result=True)
 def scheduled_sweep(kind="full", **params):
-    """A sweep from a django-celery-beat schedule (the nightly full sweep by default)."""
+    """A sweep from a django-celery-beat schedule (the nightly full sweep by default); kind ``idle``: an idle-gap
+    sweep (cluster_health/sweeps/idle.py), its only parameter ``max_nodes``."""
+    if kind == "idle":
+        from cluster_health.sweeps import idle
+
+        max_nodes = params.get("max_nodes")
+        if set(params) - {"max_nodes"} or not (max_nodes is None or isinstance(max_nodes, int) and 2 <= max_nodes):
+            log.warning("idle schedule: only max_nodes (2 or more) is taken, got %s", sorted(params))
+            return None
+        try:
+            return idle.start(min(max_nodes, idle.MAX_NODES) if max_nodes else None, source="schedule").pk
+        except (idle.IdleSweepError, idle.slurm.SlurmError) as exc:
+            log.warning("idle schedule: no sweep this time: %s", exc)
+            return None
     sweep = sweeps.request_sweep(source="schedule", kind=kind, **params)
     return sweep.pk
 

@@ -135,9 +135,9 @@ def node_gpus(request, name):
     return JsonResponse(gpus.node_gpus(node))
 
 
-def _set_node_active(name: str, active: bool) -> JsonResponse:
+def _set_node_active(request, name: str, active: bool) -> JsonResponse:
     try:
-        (node,) = set_active([name], active)
+        (node,) = set_active([name], active, actor=request.user.get_username(), source="api")
     except Node.DoesNotExist:
         return error(404, f"no node {name}")
     return JsonResponse(node_dict(node))
@@ -152,12 +152,12 @@ fleet_change = api_view(
 @fleet_change
 def node_retire(request, name):
     """Take a node out of the fleet: sweeps leave it out until it is activated."""
-    return _set_node_active(name, False)
+    return _set_node_active(request, name, False)
 
 
 @fleet_change
 def node_activate(request, name):
-    return _set_node_active(name, True)
+    return _set_node_active(request, name, True)
 
 
 @api_view(methods=("GET", "POST"))
