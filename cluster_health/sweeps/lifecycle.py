@@ -162,9 +162,7 @@ def _sweep_nodes(sweep: Sweep, now: datetime) -> list[str]:
     else:
         # The fleet, not whoever happens to be online: a dead node must fail the sweep, not vanish from it.
         # Less the nodes an operator holds (maintenance, returning): named ones only, so a verification runs.
-        names = list(
-            Node.objects.filter(active=True, state=IN_SERVICE).order_by("name").values_list("name", flat=True)
-        )
+        names = list(Node.objects.filter(active=True, state=IN_SERVICE).order_by("name").values_list("name", flat=True))
     if sweep.kind == "preflight":
         master = params.get("master") or names[0] if names else None
         if master not in names:
