@@ -212,6 +212,10 @@ def judge(
         load = busy(p, typical) if p["status"] not in BAD else None
         if second is not None:
             confirmed = bad_again(p, second)
+            if confirmed and p["status"] not in BAD and second["status"] not in BAD:
+                confirmed = not judging.as_fast_as_partners(
+                    p, second, with_partner.get(p["a"], []), with_partner.get(p["b"], [])
+                )
         elif side_bad or load:
             confirmed = True
         else:

@@ -21,7 +21,7 @@ A hostile or broken agent's load figures are read as numbers in range or not at 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from statistics import median
 from typing import Any
 
@@ -36,6 +36,10 @@ HEAVIER = 0.2
 BUSY_STEAL = 0.1
 BUSY_NIC_SHARE = 0.5
 MIN_PEERS = 2  # peer links needed before a pair is compared with its peers at all
+# The margin below its peers grows with how much they scatter at that moment: this many robust standard
+# deviations of their ratios (a heavily and unevenly loaded moment scatters every link), at most MAX_MARGIN.
+NOW_K = 3.0
+MAX_MARGIN = 0.7
 MEASURED = ("ok", "degraded", "contended")  # pairs whose busbw is a figure of their link
 
 
@@ -167,13 +171,29 @@ def peer_reference(p: Mapping[str, Any], ratios: list[tuple[str, str, float]]) -
     return max(refs) if refs else None
 
 
-def margin(expected: Mapping[str, Any], degraded_ratio: float) -> float:
-    """How far below its peers (as a share) a link must fall to be slow: more for a link that scatters more."""
+def margin(expected: Mapping[str, Any], degraded_ratio: float, scatter_now: float = 0.0) -> float:
+    """How far below its peers (as a share) a link must fall to be slow: more for a link that scatters more,
+    and more at a moment when its peers scatter more (``scatter_now``: their robust spread, as a share).
+
+    At most MAX_MARGIN: a link at a fifth of its peers is slow however noisy the moment.
+    """
     mad, samples = expected.get("mad_gbps"), expected.get("samples") or 1
+    now = NOW_K * scatter_now
     if not isinstance(mad, (int, float)):
-        return max(expected_busbw.MIN_DROP, 1 - degraded_ratio)
+        return min(MAX_MARGIN, max(expected_busbw.MIN_DROP, 1 - degraded_ratio, now))
     spread = expected_busbw.NOISE_K * expected_busbw.MAD_TO_SIGMA * mad / expected["busbw_gbps"]
-    return min(0.9, max(expected_busbw.MIN_DROP, spread if samples >= expected_busbw.MIN_HISTORY else 0.0))
+    own = spread if samples >= expected_busbw.MIN_HISTORY else 0.0
+    return min(MAX_MARGIN, max(expected_busbw.MIN_DROP, own, now))
+
+
+def scatter(ratios: list[float]) -> float:
+    """The robust spread of a sweep's ratios as a share of their median (0 with fewer than MIN_PEERS + 1)."""
+    if len(ratios) <= MIN_PEERS:
+        return 0.0
+    mid = median(ratios)
+    if mid <= 0:
+        return 0.0
+    return expected_busbw.MAD_TO_SIGMA * median(abs(r - mid) for r in ratios) / mid
 
 
 def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tuple[str, str], dict[str, Any]]:
@@ -186,6 +206,7 @@ def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tu
     """
     measured = [(p["a"], p["b"], r) for p in pairs if (r := ratio(p)) is not None]
     typical = typical_load(pairs)
+    scatter_now = scatter([r for _, _, r in measured])
     updates: dict[tuple[str, str], dict[str, Any]] = {}
     for p in pairs:
         if (p["status"], p.get("reason")) != ("degraded", "below_baseline"):
@@ -206,8 +227,9 @@ def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tu
                     f"({words or load_words(p, base)}): contended, not acted on",
                 }
             continue
-        need = ref * (1 - margin(ex, degraded_ratio))
+        need = ref * (1 - margin(ex, degraded_ratio, scatter_now))
         record = {"ratio": round(r, 3), "peers_ratio": round(ref, 3), "slow_below": round(need, 3)}
+        record["peers_scatter"] = round(scatter_now, 3)
         if score is not None:
             record.update(load=round(score, 3), typical_load=round(typical, 3))
         key = _key(p)
@@ -261,6 +283,31 @@ def sweep_slow(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "detail": {"median_ratio": round(mid, 3), "links": len(measured), "typical_load": round(typical, 3)},
         }
     ]
+
+
+def as_fast_as_partners(
+    first: Mapping[str, Any],
+    second: Mapping[str, Any],
+    partners_a: Sequence[Mapping[str, Any]],
+    partners_b: Sequence[Mapping[str, Any]],
+) -> bool:
+    """Whether a slow pair's second look kept up with its sides' partner probes of the same moment.
+
+    Each side's partner probes ran in the same pass, under the same load: the faster of them, as
+    a share of its own baseline, is what the moment allowed. A second look within the link's
+    margin of it is not slow again, whatever its history says (a busy night slows the pass as
+    much as the first look). Needs both sides probed with a partner, and baselines to compare by.
+    """
+    mine, ex = ratio(second), expected_of(first) or expected_of(second)
+    if mine is None or ex is None:
+        return False
+    sides = [[r for q in probes if (r := ratio(q)) is not None] for probes in (partners_a, partners_b)]
+    if not all(sides):
+        return False
+    judged = (first.get("evidence") or {}).get("judged") or {}
+    scatter_now = _share(judged.get("peers_scatter")) or 0.0
+    reference = max(max(s) for s in sides)
+    return mine >= reference * (1 - margin(ex, 1 - expected_busbw.MIN_DROP, scatter_now))
 
 
 def heavier_again(first: Mapping[str, Any], second: Mapping[str, Any]) -> str | None:

@@ -178,6 +178,14 @@ def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
         if p["status"] in contract.PASSED_STATUSES and p.get("busbw_gbps"):
             peers.setdefault((sweep.pk, _largest(p.get("sizes"))), []).append(p["busbw_gbps"])
     middle = {k: median(v) for k, v in peers.items() if len(v) > judging.MIN_PEERS}
+    # A sweep whose links completed different largest sizes (a busy moment cuts the bandwidth ladder
+    # short): its median over every size it reached stands in for its peers at this link's size.
+    everyone: dict[int, list[float]] = {}
+    for (sid, _), v in peers.items():
+        everyone.setdefault(sid, []).extend(v)
+    for sid, size in list(peers):
+        if (sid, size) not in middle and len(everyone[sid]) > judging.MIN_PEERS:
+            middle[(sid, size)] = median(everyone[sid])
     for key, now in links.items():
         series = sorted(past.get(key, []))
         statuses = [st for _, st, _, _ in series if st != "skipped"] + [now["status"]]

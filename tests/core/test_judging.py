@@ -160,3 +160,25 @@ def test_the_agent_reads_cpu_pressure_and_its_own_run_queue_wait(tmp_path):
     load = agent_evidence.load_delta(before, after, 0)
     assert load["cpu_pressure"] == 0.7 and load["sched_delay_ms"] == 400.0 and load["sched_wait"] == 0.4
     assert agent_evidence.psi_some_us(str(tmp_path / "missing")) is None
+
+
+def test_a_second_look_as_fast_as_its_partners_at_that_moment_is_not_slow_again():
+    # A loaded night: n2<->n5 was at 38 % of its history, its peers at 52 %; in the pass, it and each side's
+    # partner ran alike (the moment was slow, not the link): transient, nothing raised.
+    pairs = [measured(a, b, 0.52) for a, b in itertools.combinations(NODES, 2) if (a, b) != ("n2", "n5")]
+    slow = {**measured("n2", "n5", 0.38, status="degraded", reason="below_baseline"), "round": 3}
+    again = [
+        {**measured("n2", "n5", 0.40, status="degraded", reason="below_baseline"), "round": 16},
+        {**measured("n2", "n0", 0.45), "round": 16},
+        {**measured("n5", "n1", 0.43), "round": 16},
+    ]
+    updates, _ = confirmation.judge([*pairs, slow], again)
+    assert updates[("n2", "n5")]["status"] == "transient", updates
+    # A slow node's pair: its own side is slow with its partner too, the other side's partner is not.
+    again = [
+        {**measured("n2", "n5", 0.1, status="degraded", reason="below_baseline"), "round": 16},
+        {**measured("n2", "n0", 0.1), "round": 16},
+        {**measured("n5", "n1", 0.95), "round": 16},
+    ]
+    updates, _ = confirmation.judge([*pairs, slow], again)
+    assert updates[("n2", "n5")]["confirmation"]["outcome"] == "confirmed" and "status" not in updates[("n2", "n5")]
