@@ -236,13 +236,26 @@ class Sweep(models.Model):
             qs = GpuCheck.objects.filter(sweep=self)
         else:
             qs = self.pairs.filter(round=self.current_round) if round_only else self.pairs.all()
+        # The confirmation pass's probes are counted apart: its rows are deleted as it ends, and counted
+        # with the sweep's pairs they made progress read 15/21, then 15/15.
+        gpu = self.kind in vocabulary.GPU_SWEEP_KINDS  # no confirmation pass: a node's own check
+        again_from = self.params.get("confirm_first") if not (round_only or gpu) else None
+        again: dict[str, int] = {}
+        if again_from is not None:
+            again = dict(
+                qs.filter(round__gte=again_from)
+                .values("status")
+                .annotate(n=models.Count("id"))
+                .values_list("status", "n")
+            )
+            qs = qs.filter(round__lt=again_from)
         counts = dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
         if self.collapsed_ok and not round_only:  # rows deleted by retention; their matrix cells remain
             counts["ok"] = counts.get("ok", 0) + self.collapsed_ok
         total = sum(counts.values())
         done = total - counts.get("pending", 0) - counts.get("running", 0)
         bad = sum(counts.get(s, 0) for s in vocabulary.BAD_STATUSES)
-        return {
+        out = {
             "round": self.current_round,
             "rounds": self.total_rounds,
             "pairs_total": total,
@@ -253,6 +266,11 @@ class Sweep(models.Model):
             "unit": "checks" if self.kind in vocabulary.GPU_SWEEP_KINDS else "pairs",  # what pairs_* count
             "phase": self.phase,
         }
+        if again:
+            again_total = sum(again.values())
+            out["again_total"] = again_total
+            out["again_done"] = again_total - again.get("pending", 0) - again.get("running", 0)
+        return out
 
 
 class PairProbe(models.Model):

@@ -14,7 +14,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from cluster_health import vocabulary
-from cluster_health.core import history
+from cluster_health.core import history, problems
 from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep
 from cluster_health.shapes.gpus import gpu_dicts
 from cluster_health.shapes.matrices import collapsed_pairs
@@ -97,8 +97,27 @@ def sweep_json(
         out["progress"] = sweep.progress()
     findings = list(Finding.objects.filter(sweep=sweep))
     out["findings"] = [{**f.as_dict(), "id": f.pk} for f in findings]
+    out["problems"] = problem_dicts(sweep, findings)
     out["trending_down"] = trending_down(findings)
     return out
+
+
+def problem_dicts(sweep: Sweep, findings: list[Finding]) -> list[dict]:
+    """The sweep's problems (core/problems.py), one per culprit, fail first: ``severity``, ``kind``,
+    ``culprit``, ``text`` and ``findings``, the ids of the findings it rests on."""
+    rows = [
+        {
+            "severity": f.severity,
+            "code": f.code,
+            "subject": f.subject,
+            "text": f.text,
+            "pairs": f.pairs,
+            "detail": f.detail,
+        }
+        for f in findings
+    ]
+    found = problems.problems(rows, sweep.nodes)
+    return [{**p, "findings": [findings[i].pk for i in p["findings"]]} for p in found]
 
 
 def plan_json(sweep: Sweep) -> dict:

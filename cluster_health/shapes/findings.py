@@ -1,4 +1,4 @@
-"""A finding's evidence chain in words, for its "why" page.
+"""A finding's evidence chain in words, and the probes it rests on, for its "why" page.
 
 Rules keep their chain as they found it (``detail.evidence``): sentences, figures, and for the
 confirmation pass one record per pair (core/confirmation.py: ``outcome``, the ``first`` and the
@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from django.db.models import Q
+
+from cluster_health.models import Finding, PairProbe
+
+NOT_PASSING = ("failed", "timeout", "offline", "degraded")  # a node's pairs a finding about it rests on
+MAX_SUPPORT = 50  # probes listed on a finding's page
 
 
 def chain_lines(chain: Any) -> list[str]:
@@ -67,3 +74,29 @@ def _fields(fields: Mapping[str, Any]) -> str:
         shown = f"({_fields(value)})" if isinstance(value, Mapping) else _line(value)
         words.append(f"{str(key).replace('_', ' ')}: {shown}")
     return "; ".join(words)
+
+
+def support_probes(finding: Finding) -> list[PairProbe]:
+    """The probes a finding rests on: the pairs it lists, else the link it names, else the pairs of the node
+    it names that did not pass (a node offline or unreachable lists none, and its page must show them)."""
+    names = finding.pairs or ([finding.subject] if "<->" in finding.subject else [])
+    wanted = [tuple(name.split("<->", 1)) for name in names if "<->" in name]
+    rows = PairProbe.objects.filter(sweep_id=finding.sweep_id).select_related("node_a", "node_b")
+    if wanted:
+        probes = {
+            (p.node_a.name, p.node_b.name): p
+            for p in rows.filter(node_a__name__in={a for a, _ in wanted}, node_b__name__in={b for _, b in wanted})
+        }
+        return [probes[k] for k in wanted if k in probes][:MAX_SUPPORT]
+    if finding.subject not in (finding.sweep.nodes or []):
+        return []
+    mine = rows.filter(Q(node_a__name=finding.subject) | Q(node_b__name=finding.subject), status__in=NOT_PASSING)
+    return list(mine.order_by("round", "id")[:MAX_SUPPORT])
+
+
+def probe_line(p: PairProbe) -> str:
+    """One probe as a line of a finding's chain: "host1<->host2: timeout at connect (connect_timeout): hint"."""
+    where = f" at {p.stage}" if p.stage else ""
+    why = f" ({p.reason})" if p.reason else ""
+    hint = f": {p.hint}" if p.hint else ""
+    return f"{p.node_a.name}<->{p.node_b.name}: {p.status}{where}{why}{hint}"

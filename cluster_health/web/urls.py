@@ -21,6 +21,7 @@ urlpatterns = [
     path("sweeps/<int:sweep_id>/", views.sweep_detail, name="sweep"),
     path("sweeps/<int:sweep_id>/state.json", views.sweep_state, name="sweep-state"),
     path("sweeps/<int:sweep_id>/cancel/", views.cancel_sweep, name="sweep-cancel"),
+    path("sweeps/<int:sweep_id>/rerun/", views.rerun_pairs, name="sweep-rerun"),
     path("sweeps/<int:sweep_id>/report/", views.report, name="sweep-report"),
     path("sweeps/<int:sweep_id>/findings/<int:finding_id>/", views.finding_detail, name="finding"),
     path("schedules/", schedules.schedule_list, name="schedules"),

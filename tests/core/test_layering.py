@@ -18,7 +18,19 @@ FLOORS = [
     {"actions"},
     {"sweeps"},
     {"ingest"},
-    {"retention", "hang_diagnoses", "tasks", "web", "management", "admin", "apps", "urls", "asgi", "__init__", "migrations"},
+    {
+        "retention",
+        "hang_diagnoses",
+        "tasks",
+        "web",
+        "management",
+        "admin",
+        "apps",
+        "urls",
+        "asgi",
+        "__init__",
+        "migrations",
+    },
 ]
 FLOOR_OF = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
 

@@ -11,7 +11,9 @@
     const scope = p.scope === "round" ? " in this round" : "";
     // The confirmation pass: the sweep's suspects probed again before its verdict.
     const phase = p.phase === "confirming" ? "confirming · " : "";
-    return `${phase}${rounds}${p.pairs_done}/${p.pairs_total} ${p.unit || "pairs"} done${scope}${p.failures ? ` · ${p.failures} failing` : ""}`;
+    // The confirmation pass's probes apart from the sweep's pairs (their rows go as the pass ends).
+    const again = p.again_total ? ` · ${p.again_done}/${p.again_total} probed again` : "";
+    return `${phase}${rounds}${p.pairs_done}/${p.pairs_total} ${p.unit || "pairs"} done${scope}${again}${p.failures ? ` · ${p.failures} failing` : ""}`;
   }
 
   /* A sweep's findings into list, each with its "why" link (findingUrl(sweep, id)) and the cells it lights. */
@@ -27,6 +29,27 @@
       const why = f.id ? ` <a class="why" href="${CH.esc(findingUrl(state.sweep, f.id))}">why</a>` : "";
       return `<li class="sev-${CH.esc(f.severity)}" data-finding="${CH.esc(f.id)}" data-cells="${cells}" tabindex="0">` +
         `<span class="sev">${CH.esc(f.severity)}</span> <b class="subject">${CH.esc(f.subject)}</b> ${CH.esc(f.text)}${why}</li>`;
+    }).join("");
+  }
+
+  /* The sweep's problems (core/problems.py): one line per culprit, opening into its findings (state.problems
+   * names them by id). Open lines stay open when the list is drawn again. */
+  function renderProblems(section, state, findingUrl) {
+    if (!section || !state.problems) return;
+    const open = OPEN.includes(state.status);
+    section.hidden = open && !state.problems.length;
+    const n = state.problems.length;
+    section.querySelector("[data-problems-title]").textContent = n ? `${n} problem${n === 1 ? "" : "s"}` : "No problems";
+    const list = section.querySelector("[data-problems]");
+    const opened = new Set([...list.querySelectorAll("details[open]")].map((d) => d.closest("li").dataset.problem));
+    const byId = new Map((state.findings || []).map((f) => [f.id, f]));
+    list.innerHTML = state.problems.map((p) => {
+      const rows = p.findings.map((id) => byId.get(id)).filter(Boolean);
+      const lines = rows.map((f) => `<li class="sev-${CH.esc(f.severity)}"><span class="sev">${CH.esc(f.severity)}</span> ` +
+        `<b class="subject">${CH.esc(f.subject)}</b> ${CH.esc(f.text)} <a class="why" href="${CH.esc(findingUrl(state.sweep, f.id))}">why</a></li>`).join("");
+      return `<li class="sev-${CH.esc(p.severity)}" data-problem="${CH.esc(p.culprit)}"><details${opened.has(p.culprit) ? " open" : ""}><summary>` +
+        `<span class="sev">${CH.esc(p.severity)}</span> ${CH.esc(p.text)} <span class="muted small">(${rows.length} finding${rows.length === 1 ? "" : "s"})</span>` +
+        `</summary><ul class="findings-list">${lines}</ul></details></li>`;
     }).join("");
   }
 
@@ -61,6 +84,19 @@
     section.querySelector("[data-trending]").innerHTML = trending.map((t) => `<li class="sev-warn"><b class="subject">${CH.esc(t.link)}</b> busbw ${gbps(t.from_busbw_gbps)} → ${gbps(t.to_busbw_gbps)} GB/s over ${CH.esc(t.sweeps)} sweeps</li>`).join("");
   }
 
+  /* The group collectives' table, from the state's groups: it appears as the sweep's group round closes. */
+  function renderGroupCollectives(groups) {
+    const section = document.querySelector("[data-group-collectives]");
+    if (!section || !groups) return;
+    section.hidden = !groups.length;
+    const num = (v) => (v === null || v === undefined ? "–" : Number(v).toFixed(2));
+    section.querySelector("tbody").innerHTML = groups.map((g) => {
+      const row = `<tr><td>${CH.esc(g.kind)}</td><td>${CH.esc(g.nodes.length)}</td><td>${CH.esc(g.status)}${g.reason ? ` (${CH.esc(g.reason)})` : ""}</td>` +
+        `<td>${CH.esc(g.stage || "–")}</td><td class="num">${num(g.busbw_gbps)}</td></tr>`;
+      return row + (g.hint ? `<tr><td colspan="5" class="small">${CH.esc(g.hint)}</td></tr>` : "");
+    }).join("");
+  }
+
   /* A verdict as a person reads it: an open sweep has none yet, it is "running". */
   function verdictWord(status, verdict) {
     return OPEN.includes(status) ? "running" : verdict;
@@ -82,6 +118,8 @@
       set("progress[data-progress-bar]", (el) => { el.max = meta.progress.pairs_total || 1; el.value = meta.progress.pairs_done; });
     }
     if (meta.status && !OPEN.includes(meta.status)) set("[data-open-only]", (el) => { el.hidden = true; });
+    // A sweep of "every active node" lists them once it is planned: the page said "0 nodes" until reloaded.
+    if (meta.nodes) set("[data-sweep-nodes]", (el) => { el.textContent = `${meta.nodes.length} node${meta.nodes.length === 1 ? "" : "s"}`; });
     // When the sweep ended and how long ago, in the server's format (finished_text) and the pages' one clock.
     if (meta.status) {
       set("[data-sweep-ended]", (el) => {
@@ -164,13 +202,17 @@
         matrix.setExpected(state.expected_busbw_gbps);
         matrix.setFindings(state.findings);
         renderFindings(findingsEl, state, findingUrl);
+        renderProblems(document.querySelector("[data-problems-section]"), state, findingUrl);
         renderTrending(state.trending_down);
+        renderGroupCollectives(state.groups);
         lastComplete.show(open ? state.last_complete : null);
         document.querySelectorAll("[data-sweep-link]").forEach((a) => { a.href = a.href.replace(/\/sweeps\/\d+\//, `/sweeps/${state.sweep}/`); a.textContent = `#${state.sweep}`; });
       },
       onFrame: (frame) => {
         renderMeta(frame);
         if (frame.status) live.setOpen(OPEN.includes(frame.status));
+        // Planned: its nodes and rounds are known now (a sweep of every node listed none while pending).
+        if (frame.status === "running" && lastStatus === "pending") live.reload();
         // Findings are written when the sweep closes: re-read once at that moment.
         if (frame.status && OPEN.includes(lastStatus) && !OPEN.includes(frame.status)) {
           // A gpu sweep's GPU table is drawn by the server from its closed checks: read the page again.

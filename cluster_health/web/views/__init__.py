@@ -11,7 +11,7 @@ from cluster_health.web.views.hangs import hang_detail, hang_list
 from cluster_health.web.views.home import nodes_state, overview
 from cluster_health.web.views.nodes import consistency_view, node_activity, node_detail, nodes_view
 from cluster_health.web.views.pairs import pair_detail, probe_detail
-from cluster_health.web.views.sweeps import cancel_sweep, history, start_sweep, sweep_detail, sweep_state
+from cluster_health.web.views.sweeps import cancel_sweep, history, rerun_pairs, start_sweep, sweep_detail, sweep_state
 
 __all__ = [
     "cancel_sweep",
@@ -30,6 +30,7 @@ __all__ = [
     "pair_detail",
     "probe_detail",
     "report",
+    "rerun_pairs",
     "start_sweep",
     "sweep_detail",
     "sweep_state",

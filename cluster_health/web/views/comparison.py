@@ -15,7 +15,7 @@ from cluster_health.models import Sweep
 from cluster_health.shapes.compare import diff as sweep_diff
 from cluster_health.sweeps import waiting
 from cluster_health.web.heavy import heavy
-from cluster_health.web.views.sweeps import sweep_matrix
+from cluster_health.web.views.sweeps import problem_rows, sweep_matrix
 
 
 def _get_sweep_param(request, name):
@@ -93,6 +93,7 @@ def report(request, sweep_id: int):
     after_counts = matrix.status_counts(after_matrix)
     before_counts = matrix.status_counts(before_matrix) if before_matrix else None
     go, gate = go_no_go(after)
+    findings = list(after.findings.all())
     return render(
         request,
         "cluster_health/report.html",
@@ -106,7 +107,8 @@ def report(request, sweep_id: int):
                 (status, (before_counts or {}).get(status, 0), after_counts.get(status, 0))
                 for status in REPORT_STATUS_ORDER
             ],
-            "findings": after.findings.all(),
+            "findings": findings,
+            "problems": problem_rows(after, findings),
             "baseline": after.baseline,
             "now": timezone.now(),
         },

@@ -12,7 +12,7 @@ from django.views.decorators.cache import never_cache
 from cluster_health.core import fleet, matrix
 from cluster_health.models import Finding, Node, Sweep
 from cluster_health.web import times
-from cluster_health.web.views.sweeps import GROUP_REFRESH_MS, grouped, latest_sweep
+from cluster_health.web.views.sweeps import GROUP_REFRESH_MS, grouped, latest_sweep, problem_rows
 
 NODE_POLL_MS = 5000  # how often the overview re-reads its node table
 
@@ -112,6 +112,7 @@ def overview(request):
             "sweep": latest,
             "grouped": bool(latest) and grouped(latest),
             "findings": findings,
+            "problems": problem_rows(latest, findings),
             "last_closed": last_closed,
             "node_poll_ms": NODE_POLL_MS,
             "group_refresh_ms": GROUP_REFRESH_MS,

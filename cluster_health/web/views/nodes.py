@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from cluster_health import nodes
+from cluster_health.actions.models import SlurmDrain
 from cluster_health.core import consistency, culprits, matrix
 from cluster_health.models import Node, PairProbe, Sweep
 from cluster_health.shapes import gpus, health
@@ -200,5 +201,8 @@ def node_detail(request, name: str):
             "facts_as_of": node.last_heartbeat,
             "interfaces": interfaces,
             "gpus": gpus.node_gpus(node),
+            # Slurm: whether cluster-health drained it and why (the rows its Slurm actions keep), and the mode.
+            "slurm_drain": SlurmDrain.objects.filter(node=name).order_by("-drained").first(),
+            "slurm_actions": settings.SLURM_ACTIONS,
         },
     )

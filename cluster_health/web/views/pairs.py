@@ -9,6 +9,8 @@ from django.urls import reverse
 
 from cluster_health.core import matrix, merge
 from cluster_health.models import Node, PairProbe
+from cluster_health.shapes import health
+from cluster_health.shapes.health import NOT_PASSING
 from cluster_health.web import times
 
 
@@ -46,6 +48,21 @@ def store_wording(evidence) -> str | None:
     return f"connected to {address}" if connected else f"could not connect to {address}"
 
 
+def failing_since(final: list[PairProbe]) -> dict | None:
+    """How long the pair has failed (or been slow): the first probe of the newest run of that result, from
+    its final probes newest first; None while it passes."""
+    if not final or final[0].status not in NOT_PASSING:
+        return None
+    run = health.result_class(final[0].status)
+    first = final[0]
+    count = 0
+    for p in final:
+        if health.result_class(p.status) != run:
+            break
+        first, count = p, count + 1
+    return {"words": "failing" if run == "failing" else "slow", "sweep": first.sweep_id, "count": count}
+
+
 def _pair_probes(a: Node, b: Node):
     return PairProbe.objects.filter(Q(node_a=a, node_b=b) | Q(node_a=b, node_b=a))
 
@@ -74,6 +91,7 @@ def pair_detail(request, a: str, b: str):
         for p in reversed(probes)
         if p.is_final
     ]
+    since = failing_since([p for p in probes if p.is_final])
     halves = []
     if probe:
         for role, node_name, half in (
@@ -109,6 +127,7 @@ def pair_detail(request, a: str, b: str):
             "probe": probe,
             "halves": halves,
             "trend": trend,
+            "since": since,
             "sizes": (probe.sizes if probe else None) or [],
         },
     )

@@ -7,6 +7,7 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import BadRequest
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -14,8 +15,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from cluster_health import sweeps, vocabulary
-from cluster_health.models import GroupProbe, Sweep
+from cluster_health.models import Finding, GroupProbe, PairProbe, Sweep
 from cluster_health.shapes import documents, gpus, matrices, scales
+from cluster_health.sweeps import rerun
 from cluster_health.web import times
 from cluster_health.web.forms import HistoryFilterForm, StartSweepForm
 
@@ -38,6 +40,8 @@ def sweep_state(request, sweep_id: int):
     # The throughput view's colour scale runs from 0 to this, so a healthy sweep reads as healthy.
     summary["expected_busbw_gbps"] = scales.expected_busbw(sweep)
     summary["finished_text"] = times.absolute(sweep.finished) if sweep.finished else None  # "ended ..."
+    # The group collectives' table: drawn live as the sweep's group round closes (a handful of rows).
+    summary["groups"] = [documents.group_dict(g) for g in GroupProbe.objects.filter(sweep=sweep)]
     if matrices.node_matrix_shown(sweep):
         summary["grouped"] = matrices.has_groups(sweep)
         views = {"matrix": matrices.matrix_text(sweep)}
@@ -88,6 +92,7 @@ def sweep_detail(request, sweep_id: int):
         {
             "sweep": sweep,
             "findings": findings,
+            "problems": problem_rows(sweep, findings),
             "trending_down": documents.trending_down(findings),
             "groups": GroupProbe.objects.filter(sweep=sweep),
             "grouped": grouped(sweep),
@@ -95,8 +100,18 @@ def sweep_detail(request, sweep_id: int):
             "plan": documents.plan_json(sweep),
             "group_refresh_ms": GROUP_REFRESH_MS,
             "gpu_checks": _gpu_rows(sweep),
+            # What "Probe again" would take: the pairs that failed or are suspect.
+            "suspect_count": PairProbe.objects.filter(sweep=sweep, status__in=rerun.RERUN_STATUSES).count(),
         },
     )
+
+
+def problem_rows(sweep: Sweep | None, findings: list[Finding]) -> list[dict]:
+    """The sweep's problems (shapes.documents.problem_dicts) with their findings' rows, for a page."""
+    if sweep is None:
+        return []
+    by_id = {f.pk: f for f in findings}
+    return [{**p, "rows": [by_id[pk] for pk in p["findings"]]} for p in documents.problem_dicts(sweep, findings)]
 
 
 def _gpu_rows(sweep: Sweep) -> list[dict]:
@@ -144,3 +159,31 @@ def cancel_sweep(request, sweep_id: int):
     else:
         messages.error(request, f"Sweep {sweep.pk} had already ended.")
     return redirect("sweep", sweep.pk)
+
+
+@login_required
+@permission_required("cluster_health.start_sweep", raise_exception=True)
+@require_POST
+def rerun_pairs(request, sweep_id: int):
+    """Probe again as a new ``pairs`` sweep (sweeps/rerun.py, audited): the sweep's failed or suspect pairs,
+    a finding's (``finding=ID``) or one pair (``pair=a<->b``)."""
+    sweep = get_object_or_404(Sweep, pk=sweep_id)
+    finding_id, pair = request.POST.get("finding", ""), request.POST.get("pair", "")
+    if finding_id:
+        if not (finding_id.isascii() and finding_id.isdecimal() and len(finding_id) <= 18):
+            raise BadRequest("finding: not a finding id")
+        pairs = rerun.finding_pairs(get_object_or_404(Finding, pk=int(finding_id), sweep=sweep))
+    elif pair:
+        a, sep, b = pair.partition("<->")
+        if not (sep and a and b):
+            raise BadRequest("pair: expected a<->b")
+        pairs = [[a, b]]
+    else:
+        pairs = rerun.suspect_pairs(sweep)
+    try:
+        again = rerun.rerun(sweep, pairs, source="page", user=request.user)
+    except sweeps.SweepRequestError as exc:
+        messages.error(request, f"Nothing probed again: {exc}")
+        return redirect("sweep", sweep.pk)
+    messages.info(request, f"Sweep #{again.pk} probes {len(pairs)} pair(s) of sweep #{sweep.pk} again.")
+    return redirect("sweep", again.pk)
