@@ -71,7 +71,7 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
     """Figures of each repeat and their medians; see the module docstring for the method."""
     hang_s, sweep_s, verdicts, fr_s, fr_outcomes, places = [], [], [], [], [], []
     with system_bed(2, limit_s, database=database) as system:
-        from cluster_health import hangs  # Django is set up by now
+        from cluster_health import hang_diagnoses as hangs  # Django is set up by now
 
         bed = system.bed
         for i in range(repeats):
