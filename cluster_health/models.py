@@ -83,6 +83,11 @@ class Node(models.Model):
     def in_service(self) -> bool:
         return self.state == IN_SERVICE
 
+    @classmethod
+    def held(cls, names) -> dict[str, str]:
+        """Node name -> its state, for the named nodes an operator holds (maintenance, returning)."""
+        return dict(cls.objects.filter(name__in=list(names)).exclude(state=IN_SERVICE).values_list("name", "state"))
+
     def __str__(self) -> str:
         return self.name
 
@@ -666,6 +671,12 @@ class AuditEntry(models.Model):
     def __str__(self) -> str:
         return f"{self.created:%Y-%m-%d %H:%M} {self.actor or 'server'} {self.action} {self.subject}"
 
+    @classmethod
+    def record(cls, action: str, subject: str, *, actor: str, source: str, text: str = "", sweep=None) -> AuditEntry:
+        return cls.objects.create(
+            action=action, subject=subject[:300], actor=actor[:150], source=source, text=text, sweep=sweep
+        )
+
 
 class Acknowledgement(models.Model):
     """An operator's word that a finding is known: its alert is not sent again while the finding stays the same.
@@ -691,6 +702,15 @@ class Acknowledgement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.code} {self.subject[:60]} ({'ended' if self.ended else 'acknowledged'} by {self.by})"
+
+    @classmethod
+    def active_keys(cls, keys) -> set[tuple[str, str]]:
+        """The (subject, code) pairs of ``keys`` acknowledged now."""
+        keys = set(keys)
+        if not keys:
+            return set()
+        rows = cls.objects.filter(ended__isnull=True, code__in={c for _, c in keys})
+        return {(s, c) for s, c in rows.values_list("subject", "code")} & keys
 
 
 class PairCoverage(models.Model):

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from cluster_health.core import culprits, topology
-from cluster_health.models import Node, Sweep
+from cluster_health.models import AuditEntry, Node, Sweep
 
 
 def declared_groups(names: Iterable[str]) -> dict[str, str]:
@@ -78,14 +78,12 @@ def registered(names) -> dict[str, Node]:
 def set_active(names: list[str], active: bool, *, actor: str = "", source: str = "page") -> list[Node]:
     """Retire (active=False) or activate the named nodes, each change in the audit log; every name must be
     registered."""
-    from cluster_health.operator_states import record
-
     nodes = registered(names)
     now = timezone.now()
     for node in nodes.values():
         if node.active != active:
             node.activate() if active else node.retire(now)
-            record("activate" if active else "retire", node.name, actor=actor, source=source)
+            AuditEntry.record("activate" if active else "retire", node.name, actor=actor, source=source)
     return [nodes[n] for n in dict.fromkeys(names)]
 
 

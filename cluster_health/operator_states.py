@@ -66,14 +66,12 @@ def actor_of(user) -> str:
 
 
 def record(action: str, subject: str, *, actor: str, source: str, text: str = "", sweep=None) -> AuditEntry:
-    return AuditEntry.objects.create(
-        action=action, subject=subject[:300], actor=actor[:150], source=source, text=text, sweep=sweep
-    )
+    return AuditEntry.record(action, subject, actor=actor, source=source, text=text, sweep=sweep)
 
 
 def held(names) -> dict[str, str]:
     """Node name -> its state, for the named nodes that are not in service (maintenance or returning)."""
-    return dict(Node.objects.filter(name__in=list(names)).exclude(state=IN_SERVICE).values_list("name", "state"))
+    return Node.held(names)
 
 
 @transaction.atomic
@@ -113,7 +111,7 @@ def _group(name: str) -> str:
 
 def return_to_service(name: str, *, actor: str, source: str, user=None) -> Sweep:
     """Start a node's verification sweep; it returns to service when the sweep passes it (conclude_returns)."""
-    from cluster_health import sweeps
+    from cluster_health.sweeps.request import request_sweep
 
     node = registered([name])[name]
     if node.state == IN_SERVICE:
@@ -128,7 +126,7 @@ def return_to_service(name: str, *, actor: str, source: str, user=None) -> Sweep
     if not partners:
         raise OperatorError(f"no healthy partner is online to verify {name} against; it stays in maintenance")
     with transaction.atomic():
-        sweep = sweeps.request_sweep(
+        sweep = request_sweep(
             source="page" if source == "page" else ("api" if source == "api" else "command"),
             user=user,
             kind="pairs",
@@ -263,11 +261,7 @@ def review_acknowledgements(sweep: Sweep) -> int:
 
 def acknowledged(keys) -> set[tuple[str, str]]:
     """The (subject, code) pairs of ``keys`` acknowledged now."""
-    keys = set(keys)
-    if not keys:
-        return set()
-    rows = Acknowledgement.objects.filter(ended__isnull=True, code__in={c for _, c in keys})
-    return {(s, c) for s, c in rows.values_list("subject", "code")} & keys
+    return Acknowledgement.active_keys(keys)
 
 
 def after_sweep(sweep: Sweep) -> list[str]:

@@ -22,7 +22,7 @@ from django.utils import timezone
 from cluster_health import vocabulary
 from cluster_health.actions import blame
 from cluster_health.actions.models import Alert, AlertChannel, AlertDelivery
-from cluster_health.models import Node, PairProbe, Sweep
+from cluster_health.models import Acknowledgement, Node, PairProbe, Sweep
 
 log = logging.getLogger(__name__)
 VERDICT_RANK = {"pass": 0, "warn": 1, "fail": 2}  # unknown compares with nothing
@@ -156,11 +156,9 @@ def evaluate_sweep(sweep: Sweep) -> list[int]:
 def _silenced(problems: dict[str, dict]) -> set[str]:
     """Keys of problems no alert is sent for: about a node an operator holds (maintenance, returning), or
     acknowledged while its finding stays the same (cluster_health/operator_states.py)."""
-    from cluster_health import operator_states
-
     named = {n for p in problems.values() if p["kind"] != "verdict" for n in p["subject"].split("<->")}
-    held = operator_states.held(named)
-    known = operator_states.acknowledged((p["subject"], p["reason"]) for p in problems.values())
+    held = Node.held(named)
+    known = Acknowledgement.active_keys((p["subject"], p["reason"]) for p in problems.values())
     return {
         key
         for key, p in problems.items()

@@ -20,7 +20,7 @@ from cluster_health import vocabulary
 from cluster_health.actions import blame
 from cluster_health.actions.alerts import newer_coverage
 from cluster_health.actions.models import SlurmDrain
-from cluster_health.models import PairProbe, Sweep
+from cluster_health.models import Node, PairProbe, Sweep
 
 log = logging.getLogger(__name__)
 REASON_PREFIX = "cluster-health sweep #"
@@ -246,7 +246,7 @@ def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
         return []
     done: list[str] = []
     newer = newer_coverage(sweep)
-    held = _held(sweep.nodes)
+    held = Node.held(sweep.nodes)
     for node, text in blamed_nodes(sweep).items():
         target = slurm_name(node)
         if node in held:
@@ -285,12 +285,6 @@ def act_on_sweep(sweep: Sweep, mode: str | None = None) -> list[str]:
             continue  # a GPU problem is cleared by a GPU check, a network one by a network sweep
         done.append(_resume_drain(drain, sweep, mode))
     return done
-
-
-def _held(names) -> dict[str, str]:
-    from cluster_health.operator_states import held
-
-    return held(names)
 
 
 def _resume_drain(drain: SlurmDrain, sweep: Sweep, mode: str) -> str:
