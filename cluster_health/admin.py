@@ -29,15 +29,26 @@ INTERNAL_TASKS = (vocabulary.TASK_REAP, vocabulary.TASK_PRUNE, vocabulary.TASK_O
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("name", "address", "topology_group", "state", "last_heartbeat", "retired_at", "agent_version")
+    list_display = (
+        "name",
+        "address",
+        "topology_group",
+        "seen",
+        "state",
+        "last_heartbeat",
+        "retired_at",
+        "agent_version",
+    )
     list_filter = ("active", "topology_group")
     search_fields = ("name", "address", "topology_group")
     readonly_fields = ("retired_at",)
     actions = ["retire", "activate"]
 
     # Words, not the boolean icon: a green check beside an offline node read as "healthy" where it meant "not retired".
-    @admin.display(description="state", ordering="active")
-    def state(self, node: Node) -> str:
+    # Not named "state": that is the operator's state (in service, maintenance), a field of the node itself,
+    # which the admin would show in its place.
+    @admin.display(description="online", ordering="active")
+    def seen(self, node: Node) -> str:
         if not node.active:
             return "retired"
         return "online" if node.is_online() else "offline"
