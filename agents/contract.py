@@ -208,6 +208,10 @@ def _num(
     default: Any = None,
 ) -> Any:
     val = msg.get(field, default)
+    kind = type(val)
+    # The usual case first, in one test: a plain int, or a finite float where a float may be.
+    if (kind is int or (kind is float and not integer and math.isfinite(val))) and lo <= val <= hi:
+        return val
     if val is None:
         if optional:
             return None
@@ -332,14 +336,41 @@ def _bounded(val: Any, at: Any, depth: int, bounds: JsonBounds) -> Any:
     if len(val) > bounds.entries:
         raise ContractError(f"{_where(at)}: {len(val)} entries, at most {bounds.entries} allowed")
     if kind is list:
-        return [_bounded(v, (at, i), depth - 1, bounds) for i, v in enumerate(val)]
+        return [
+            v if _plain_leaf(v, bounds.string) else _bounded(v, (at, i), depth - 1, bounds) for i, v in enumerate(val)
+        ]
     out = {}
+    string = bounds.string
     for k, v in val.items():
         if not isinstance(k, str) or len(k) > 256:
             raise ContractError(f"{_where(at)}: keys must be strings of at most 256 characters")
-        key = storable(k)
-        out[key] = _bounded(v, (at, key), depth - 1, bounds)
+        key = k if "\x00" not in k and k.isascii() else storable(k)
+        # _plain_leaf, written out: a call per value was most of this walk's time.
+        leaf = type(v)
+        if (
+            (leaf is str and len(v) <= string and "\x00" not in v and v.isascii())
+            or (leaf is float and math.isfinite(v))
+            or (leaf is int and -(2**63) <= v <= 2**63)
+            or v is None
+            or leaf is bool
+        ):
+            out[key] = v
+        else:
+            out[key] = _bounded(v, (at, key), depth - 1, bounds)
     return out
+
+
+def _plain_leaf(val: Any, string: int) -> bool:
+    """Whether a value passes _bounded as it is: a finite float, an int in range, a boolean, null, or a
+    short ASCII string without NUL (most of a half's values), so that they cost no call of _bounded."""
+    kind = type(val)
+    if kind is str:
+        return len(val) <= string and "\x00" not in val and val.isascii()
+    if kind is float:
+        return math.isfinite(val)
+    if kind is int:
+        return bool(-(2**63) <= val <= 2**63)
+    return val is None or kind is bool
 
 
 FACTS_VERSION_KEYS = ("torch", "cuda", "nccl", "driver", "cuda_driver", "python")
@@ -380,16 +411,31 @@ def validate_facts(facts: Any) -> dict[str, Any]:
     return out
 
 
+# Encoders made once: json.dumps with any option builds a new encoder at every call, and a half is
+# measured several times on its way in.
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+_STRICT = json.JSONEncoder(allow_nan=False)
+
+
 def validate_details(msg: dict[str, Any], field: str) -> dict[str, Any]:
     """One of a result's free-form objects (versions, stage_times, ...): small, flat-ish, bounded."""
+    details = _detail_object(msg, field)
+    _detail_size(details, field)
+    return details
+
+
+def _detail_object(msg: dict[str, Any], field: str) -> dict[str, Any]:
     val = msg.get(field) or {}
     if not isinstance(val, dict) or len(val) > MAX_DETAIL_ENTRIES:
         raise ContractError(f"{field}: expected an object of at most {MAX_DETAIL_ENTRIES} entries")
     details: dict[str, Any] = bounded_json(val, field, DETAIL_BOUNDS)
-    size = len(json.dumps(details, separators=(",", ":")))
+    return details
+
+
+def _detail_size(details: dict[str, Any], field: str) -> None:
+    size = len(_COMPACT.encode(details))
     if size > MAX_DETAIL_BYTES:
         raise ContractError(f"{field}: {size} bytes encoded, at most {MAX_DETAIL_BYTES} allowed")
-    return details
 
 
 def _address(msg: dict[str, Any], field: str, optional: bool = False) -> str | None:
@@ -625,14 +671,21 @@ def validate_result(msg: Any) -> dict[str, Any]:
     out["sizes"] = validate_list(msg, "sizes", MAX_SIZES, "per-size results", validate_size_result)
     out["algbw_gbps"] = _num(msg, "algbw_gbps", 0, 1e5, optional=True)
     out["busbw_gbps"] = _num(msg, "busbw_gbps", 0, 1e5, optional=True)
-    for field in ("versions", "peer_versions", "stage_times", "timings", "extra"):
-        out[field] = validate_details(msg, field)
+    details = ("versions", "peer_versions", "stage_times", "timings", "extra")
+    for field in details:
+        out[field] = _detail_object(msg, field)
+    # One encoding of the five bounds each of them: sized one by one only when together they are over.
+    if len(_COMPACT.encode([out[field] for field in details])) > MAX_DETAIL_BYTES:
+        for field in details:
+            _detail_size(out[field], field)
     out["evidence"] = validate_evidence(msg.get("evidence"))
     out["duration_s"] = _num(msg, "duration_s", 0, 1e5, optional=True)
     out["finished_at"] = _num(msg, "finished_at", 0, 1e11, optional=True)
-    size = len(json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode())
-    if size > MAX_RESULT_BYTES:  # it is stored on its pair row, and read with every pair page
-        raise ContractError(f"result: {size} bytes encoded, at most {MAX_RESULT_BYTES} allowed")
+    # Escaped (ASCII) JSON is never shorter than the same text in UTF-8: measured in UTF-8 only when over.
+    if len(_COMPACT.encode(out)) > MAX_RESULT_BYTES:
+        size = len(json.dumps(out, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > MAX_RESULT_BYTES:  # it is stored on its pair row, and read with every pair page
+            raise ContractError(f"result: {size} bytes encoded, at most {MAX_RESULT_BYTES} allowed")
     return out
 
 
@@ -643,7 +696,7 @@ def validate_evidence(evidence: Any) -> dict[str, Any]:
     if not isinstance(evidence, dict) or len(evidence) > MAX_EVIDENCE_KEYS:
         raise ContractError(f"evidence: expected an object of at most {MAX_EVIDENCE_KEYS} entries")
     try:
-        size = len(json.dumps(evidence, allow_nan=False))
+        size = len(_STRICT.encode(evidence))
     except (TypeError, ValueError, RecursionError) as e:
         raise ContractError(f"evidence: not plain JSON ({type(e).__name__})") from None
     if size > MAX_EVIDENCE_BYTES:

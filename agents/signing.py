@@ -34,8 +34,11 @@ KEY_FILE_VERSION = 1
 HEX_DIGITS = {"kid": 16, "nonce": 32, "sig": 64}
 
 
+_HEX = {digits: re.compile(f"^[0-9a-f]{{{digits}}}$") for digits in HEX_DIGITS.values()}
+
+
 def _is_hex(val: Any, digits: int) -> bool:
-    return isinstance(val, str) and re.match(f"^[0-9a-f]{{{digits}}}$", val) is not None
+    return isinstance(val, str) and _HEX[digits].match(val) is not None
 
 
 class SignatureError(ContractError):
@@ -62,9 +65,14 @@ def new_key(node: str) -> NodeKey:
     return NodeKey(check_node_name(node), secrets.token_hex(8), secrets.token_urlsafe(32))
 
 
+# Made once: json.dumps with options builds an encoder at every call, and every message is encoded
+# at least twice (its body and its envelope) on each side.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
 def canonical(obj: Any) -> bytes:
     """The one byte encoding both sides sign: sorted keys, no spaces, ASCII, no NaN."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+    return _CANONICAL.encode(obj).encode()
 
 
 def _mac(secret: bytes, envelope: dict[str, Any], body_bytes: bytes) -> str:

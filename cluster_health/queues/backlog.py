@@ -169,8 +169,11 @@ def _current_task_id() -> str | None:
     return getattr(getattr(current_task, "request", None), "id", None)
 
 
-def server_backlog() -> Backlog | None:
+def server_backlog(settle: bool = True) -> Backlog | None:
     """Messages sent to the server and not yet applied, or None when the broker cannot be asked.
+
+    ``settle=False`` leaves the waiting messages' signatures unchecked (``Backlog.settle``): a
+    caller that may have nothing to judge checks them only when it has something.
 
     Reads both the queue's list and what workers have fetched but not acked: Celery's
     Redis transport moves a prefetched (or, with acks_late, running) message into the
@@ -223,7 +226,8 @@ def server_backlog() -> Backlog | None:
     if in_buffer > len(buffered):
         backlog.messages += in_buffer - len(buffered)
         backlog.complete = False
-    backlog.settle()
+    if settle:
+        backlog.settle()
     return backlog
 
 

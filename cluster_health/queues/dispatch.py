@@ -9,6 +9,7 @@ swap the sender with ``capture()`` instead of patching Celery.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import json
@@ -220,8 +221,12 @@ def rendezvous_key(rendezvous: str) -> str:
     commands, which only those two nodes' broker users can read."""
     from django.conf import settings
 
-    base = hmac.new(settings.SECRET_KEY.encode(), b"cluster-health rendezvous v1", hashlib.sha256).digest()
-    return hmac.new(base, rendezvous.encode(), hashlib.sha256).hexdigest()[:32]
+    return hmac.new(_rendezvous_base(settings.SECRET_KEY), rendezvous.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=4)
+def _rendezvous_base(secret_key: str) -> bytes:
+    return hmac.new(secret_key.encode(), b"cluster-health rendezvous v1", hashlib.sha256).digest()
 
 
 def probe_settings(params: dict, last_stage: str, kind: str = "pair") -> dict:

@@ -184,3 +184,18 @@ def json_message(task: str, kwargs: dict) -> bytes:
             "properties": {"body_encoding": "base64"},
         }
     ).encode()
+
+
+def test_it_checks_waiting_signatures_only_when_a_judgement_could_fall(driver):
+    # A waiting message spares a silent node or an overdue probe; with neither, the reaper has no
+    # use for the signatures of a round's waiting halves and leaves them unchecked.
+    heartbeat("n0"), heartbeat("n1")
+    driver.sweep(kind="pairs", pairs=[["n0", "n1"]])
+    a, _b = sorted(driver.take(), key=lambda c: c["rank"])
+    now = timezone.now()
+    assert not reaper._anything_to_judge(now)
+    later = now + timedelta(seconds=dispatch.server_deadline_s(a["deadline_s"]) + 1)
+    Node.objects.update(last_heartbeat=later)
+    assert reaper._anything_to_judge(later)  # past its deadline
+    Node.objects.filter(name="n1").update(last_heartbeat=now - timedelta(minutes=5))
+    assert reaper._anything_to_judge(now)  # a node of a running probe silent
