@@ -1,4 +1,4 @@
-"""Findings from a link's recent history: flapping and drift, before the link fails for good. Pure.
+"""Findings from recent history: flapping, drift and repeat offenders, before a link or node fails for good. Pure.
 
 A link that fails one night in three passes most sweeps and is never looked at; a
 link that loses a few percent a night passes every ratio test until it fails. Both
@@ -74,6 +74,81 @@ def transient_nodes(per_sweep: list[Iterable[tuple[str, str]]]) -> list[dict[str
                 ),
                 "pairs": [],
                 "detail": {"evidence": [count, len(per_sweep)], "next_step": "watch its NIC counters across sweeps"},
+            }
+        )
+    return out
+
+
+def blamed_subjects(
+    failing: Iterable[tuple[str, Iterable[str] | None]],
+    names: set[str],
+    confirmed: set[tuple[str, str]],
+    local: bool = False,
+) -> set[str]:
+    """The nodes and links a sweep's fail findings blame on confirmed evidence, each link as "a<->b" (sorted names).
+
+    ``failing``: each fail finding's subject and the pairs it lists ("a<->b"); ``names``: the sweep's
+    nodes; ``confirmed``: the pairs (sorted names) its confirmation pass saw bad again; ``local``: a gpu
+    sweep, whose nodes' own checks confirm every finding. The rule Slurm drains by
+    (cluster_health/actions/blame.py): a node with a confirmed pair of its own, among those the
+    finding lists where it lists any; a link confirmed itself. Subjects that are neither (a group,
+    the cluster) blame no node here.
+    """
+    out: set[str] = set()
+    for subject, listed in failing:
+        ends = tuple(sorted(subject.split("<->")))
+        if subject in names:
+            evidence = {k for k in confirmed if subject in k}
+        elif len(ends) == 2 and all(n in names for n in ends):
+            evidence = {ends} & confirmed
+        else:
+            continue
+        support = {tuple(sorted(p.split("<->"))) for p in listed or ()}
+        if support:
+            evidence &= support
+        if local or evidence:
+            out.add(subject if subject in names else "<->".join(ends))
+    return out
+
+
+def repeat_offenders(per_sweep: list[tuple[int, set[str]]], k: int, n: int) -> list[dict[str, Any]]:
+    """Warn findings for nodes and links blamed in at least ``k`` of the last ``n`` sweeps, passing or not between.
+
+    ``per_sweep``: each sweep's id and what it blamed (``blamed_subjects``), oldest first, this one
+    last. A link is left out where one of its ends is a repeat offender itself: the node explains it.
+    Never a failure: nothing is drained for it, a fault found again is what acts.
+    """
+    window = per_sweep[-n:]
+    hits: dict[str, list[int]] = {}
+    for sweep_id, subjects in window:
+        for subject in subjects:
+            hits.setdefault(subject, []).append(sweep_id)
+    offenders = {s: ids for s, ids in hits.items() if len(ids) >= k}
+    nodes = {s for s in offenders if "<->" not in s}
+    out: list[dict[str, Any]] = []
+    for subject, ids in sorted(offenders.items(), key=lambda item: ("<->" in item[0], item[0])):
+        link = "<->" in subject
+        if link and nodes & set(subject.split("<->")):
+            continue
+        listed = ", ".join(f"#{i}" for i in sorted(ids))
+        what, check = ("failed", "its cable, optic and ports") if link else ("was blamed", "its hardware")
+        out.append(
+            {
+                "severity": "warn",
+                "code": "repeat_offender",
+                "subject": subject,
+                "text": (
+                    f"{subject} {what} in {len(ids)} of the last {len(window)} sweeps ({listed}): a repeat "
+                    f"offender; check {check} before returning it to service"
+                ),
+                "pairs": [subject] if link else [],
+                "detail": {
+                    "evidence": [f"{what} in sweep #{i}" for i in sorted(ids)],
+                    "blamed": len(ids),
+                    "window": len(window),
+                    "sweeps": sorted(ids),
+                    "next_step": f"check {check}: repaired once, it came back",
+                },
             }
         )
     return out

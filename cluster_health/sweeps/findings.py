@@ -25,7 +25,7 @@ from cluster_health.core import (
     rehearsal,
     verdicts,
 )
-from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
+from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
 from cluster_health.nodes import declared_groups
 from cluster_health.queues import backlog
 from cluster_health.sweeps import gpus
@@ -70,7 +70,7 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
     blamed = {f["subject"] for f in found if f["code"] == "node_offline"}
     found += verdicts.degraded_findings(pairs) + judging.sweep_slow(pairs)
     if sweep.kind not in (*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"):
-        found += _history_findings(sweep, pairs)
+        found += _history_findings(sweep, pairs, found)
     for g in groups:
         if g.kind == "preflight":
             found += rehearsal.rank_findings(g.nodes, g.halves, g.status, g.reason, g.hint)
@@ -141,8 +141,9 @@ def _largest(sizes: list[dict] | None) -> int | None:
     return max(rows) if rows else None
 
 
-def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
-    """Flapping and drifting links: this sweep's pairs with the same links in the sweeps before it."""
+def _history_findings(sweep: Sweep, pairs: list[dict], current: list[dict]) -> list[dict]:
+    """Flapping and drifting links, and repeat offenders: this sweep's pairs and ``current`` findings with the sweeps
+    before it."""
     earlier = list(
         Sweep.objects.filter(status="finished", pk__lt=sweep.pk)
         .exclude(kind__in=(*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"))
@@ -199,7 +200,45 @@ def _history_findings(sweep: Sweep, pairs: list[dict]) -> list[dict]:
         if all((sid, size) in middle for sid, _ in points):
             relative = [bw / middle[(sid, size)] for sid, bw in points]
         found += history.link_findings(f"{key[0]}<->{key[1]}", statuses, busbw, relative)
-    return found[: verdicts.MAX_LINK_FINDINGS]
+    return _repeat_offenders(sweep, pairs, current) + found[: verdicts.MAX_LINK_FINDINGS]
+
+
+def _repeat_offenders(sweep: Sweep, pairs: list[dict], current: list[dict]) -> list[dict]:
+    """Nodes and links blamed on confirmed evidence in REPEAT_OFFENDER_K of the last REPEAT_OFFENDER_N sweeps.
+
+    Reads the earlier sweeps' fail findings and confirmed pairs (two queries, N-1 sweeps), not their pair rows.
+    """
+    earlier = list(
+        Sweep.objects.filter(status="finished", pk__lt=sweep.pk)
+        .exclude(kind__in=(*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"))
+        .order_by("-pk")
+        .values_list("pk", "kind", "nodes")[: settings.REPEAT_OFFENDER_N - 1]
+    )
+    ids = [pk for pk, _, _ in earlier]
+    failing: dict[int, list[tuple[str, list[str]]]] = {pk: [] for pk in ids}
+    rows = Finding.objects.filter(sweep_id__in=ids, severity="fail").values_list("sweep_id", "subject", "pairs")
+    for sid, subject, listed in rows:
+        failing[sid].append((subject, listed))
+    confirmed: dict[int, set[tuple[str, str]]] = {pk: set() for pk in ids}
+    seen_again = (
+        PairProbe.objects.filter(sweep_id__in=ids, evidence__confirmation__outcome="confirmed")
+        .exclude(status="ok")  # the pass probes again only pairs that were not ok
+        .values_list("sweep_id", "node_a__name", "node_b__name")
+    )
+    for sid, a, b in seen_again:
+        confirmed[sid].add((a, b) if a <= b else (b, a))
+    per_sweep = [
+        (pk, history.blamed_subjects(failing[pk], set(nodes), confirmed[pk], kind in vocabulary.GPU_SWEEP_KINDS))
+        for pk, kind, nodes in reversed(earlier)
+    ]
+    now = {
+        (p["a"], p["b"]) if p["a"] <= p["b"] else (p["b"], p["a"])
+        for p in pairs
+        if confirmation.outcome(p) == "confirmed"
+    }
+    mine = [(f["subject"], f.get("pairs")) for f in current if f["severity"] == "fail"]
+    per_sweep.append((sweep.pk, history.blamed_subjects(mine, set(sweep.nodes), now)))
+    return history.repeat_offenders(per_sweep, settings.REPEAT_OFFENDER_K, settings.REPEAT_OFFENDER_N)
 
 
 def _interface_findings(sweep: Sweep, pairs: list[dict], addresses: dict[str, str]) -> list[dict]:

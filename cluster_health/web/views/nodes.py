@@ -192,6 +192,10 @@ def node_detail(request, name: str):
             "row": row,
             "table": table,
             "health": found,
+            # Its last pair sweep's repeat-offender warning, if any (core/history.py: detail.blamed of .window).
+            "repeat_offender": next(
+                (f for f in found.findings if f.code == "repeat_offender" and f.subject == name), None
+            ),
             "last_sweep": last,
             "peers": peers,
             # The bars' full width: the sweep's fastest pair, so a node slow with every peer shows short bars.
