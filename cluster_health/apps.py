@@ -22,3 +22,18 @@ class ClusterHealthConfig(defaults.ProjectAppConfig):
         from cluster_health.web.consumers import close_sessions_sockets
 
         user_logged_out.connect(close_sessions_sockets, dispatch_uid="cluster_health.close_sessions_sockets")
+        register_after_sweep()
+
+
+def register_after_sweep() -> None:
+    """What a finished sweep changes beside its alerts (cluster_health/actions/tasks.py, AFTER_SWEEP), in order:
+    pair coverage first, then the operators' states (a return to service concluded), then an idle hold released."""
+    from cluster_health import coverage, operator_states
+    from cluster_health.actions import tasks
+    from cluster_health.sweeps.idle import release_hold
+
+    def record_coverage(sweep) -> list[str]:
+        coverage.record(sweep)
+        return []
+
+    tasks.AFTER_SWEEP[:] = [record_coverage, operator_states.after_sweep, release_hold]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 from celery import shared_task
@@ -89,14 +90,18 @@ def after_sweep(sweep_id):
     return len(ids)
 
 
-def after_sweep_operations(sweep: Sweep) -> list[str]:
-    """What a finished sweep changes beside its alerts: pair coverage, operators' states, an idle hold released."""
-    from cluster_health import coverage, operator_states
-    from cluster_health.sweeps.idle import release_hold
+# What a finished sweep changes beside its alerts, each a function of the sweep returning what it did in
+# words: pair coverage, operators' states, an idle hold released. Those modules stand above this floor
+# (they request sweeps and read the Slurm actions), so they register here when the app is ready
+# (cluster_health/apps.py) instead of being imported from below.
+AFTER_SWEEP: list[Callable[[Sweep], list[str]]] = []
 
-    coverage.record(sweep)
-    done = operator_states.after_sweep(sweep)
-    done += release_hold(sweep)
+
+def after_sweep_operations(sweep: Sweep) -> list[str]:
+    """What a finished sweep changes beside its alerts: each registered AFTER_SWEEP step, in order."""
+    done: list[str] = []
+    for step in AFTER_SWEEP:
+        done += step(sweep)
     for line in done:
         log.info("sweep %s: %s", sweep.pk, line)
     return done

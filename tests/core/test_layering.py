@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FLOORS = [
     {"core", "vocabulary", "env", "bulk", "shared_redis", "defaults", "settings"},
     {"models", "celery"},
-    {"nodes", "queues"},
+    {"nodes", "queues", "coverage"},
     {"shapes"},
     {"actions"},
     {"sweeps"},
@@ -21,6 +21,7 @@ FLOORS = [
     {
         "retention",
         "hang_diagnoses",
+        "operator_states",
         "tasks",
         "web",
         "management",
