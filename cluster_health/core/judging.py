@@ -218,8 +218,8 @@ def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tu
         score = pair_score(p)
         words = load_words(p, typical)
         if ref is None:  # no peers measured at the same moment: its history alone decides, at comparable load
-            base = _share(ex.get("load")) or 0.0
-            if explains(score, base):
+            base = _share(ex.get("load"))
+            if base is not None and explains(score, base):  # no load known of its history: nothing to compare
                 updates[_key(p)] = {
                     "judged": {"ratio": round(r, 3), "load": score, "baseline_load": base},
                     "status": "contended",
@@ -311,7 +311,19 @@ def as_fast_as_partners(
 
 
 def heavier_again(first: Mapping[str, Any], second: Mapping[str, Any]) -> str | None:
-    """Why a second look that was slow again confirms nothing: it measured under heavier load than the first."""
+    """Why a second look that was slow again confirms nothing: it measured under heavier load than the first.
+
+    Not for a pair whose first look was already far below what it is compared with (under
+    1 - MAX_MARGIN of its history, or of its peers' reference): busy cores slow a probe, they do
+    not cut it to a fraction, and a shaped or broken link must not hide behind a busier second look.
+    """
+    first_ratio = ratio(first)
+    reference = ((first.get("evidence") or {}).get("peers") or {}).get("reference_gbps")
+    if first_ratio is None and isinstance(reference, (int, float)) and reference > 0:
+        bw = first.get("busbw_gbps")
+        first_ratio = bw / reference if isinstance(bw, (int, float)) else None
+    if first_ratio is not None and first_ratio < 1 - MAX_MARGIN:
+        return None
     before, after = pair_score(first), pair_score(second)
     if after is None or after < BUSY or after < (before or 0.0) + HEAVIER:
         return None

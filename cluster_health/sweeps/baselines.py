@@ -35,7 +35,9 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
         name=name or f"sweep {sweep.pk}", source="sweep", from_sweep=sweep, sweeps_used=[sweep.pk]
     )
     rows = PairProbe.objects.filter(sweep=sweep, status__in=("ok", "degraded"), busbw_gbps__isnull=False)
-    measured = {pair_key(a, b): bw for a, b, bw in rows.values_list("node_a__name", "node_b__name", "busbw_gbps")}
+    measured, loads = {}, {}
+    for a, b, bw, load in rows.values_list("node_a__name", "node_b__name", "busbw_gbps", "load"):
+        measured[pair_key(a, b)], loads[pair_key(a, b)] = bw, load
     # A transient pair (bad once, normal when the confirmation pass probed it again): its second look.
     again = PairProbe.objects.filter(sweep=sweep, status="transient")
     for a, b, ev in again.values_list("node_a__name", "node_b__name", "evidence"):
@@ -47,7 +49,10 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
             if p["busbw_gbps"] is not None:
                 measured[pair_key(p["a"], p["b"])] = p["busbw_gbps"]
     BaselinePair.objects.bulk_create(
-        [BaselinePair(baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=bw) for k, bw in measured.items()],
+        [
+            BaselinePair(baseline=base, node_a=k[0], node_b=k[1], busbw_gbps=bw, load=loads.get(k))
+            for k, bw in measured.items()
+        ],
         batch_size=INSERT_BATCH,
     )
     return base

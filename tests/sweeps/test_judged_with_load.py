@@ -108,7 +108,7 @@ def test_a_link_slow_again_only_under_heavier_load_confirms_nothing(driver):
     def reply(cmd):  # n2<->n5 slow on a quiet moment, and again in the pass, but then with n5 swamped
         if pair_of(cmd) == {"n2", "n5"}:
             busy = in_pass(cmd) and cmd["node"] == "n5"
-            return loaded(cmd, 0.3, pressure=0.9 if busy else 0.05)
+            return loaded(cmd, 0.45, pressure=0.9 if busy else 0.05)
         return loaded(cmd, scatter(cmd))
 
     report = run_sweep(driver, reply)
