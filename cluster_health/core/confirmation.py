@@ -30,6 +30,8 @@ from cluster_health.core import culprits, fleet, judging
 
 BAD = vocabulary.BAD_STATUSES
 SLOW_CODES = ("slow_node", "slow_link", "segment")  # outlier findings whose pairs are slow next to their peers
+# Pairs suspect for their speed alone, which load can explain (a lossy pair is suspect for its retransmissions).
+SLOW_REASONS = ("below_baseline", "below_peers")
 MAX_ROUNDS = 3  # extra rounds a confirmation pass may take, at most
 PER_NODE = 3  # probes one node takes part in during the pass, at most (a dead node's N-1 pairs are not all redone)
 PARTNERS = 1  # healthy partners each side of a suspect pair is probed with
@@ -212,7 +214,7 @@ def judge(
         load = busy(p, typical) if p["status"] not in BAD else None
         if second is not None:
             confirmed = bad_again(p, second)
-            if confirmed and p["status"] not in BAD and second["status"] not in BAD:
+            if confirmed and p.get("reason") in SLOW_REASONS and second["status"] not in BAD:
                 confirmed = not judging.as_fast_as_partners(
                     p, second, with_partner.get(p["a"], []), with_partner.get(p["b"], [])
                 )
@@ -221,7 +223,7 @@ def judge(
         else:
             continue  # not looked at again: it stays as it was
         heavier = None
-        if confirmed and second is not None and p["status"] not in BAD and second["status"] not in BAD:
+        if confirmed and second is not None and p.get("reason") in SLOW_REASONS and second["status"] not in BAD:
             heavier = judging.heavier_again(p, second)
         if confirmed and load and (second is None or busy(second, typical)):
             outcome = "contended"  # slow each time it was measured, and each time beside other work
