@@ -660,7 +660,10 @@ def real_template(kind: str, broker_url: str) -> list[dict]:
     from devtools.probe_commands import real_halves
 
     last_stage = "bandwidth" if kind in vocabulary.BANDWIDTH_SWEEP_KINDS else "collective"
-    return real_halves(broker_url, f"fleettemplate{os.getpid()}", last_stage=last_stage)
+    # Room for torch's import on a loaded machine (16 s at load 10 here): the template is for its
+    # content, and a store or init timeout would only stop the benchmark before it starts.
+    timeouts = {"store": 60.0, "init": 60.0}
+    return real_halves(broker_url, f"fleettemplate{os.getpid()}", last_stage=last_stage, timeouts=timeouts)
 
 
 def measure(
@@ -757,8 +760,15 @@ def setup_django(database_url: str, workdir: Path) -> None:
     call_command("migrate", verbosity=0)
 
 
-def run(database: str | None = None, nodes: int = 256, workers: tuple = (1, 2), probe_s: float = 0.0) -> dict:
-    """Runner entry point: one sweep per worker count, each on its own scratch database on ``database``."""
+def run(
+    database: str | None = None,
+    nodes: int = 256,
+    workers: tuple = (1, 2),
+    probe_s: float = 0.0,
+    timeout_s: float | None = None,
+) -> dict:
+    """Runner entry point: one sweep per worker count, each on its own scratch database on ``database``
+    (a scratch SQLite file without it); ``timeout_s`` stops a sweep that outlives it (figures so far)."""
     import subprocess
 
     out: dict = {}
@@ -775,6 +785,8 @@ def run(database: str | None = None, nodes: int = 256, workers: tuple = (1, 2), 
             "--json",
             "--scratch",
         ]
+        if timeout_s is not None:
+            argv += ["--timeout", str(timeout_s)]
         if database:
             argv += ["--database", database]
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)

@@ -10,8 +10,16 @@ defines ``run()`` is called without arguments and its figures are listed as they
 come. A target whose benchmark is absent, or fails, is written down as "not
 measured", never estimated. Each benchmark makes its own scratch database
 (``benchmarks/scratch.py``) and drops it. The figures are kept in
-``docs/benchmarks.json`` with the time each was measured, so that ``--only``
-re-measures some targets and the page still shows the others (dated).
+``docs/benchmarks.json`` with the time and the commit each was measured on, so that
+``--only`` re-measures some targets and the page still shows the others, each row with
+its date and commit, and saying so where the code it measures has changed since
+(``CODE``). The page's hand-written sections stay: only the blocks between the
+``<!-- benchmarks/run.py ... -->`` marks are rewritten.
+
+``--ci-report`` is what ``.ci/run`` runs: the short fleet benchmark (``fleet_ci``: 64
+simulated agents on SQLite, the sweep bounded to 45 s) printed beside the figure
+recorded in ``docs/benchmarks.json``, as a ratio. A report, never a verdict: it exits 0
+whatever the timing, on a slow machine as on a fast one.
 The namespace benchmarks need root, iproute2, nftables and iperf3 (``scripts/setup
 --with-netns``); they hold ``/tmp/netns.lock`` while they run.
 """
@@ -39,6 +47,7 @@ KNOWN = (
     "planner",
     "ingest_throughput",
     "fleet",
+    "fleet_ci",
     "dashboard_load",
     "probe_overhead",
     "agent_idle",
@@ -49,6 +58,60 @@ KNOWN = (
     "storage",
 )
 NETNS = ("netns_sweep", "bandwidth_honesty", "dead_link", "false_alarms")
+# The code each benchmark measures (besides its own module): a figure taken on a commit older than the
+# last change to any of these is shown as such. The control plane's hot path, for the ingest figures.
+_CONTROL_PLANE = (
+    "cluster_health/ingest",
+    "cluster_health/sweeps",
+    "cluster_health/queues",
+    "cluster_health/bulk.py",
+    "cluster_health/models.py",
+    "cluster_health/core/merge.py",
+    "cluster_health/core/evidence.py",
+    "agents/contract.py",
+    "agents/signing.py",
+)
+CODE = {
+    "planner": ("cluster_health/core/planner.py",),
+    "ingest_throughput": _CONTROL_PLANE,
+    "fleet": (*_CONTROL_PLANE, "cluster_health/celery.py", "devtools/devstack.py"),
+    "fleet_ci": (*_CONTROL_PLANE, "cluster_health/celery.py", "devtools/devstack.py", "benchmarks/fleet.py"),
+    "dashboard_load": ("cluster_health/web", "cluster_health/shapes", "cluster_health/core/matrix.py", "templates"),
+    "probe_overhead": ("agents/probe", "agents/runner.py", "agents/warmhost.py"),
+    "agent_idle": ("agents",),
+    "netns_sweep": ("agents", "cluster_health/sweeps", "cluster_health/ingest", "cluster_health/queues"),
+    "bandwidth_honesty": ("agents/probe", "agents/runner.py"),
+    "dead_link": ("agents/probe", "agents/runner.py", "cluster_health/sweeps"),
+    "false_alarms": ("agents/probe", "cluster_health/core", "cluster_health/sweeps"),
+    "storage": ("cluster_health/models.py", "cluster_health/ingest", "cluster_health/migrations"),
+}
+# Which benchmark a row of the targets table comes from, by the words its target starts with.
+SOURCES = (
+    ("planner", "planner"),
+    ("ingest into", "ingest_throughput"),
+    ("overhead per round, 64 simulated agents", "fleet_ci"),
+    ("overhead per round,", "fleet"),
+    ("full sweep, 1,024", "fleet"),
+    ("matrix API while", "fleet"),
+    ("overview drawn while", "fleet"),
+    ("matrix API", "dashboard_load"),
+    ("overview page", "dashboard_load"),
+    ("live updates", "dashboard_load"),
+    ("result arrival", "dashboard_load"),
+    ("probe overhead per round (warm", "probe_overhead"),
+    ("full connectivity sweep, namespace", "netns_sweep"),
+    ("sweep time on the namespace", "netns_sweep"),
+    ("probe overhead per round inside", "netns_sweep"),
+    ("busbw vs", "bandwidth_honesty"),
+    ("dead link", "dead_link"),
+    ("false alarms", "false_alarms"),
+    ("agent idle", "agent_idle"),
+)
+# The short run .ci/run reports: small enough for CI's budget, the same path as the fleet figures.
+CI_NODES, CI_SWEEP_S = 64, 45.0
+CI_FIGURES = ("overhead_per_round_s", "overhead_per_round_p95_s", "halves_per_s", "sweep_s")
+# The blocks of docs/BENCHMARKS.md this runner writes; everything outside them is kept as it is.
+BEGIN, END = "<!-- benchmarks/run.py writes from here -->", "<!-- benchmarks/run.py writes up to here -->"
 
 
 def planner_run(nodes: int = 1024) -> dict:
@@ -64,10 +127,20 @@ def planner_run(nodes: int = 1024) -> dict:
     return {"nodes": nodes, "rounds": len(plan.rounds), "pairs": plan.pair_count, "plan_s": round(min(times), 3)}
 
 
+def fleet_ci_run() -> dict:
+    """The short fleet run of ``.ci/run``: CI_NODES agents on a scratch SQLite file, one server worker."""
+    from benchmarks import fleet
+
+    figures: dict = fleet.run(database=None, nodes=CI_NODES, workers=(1,), timeout_s=CI_SWEEP_S)["workers_1"]
+    return figures
+
+
 def call(name: str, **options) -> dict:
     try:
         if name == "planner":
             return planner_run(**options)
+        if name == "fleet_ci":
+            return fleet_ci_run()
         module = importlib.import_module(f"benchmarks.{name}")
         if not hasattr(module, "run"):
             return {"error": f"benchmarks/{name}.py has no run() entry point"}
@@ -125,7 +198,7 @@ def ratio(a, b) -> str:
     return f"{a / b:.1f}x" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "-"
 
 
-Row = tuple[str, str, str, str, str]
+Row = tuple[str, str, str, str, str, str]
 # A target as its section lists it: (target, goal, measured figure or None, unit, met(figure), reference).
 Target = tuple[str, str, Any, str, Callable[[Any], bool], str]
 
@@ -140,9 +213,52 @@ def within(share: float) -> Callable[[float], bool]:
     return lambda v: abs(v - 1) <= share
 
 
-def targets(fig: dict, nodes: int) -> list[Row]:
-    """(target, goal, measured, reference, met) rows; missing figures stay missing."""
+def git(*args: str) -> str:
+    """git's answer in this repository, or "" where it has none (no git, not a checkout)."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def head_commit() -> str:
+    """The commit the figures are measured on, with ``+`` when the code they measure differs from it."""
+    commit = git("rev-parse", "--short=10", "HEAD")
+    return commit + ("+" if commit and git("status", "--porcelain", "--", *_CONTROL_PLANE, "agents") else "")
+
+
+def provenance(name: str, measured_at: dict, commits: dict) -> str:
+    """When and on which commit a benchmark's figures were taken, and whether its code changed since."""
+    when, commit = measured_at.get(name), commits.get(name)
+    if when is None:
+        return "not measured"
+    by_date = ""
+    if not commit:  # figures from before commits were recorded: the commit that was current then
+        commit, by_date = git("rev-list", "-1", f"--before={when}", "HEAD")[:10], " (by its date)"
+    if not commit:
+        return f"{when}, commit unknown"
+    text = f"{when}, {commit.rstrip('+')}{by_date}"
+    if commit.endswith("+"):
+        text += " with changes"
+    later = git(
+        "rev-list", "--count", f"{commit.rstrip('+')}..HEAD", "--", *CODE.get(name, ()), f"benchmarks/{name}.py"
+    )
+    if later and later != "0":
+        text += f"; older than its code ({later} later commit(s) to it): measure again"
+    elif not later:
+        text += "; commit not in this history"
+    return text
+
+
+def source_of(target: str) -> str:
+    return next((name for words, name in SOURCES if target.startswith(words)), "storage")
+
+
+def targets(fig: dict, nodes: int, measured_at: dict | None = None, commits: dict | None = None) -> list[Row]:
+    """(target, goal, measured, reference, met, measured on) rows; missing figures stay missing."""
     rows: list[Row] = []
+    seen: dict[str, str] = {}
     for section in (
         _control_plane_rows,
         _fleet_rows,
@@ -155,7 +271,10 @@ def targets(fig: dict, nodes: int) -> list[Row]:
     ):
         for name, goal, value, unit, ok, reference in section(fig, nodes):
             met = "not measured" if value is None else ("yes" if ok(value) else "no")
-            rows.append((name, goal, fmt(value, unit), reference, met))
+            source = source_of(name)
+            if source not in seen:
+                seen[source] = provenance(source, measured_at or {}, commits or {})
+            rows.append((name, goal, fmt(value, unit), reference, met, seen[source] if value is not None else ""))
     return rows
 
 
@@ -247,6 +366,12 @@ def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
             f"({fmt(full.get('rounds_measured'))} of {fmt(full.get('rounds'))} rounds); at its median round, "
             f"the whole sweep would take about {projected:.0f} min (projected, not measured)"
         )
+    ci = fig.get("fleet_ci", {})
+    if ci:  # the short run .ci/run repeats and prints beside this one
+        n = ci.get("nodes", CI_NODES)
+        beside = f"{fmt(ci.get('pairs_ok'))} of {fmt(ci.get('pairs'))} pairs ok; what `.ci/run` measures again"
+        name = f"overhead per round, {n} simulated agents, SQLite, 1 server worker, the CI run"
+        rows.append((name, "(reported)", ci.get("overhead_per_round_s"), " s", lambda v: True, beside))
     name = "full sweep, 1,024 simulated agents, 0-s probes"
     rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", at_most(600, every_pair), full_ref))
     for r in sorted((r for r in every_run if "while_ingested" in r), key=lambda r: r["nodes"]):
@@ -442,7 +567,32 @@ def methods() -> list[str]:
     return out
 
 
-def write_doc(fig: dict, measured_at: dict, nodes: int, database: str | None) -> None:
+def target_lines(fig: dict, measured_at: dict, commits: dict, nodes: int) -> list[str]:
+    """The targets table, each row with the date and commit its figure was measured on."""
+    lines = [
+        "| target | goal | measured | reference | met | measured on |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {' | '.join(r)} |" for r in targets(fig, nodes, measured_at, commits)]
+    return lines
+
+
+def write_doc(fig: dict, measured_at: dict, commits: dict, nodes: int, database: str | None) -> None:
+    """Rewrite the marked blocks of docs/BENCHMARKS.md (the targets table, all figures); a page without
+    the marks is written whole."""
+    blocks = [
+        target_lines(fig, measured_at, commits, nodes),
+        ["```json", json.dumps(fig, indent=2), "```"],
+    ]
+    text = DOC.read_text() if DOC.exists() else ""
+    if text.count(BEGIN) == len(blocks) and text.count(END) == len(blocks):
+        parts = []
+        for block in blocks:
+            head, _, rest = text.partition(BEGIN)
+            _, _, text = rest.partition(END)
+            parts += [head, BEGIN, "\n", "\n".join(block), "\n", END]
+        DOC.write_text("".join(parts) + text)
+        return
     lines = [
         "# Benchmarks",
         "",
@@ -456,26 +606,53 @@ def write_doc(fig: dict, measured_at: dict, nodes: int, database: str | None) ->
         "",
         "## Targets",
         "",
-        "| target | goal | measured | reference | met |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    lines += [f"| {' | '.join(r)} |" for r in targets(fig, nodes)]
-    lines += [
-        "",
-        "When each was measured: " + ", ".join(f"{k} {v}" for k, v in measured_at.items()) + ".",
+        BEGIN,
+        *blocks[0],
+        END,
         "",
         "## Method",
         "",
-    ] + methods()
-    lines += ["## All figures", "", "```json", json.dumps(fig, indent=2), "```", ""]
+        *methods(),
+        "## All figures",
+        "",
+        BEGIN,
+        *blocks[1],
+        END,
+        "",
+    ]
     DOC.write_text("\n".join(lines))
+
+
+def ci_report() -> int:
+    """The short fleet run, printed beside the recorded one (CI's report: exits 0 whatever it measured)."""
+    kept = load_figures()
+    recorded = kept["figures"].get("fleet_ci", {})
+    print(f"short benchmark: {CI_NODES} simulated agents, SQLite, the sweep bounded to {CI_SWEEP_S:.0f} s")
+    started = time.perf_counter()
+    now = call("fleet_ci")
+    load = os.getloadavg()
+    print(
+        f"({time.perf_counter() - started:.0f} s; load average {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; {os.cpu_count()} cores)"
+    )
+    if "error" in now:
+        print("not measured: " + str(now["error"]).strip().splitlines()[-1][:300])
+    where = provenance("fleet_ci", kept["measured_at"], kept.get("measured_commit", {}))
+    print(f"{'figure':<28} {'this run':>12} {'recorded':>12} {'ratio':>8}   recorded on {where}")
+    for key in CI_FIGURES:
+        mine, theirs = now.get(key), recorded.get(key)
+        print(f"{key:<28} {fmt(mine):>12} {fmt(theirs):>12} {ratio(mine, theirs):>8}")
+    print("(a report: timings on a shared or slower machine differ; nothing here fails the build)")
+    return 0
 
 
 def load_figures() -> dict:
     try:
-        return json.loads(FIGURES.read_text())
+        kept: dict = json.loads(FIGURES.read_text())
     except (OSError, ValueError):
-        return {"figures": {}, "measured_at": {}}
+        kept = {}
+    for key in ("figures", "measured_at", "measured_commit"):
+        kept.setdefault(key, {})
+    return kept
 
 
 def main() -> int:
@@ -486,7 +663,15 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", default=None, help="benchmark names to run")
     parser.add_argument("--skip", nargs="+", default=(), help="benchmark names not to run")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
+    parser.add_argument(
+        "--ci-report", action="store_true", help="the short fleet run beside its recorded figures (.ci/run); exits 0"
+    )
+    parser.add_argument(
+        "--doc-only", action="store_true", help="rewrite docs/BENCHMARKS.md from docs/benchmarks.json, measure nothing"
+    )
     opts = parser.parse_args()
+    if opts.ci_report:
+        return ci_report()
     options = {
         "planner": {"nodes": opts.nodes},
         "ingest_throughput": {"database": opts.database, "nodes": opts.nodes},
@@ -506,9 +691,10 @@ def main() -> int:
     )
     kept = load_figures()
     figures, measured_at = kept["figures"], kept["measured_at"]
+    commits = kept.setdefault("measured_commit", {})
     failed = 0
     for name in [*KNOWN, *others]:
-        if (opts.only and name not in opts.only) or name in opts.skip:
+        if opts.doc_only or (opts.only and name not in opts.only) or name in opts.skip:
             continue
         print(f"== {name}", flush=True)
         started = time.perf_counter()
@@ -522,9 +708,11 @@ def main() -> int:
                 continue
         figures[name] = result
         measured_at[name] = time.strftime("%Y-%m-%d %H:%M")
+        commits[name] = head_commit()
     if not opts.no_doc:
-        FIGURES.write_text(json.dumps({"figures": figures, "measured_at": measured_at}, indent=2) + "\n")
-        write_doc(figures, measured_at, opts.nodes, opts.database)
+        kept = {"figures": figures, "measured_at": measured_at, "measured_commit": commits}
+        FIGURES.write_text(json.dumps(kept, indent=2) + "\n")
+        write_doc(figures, measured_at, commits, opts.nodes, opts.database)
         print(f"wrote {DOC.relative_to(ROOT)} and {FIGURES.relative_to(ROOT)}")
     return 1 if failed else 0
 
