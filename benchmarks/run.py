@@ -201,6 +201,8 @@ def ratio(a, b) -> str:
 Row = tuple[str, str, str, str, str, str]
 # A target as its section lists it: (target, goal, measured figure or None, unit, met(figure), reference).
 Target = tuple[str, str, Any, str, Callable[[Any], bool], str]
+# The same, with the run its figure comes from (its "measured" time and "commit"), where runs differ.
+Stamped = tuple[str, str, Any, str, Callable[[Any], bool], str, dict]
 
 
 def at_most(limit: float, also: bool = True) -> Callable[[float], bool]:
@@ -228,9 +230,8 @@ def head_commit() -> str:
     return commit + ("+" if commit and git("status", "--porcelain", "--", *_CONTROL_PLANE, "agents") else "")
 
 
-def provenance(name: str, measured_at: dict, commits: dict) -> str:
+def provenance(name: str, when: str | None, commit: str | None) -> str:
     """When and on which commit a benchmark's figures were taken, and whether its code changed since."""
-    when, commit = measured_at.get(name), commits.get(name)
     if when is None:
         return "not measured"
     by_date = ""
@@ -269,12 +270,17 @@ def targets(fig: dict, nodes: int, measured_at: dict | None = None, commits: dic
         _agent_rows,
         _storage_rows,
     ):
-        for name, goal, value, unit, ok, reference in section(fig, nodes):
+        for name, goal, value, unit, ok, reference, *stamp in section(fig, nodes):
+            run = stamp[0] if stamp else None
             met = "not measured" if value is None else ("yes" if ok(value) else "no")
             source = source_of(name)
-            if source not in seen:
-                seen[source] = provenance(source, measured_at or {}, commits or {})
-            rows.append((name, goal, fmt(value, unit), reference, met, seen[source] if value is not None else ""))
+            if run is not None:  # a run of its own, with its own time (fleet keeps runs of several sizes)
+                where = provenance(source, run.get("measured", "")[:16].replace("T", " ") or None, run.get("commit"))
+            else:
+                if source not in seen:
+                    seen[source] = provenance(source, (measured_at or {}).get(source), (commits or {}).get(source))
+                where = seen[source]
+            rows.append((name, goal, fmt(value, unit), reference, met, where if value is not None else ""))
     return rows
 
 
@@ -313,13 +319,13 @@ def _control_plane_rows(fig: dict, nodes: int) -> list[Target]:
     ]
 
 
-def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
+def _fleet_rows(fig: dict, nodes: int) -> list[Target | Stamped]:
     """Simulated fleets against the real stack: overhead per round, and the full 1,024-node sweep."""
     f = fig.get("fleet", {})
     every_run = [r for r in f.values() if isinstance(r, dict) and "nodes" in r]
     # A watched run (--watch) carries a browser's load beside the stack: its rounds are not the stack's own.
     runs = sorted((r for r in every_run if "while_ingested" not in r), key=lambda r: (r["nodes"], r.get("workers", 1)))
-    rows: list[Target] = []
+    rows: list[Target | Stamped] = []
     for r in runs or [{"nodes": 256, "workers": 1}]:
         n, k = r["nodes"], r.get("workers", 1)
         goal = 0.25 if n <= 256 else 0.5
@@ -344,7 +350,7 @@ def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
             )
         content = "real halves" if r.get("halves_content") == "real" else "minimal synthetic halves"
         name = f"overhead per round, {n} simulated agents, {k} server worker(s), {content}"
-        rows.append((name, f"<= {goal} s", r.get("overhead_per_round_s"), " s", at_most(goal, every), beside))
+        rows.append((name, f"<= {goal} s", r.get("overhead_per_round_s"), " s", at_most(goal, every), beside, r))
     # The whole sweep: a run that finished with real halves, else the best there is.
     at_1024 = sorted(
         (r for r in runs if r["nodes"] == 1024),
@@ -373,7 +379,7 @@ def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
         name = f"overhead per round, {n} simulated agents, SQLite, 1 server worker, the CI run"
         rows.append((name, "(reported)", ci.get("overhead_per_round_s"), " s", lambda v: True, beside))
     name = "full sweep, 1,024 simulated agents, 0-s probes"
-    rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", at_most(600, every_pair), full_ref))
+    rows.append((name, "<= 600 s, every pair", full.get("sweep_s"), " s", at_most(600, every_pair), full_ref, full))
     for r in sorted((r for r in every_run if "while_ingested" in r), key=lambda r: r["nodes"]):
         seen, n = r["while_ingested"], r["nodes"]
         context = (
@@ -387,7 +393,7 @@ def _fleet_rows(fig: dict, nodes: int) -> list[Target]:
             got = seen.get(what, {})
             beside = f"p50 {fmt(got.get('p50_ms'), ' ms')}, max {fmt(got.get('max_ms'), ' ms')}, {got.get('samples', 0)} samples; {context}"
             rows.append(
-                (label, f"<= {goal} ms", got.get("p95_ms"), " ms", at_most(goal, bool(got.get("samples"))), beside)
+                (label, f"<= {goal} ms", got.get("p95_ms"), " ms", at_most(goal, bool(got.get("samples"))), beside, r)
             )
     return rows
 
@@ -636,7 +642,7 @@ def ci_report() -> int:
     )
     if "error" in now:
         print("not measured: " + str(now["error"]).strip().splitlines()[-1][:300])
-    where = provenance("fleet_ci", kept["measured_at"], kept.get("measured_commit", {}))
+    where = provenance("fleet_ci", kept["measured_at"].get("fleet_ci"), kept["measured_commit"].get("fleet_ci"))
     print(f"{'figure':<28} {'this run':>12} {'recorded':>12} {'ratio':>8}   recorded on {where}")
     for key in CI_FIGURES:
         mine, theirs = now.get(key), recorded.get(key)
@@ -706,9 +712,15 @@ def main() -> int:
             # A failed run leaves the last good figures, if any, rather than wiping them.
             if name in figures:
                 continue
+        commit = head_commit()
+        if name == "fleet":  # runs of other sizes (1,024 nodes, watched) stay, each with its own time
+            for run in result.values():
+                if isinstance(run, dict):
+                    run["commit"] = commit
+            result = {**figures.get(name, {}), **result}
         figures[name] = result
         measured_at[name] = time.strftime("%Y-%m-%d %H:%M")
-        commits[name] = head_commit()
+        commits[name] = commit
     if not opts.no_doc:
         kept = {"figures": figures, "measured_at": measured_at, "measured_commit": commits}
         FIGURES.write_text(json.dumps(kept, indent=2) + "\n")
