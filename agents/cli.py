@@ -144,7 +144,8 @@ def pair_command(args: argparse.Namespace) -> tuple[dict[str, Any], int | None]:
             bind = netinfo.source_address_towards(socket.gethostbyname(host))
         except OSError:
             bind = host  # the probe's resolve stage reports the real problem
-        command.update(bind_address=bind, master_address=host)
+        # Rank 0 by hand is known by its address alone; its name only keys a broker rendezvous, unused here.
+        command.update(bind_address=bind, master_address=host, peers=[{"name": "rank0", "address": host}])
         port = int(port_text)
     command["timeouts"] = timeouts
     command["deadline_s"] = contract.default_deadline(timeouts)

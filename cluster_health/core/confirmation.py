@@ -281,8 +281,8 @@ def busy(p: Mapping[str, Any], typical: float | None = None) -> str | None:
     Busy: the side's interface carried other bytes at CONTENDED_NIC_SHARE of the probe's own or
     more (not on loopback, where both ranks' bytes cross one interface twice), or CONTENDED_STEAL
     of its CPU time was stolen (agents/evidence.py, ``load_delta``, around the bandwidth stage).
-    Given the sweep's ``typical`` load (core/judging.py), also CPU pressure, the probe's own wait
-    for a CPU, or a cold start, where that side's figure is busy and heavier than the typical one.
+    Given the sweep's ``typical`` load (core/judging.py), also CPU pressure or the probe's own wait
+    for a CPU, where that side's figure is busy and heavier than the typical one.
     Other work on the CPUs counted as busy cores decides nothing: where hosts share a machine's
     cores (a namespace bed, containers), the peer rank itself counts as other work, and load that
     every node carries explains no one pair.
@@ -300,7 +300,7 @@ def busy(p: Mapping[str, Any], typical: float | None = None) -> str | None:
             why.append(f"{load['cpu_steal']:.0%} of its CPU stolen")
         if typical is not None:
             parts = judging.side_parts(load, side.get("interface"))
-            for name in ("cpu_pressure", "sched_wait", "cold"):
+            for name in ("cpu_pressure", "sched_wait"):  # a cold start alone is not contention: its figure judges
                 if parts.get(name, 0.0) >= judging.BUSY and parts[name] >= typical + judging.HEAVIER:
                     why.append(judging.WORDS[name].format(parts[name]))
         if why:

@@ -40,6 +40,9 @@ MIN_PEERS = 2  # peer links needed before a pair is compared with its peers at a
 # deviations of their ratios (a heavily and unevenly loaded moment scatters every link), at most MAX_MARGIN.
 NOW_K = 3.0
 MAX_MARGIN = 0.7
+# Load explains a slow figure only down to this share of what it is compared with: busy cores and a
+# cold start slow a probe, they do not cut it to a fraction (a shaped or broken link does).
+FAR_BELOW = 1 - MAX_MARGIN
 MEASURED = ("ok", "degraded", "contended")  # pairs whose busbw is a figure of their link
 
 
@@ -219,7 +222,9 @@ def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tu
         words = load_words(p, typical)
         if ref is None:  # no peers measured at the same moment: its history alone decides, at comparable load
             base = _share(ex.get("load"))
-            if base is not None and explains(score, base):  # no load known of its history: nothing to compare
+            if (
+                base is not None and r >= FAR_BELOW and explains(score, base)
+            ):  # no load known of its history: nothing to compare
                 updates[_key(p)] = {
                     "judged": {"ratio": round(r, 3), "load": score, "baseline_load": base},
                     "status": "contended",
@@ -234,7 +239,7 @@ def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tu
             record.update(load=round(score, 3), typical_load=round(typical, 3))
         key = _key(p)
         told = f"{r:.0%} of its usual {ex['busbw_gbps']:.3g} GB/s; its peers in this sweep at {ref:.0%} of theirs"
-        if r < need and not explains(score, typical):
+        if r < need and (not explains(score, typical) or r < FAR_BELOW * ref):
             updates[key] = {"judged": record, "hint": f"{p.get('hint') or ''}; {told}: slow next to its peers too"}
         elif r < need or (score is not None and score >= BUSY):
             why = words or load_words(p, 0.0) or "a side was busy"
@@ -322,7 +327,7 @@ def heavier_again(first: Mapping[str, Any], second: Mapping[str, Any]) -> str | 
     if first_ratio is None and isinstance(reference, (int, float)) and reference > 0:
         bw = first.get("busbw_gbps")
         first_ratio = bw / reference if isinstance(bw, (int, float)) else None
-    if first_ratio is not None and first_ratio < 1 - MAX_MARGIN:
+    if first_ratio is not None and first_ratio < FAR_BELOW:
         return None
     before, after = pair_score(first), pair_score(second)
     if after is None or after < BUSY or after < (before or 0.0) + HEAVIER:

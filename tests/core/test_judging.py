@@ -93,7 +93,7 @@ def test_a_shaped_node_on_a_busy_bed_is_still_slow():
 
 
 def test_a_node_busy_alone_is_contended_with_its_figure():
-    pairs = fleet(lambda a, b: 0.3 if "n3" in (a, b) else 0.95, lambda n: 0.75 if n == "n3" else 0.05)
+    pairs = fleet(lambda a, b: 0.4 if "n3" in (a, b) else 0.95, lambda n: 0.75 if n == "n3" else 0.05)
     updates = judging.against_peers(pairs, RATIO)
     assert {k for k in updates} == {k for k in updates if "n3" in k} and len(updates) == 5
     for u in updates.values():
@@ -118,10 +118,12 @@ def test_a_noisy_links_margin_grows_with_its_spread():
 def test_without_peers_history_decides_at_comparable_load():
     quiet = measured("n0", "n1", 0.3, status="degraded", reason="below_baseline", pressure=(0.02, 0.01))
     assert judging.against_peers([quiet], RATIO) == {}  # stays degraded
-    busy = measured("n0", "n1", 0.3, status="degraded", reason="below_baseline", pressure=(0.9, 0.01))
+    busy = measured("n0", "n1", 0.45, status="degraded", reason="below_baseline", pressure=(0.9, 0.01))
     change = judging.against_peers([busy], RATIO)[("n0", "n1")]
     assert change["status"] == "contended" and "heavier load than its history" in change["hint"]
     busy["evidence"]["expected"]["load"] = None  # a baseline whose load is not known: nothing to compare with
+    assert judging.against_peers([busy], RATIO) == {}
+    busy["evidence"]["expected"]["load"], busy["busbw_gbps"] = 0.05, 0.1  # a tenth: no load does that
     assert judging.against_peers([busy], RATIO) == {}
 
 

@@ -92,13 +92,14 @@ def test_a_node_busy_alone_is_contended_with_its_figure_and_nothing_is_acted_on(
 
     def reply(cmd):  # n3 runs someone's job: its probes wait for a CPU, every time they are measured
         if "n3" in pair_of(cmd):
-            return loaded(cmd, 0.3, pressure=0.9 if cmd["node"] == "n3" else 0.05)
+            return loaded(cmd, 0.4, pressure=0.9 if cmd["node"] == "n3" else 0.05)
         return loaded(cmd, scatter(cmd))
 
     report = run_sweep(driver, reply)
     mine = [p for p in report["pairs"] if "n3" in (p["a"], p["b"])]
     assert {p["status"] for p in mine} == {"contended"}, mine
-    assert all("n3: CPU pressure 90% during the probe" in p["hint"] for p in mine), [p["hint"] for p in mine]
+    # Judged next to its peers (0.4 of them: "n3: CPU pressure ...") or by the pass ("n3 was busy (CPU pressure ...").
+    assert all("n3" in p["hint"] and "CPU pressure 90% during the probe" in p["hint"] for p in mine), mine
     assert report["verdict"] == "pass" and not [f for f in report["findings"] if f["severity"] == "fail"]
 
 

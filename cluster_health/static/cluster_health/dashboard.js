@@ -204,7 +204,7 @@
         renderFindings(findingsEl, state, findingUrl);
         renderProblems(document.querySelector("[data-problems-section]"), state, findingUrl);
         renderTrending(state.trending_down);
-        renderGroupCollectives(state.groups);
+        renderGroupCollectives(state.group_collectives);
         lastComplete.show(open ? state.last_complete : null);
         document.querySelectorAll("[data-sweep-link]").forEach((a) => { a.href = a.href.replace(/\/sweeps\/\d+\//, `/sweeps/${state.sweep}/`); a.textContent = `#${state.sweep}`; });
       },

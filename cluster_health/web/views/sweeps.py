@@ -41,7 +41,8 @@ def sweep_state(request, sweep_id: int):
     summary["expected_busbw_gbps"] = scales.expected_busbw(sweep)
     summary["finished_text"] = times.absolute(sweep.finished) if sweep.finished else None  # "ended ..."
     # The group collectives' table: drawn live as the sweep's group round closes (a handful of rows).
-    summary["groups"] = [documents.group_dict(g) for g in GroupProbe.objects.filter(sweep=sweep)]
+    # ("groups" is the group matrix's key below: the collectives have a name of their own.)
+    summary["group_collectives"] = [documents.group_dict(g) for g in GroupProbe.objects.filter(sweep=sweep)]
     if matrices.node_matrix_shown(sweep):
         summary["grouped"] = matrices.has_groups(sweep)
         views = {"matrix": matrices.matrix_text(sweep)}
