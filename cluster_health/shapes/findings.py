@@ -68,9 +68,10 @@ def confirmation_text(record: Mapping[str, Any]) -> str:
 
 
 def _fields(fields: Mapping[str, Any]) -> str:
-    """Any other record: "key: value" pairs, nested records in brackets."""
+    """Any other record: "key: value" pairs in key order, nested records in brackets (PostgreSQL's jsonb keeps
+    no insertion order, so the page reads the same on either database)."""
     words = []
-    for key, value in fields.items():
+    for key, value in sorted(fields.items(), key=lambda kv: str(kv[0])):
         shown = f"({_fields(value)})" if isinstance(value, Mapping) else _line(value)
         words.append(f"{str(key).replace('_', ' ')}: {shown}")
     return "; ".join(words)
