@@ -250,7 +250,8 @@ def test_a_node_slowed_until_the_pass_is_transient_and_drains_nothing(bed, stack
         assert record["first"]["status"] == "degraded" and record["again"]["status"] == "ok", record
         assert record["again"]["busbw_gbps"] > 3 * record["first"]["busbw_gbps"], record
         assert "transient, not acted on" in p["hint"], p["hint"]
-    assert {q["status"] for q in report["pairs"] if q not in mine} <= {"ok", "transient"}, brief(report)
+    # The other pairs raise nothing: ok, or transient or contended (reported with their figures, never an alarm).
+    assert {q["status"] for q in report["pairs"] if q not in mine} <= {"ok", "transient", "contended"}, brief(report)
     assert rc in (0, 1) and not [f for f in report["findings"] if f["severity"] == "fail"], brief(report)
     assert slurm.blamed_nodes(Sweep.objects.get(pk=sid)) == {}
     record_cell("rack2-n2 shaped to 200 Mbit/s until the confirmation pass (tc tbf)", run.elapsed(), passed[0])
