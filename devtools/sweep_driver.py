@@ -28,6 +28,23 @@ def heartbeat(name, address="127.0.0.1", facts=None):
     )
 
 
+def pair_of(cmd) -> set[str]:
+    """The two nodes of a pair probe's command (a full sweep's group collective: nobody)."""
+    from cluster_health.models import PairProbe
+
+    if cmd["kind"] != "pair":
+        return set()
+    probe = PairProbe.objects.select_related("node_a", "node_b").get(pk=cmd["probe_id"])
+    return {probe.node_a.name, probe.node_b.name}
+
+
+def in_pass(cmd) -> bool:
+    """Whether a command is one of its sweep's confirmation pass."""
+    from cluster_health.models import Sweep
+
+    return Sweep.objects.get(pk=cmd["sweep_id"]).params.get("confirm_first") is not None
+
+
 def result_for(cmd, status="ok", stage=None, reason=None, busbw=2.0, latency=150.0, hint=None, **extra):
     ok = status in ("ok", "degraded")
     out = {

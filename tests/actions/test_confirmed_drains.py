@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from cluster_health.actions import slurm
-from cluster_health.models import PairProbe, Sweep
+from cluster_health.models import Sweep
 from cluster_health.shapes import documents
-from devtools.sweep_driver import heartbeat, result_for
+from devtools.sweep_driver import heartbeat, in_pass, pair_of, result_for
 from tests.support.action_fixtures import SlurmCluster
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
@@ -28,18 +28,6 @@ def slurmctld(tmp_path, monkeypatch, settings):
         yield cluster
     finally:
         cluster.stop()
-
-
-def pair_of(cmd) -> set[str]:
-    """The two nodes of a pair probe's command (a full sweep's group collective: nobody)."""
-    if cmd["kind"] != "pair":
-        return set()
-    probe = PairProbe.objects.select_related("node_a", "node_b").get(pk=cmd["probe_id"])
-    return {probe.node_a.name, probe.node_b.name}
-
-
-def in_pass(cmd) -> bool:
-    return Sweep.objects.get(pk=cmd["sweep_id"]).params.get("confirm_first") is not None
 
 
 def run_sweep(driver, reply) -> tuple[Sweep, dict]:

@@ -5,24 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from cluster_health.models import BaselinePair, PairProbe, Sweep
+from cluster_health.models import BaselinePair
 from cluster_health.shapes import documents
-from devtools.sweep_driver import heartbeat, result_for
+from devtools.sweep_driver import heartbeat, in_pass, pair_of, result_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_channel_layer")]
 NODES = [f"n{i}" for i in range(1, 7)]
 CLEAN_SWEEPS = 5  # enough for every link to reach expected_busbw.MIN_HISTORY clean figures
-
-
-def pair_of(cmd) -> set[str]:
-    if cmd["kind"] != "pair":
-        return set()
-    probe = PairProbe.objects.select_related("node_a", "node_b").get(pk=cmd["probe_id"])
-    return {probe.node_a.name, probe.node_b.name}
-
-
-def in_pass(cmd) -> bool:
-    return Sweep.objects.get(pk=cmd["sweep_id"]).params.get("confirm_first") is not None
 
 
 def loaded(cmd, busbw, pressure=0.05, **load):
