@@ -180,17 +180,23 @@ def sweep_list(request):
     )
 
 
-def _create_sweep(request):
-    if not request.user.has_perm(START_PERMISSION):
-        return error(403, "starting sweeps needs the operator permission")
+def json_body(request) -> dict | JsonResponse:
+    """A request's body as a JSON object (empty: {}), or the 400 answer saying why it is not one."""
     if len(request.body) > MAX_BODY:
         return error(400, "body: larger than 1 MiB")
     try:
         body = json.loads(request.body or b"{}")
     except ValueError as exc:
         return error(400, f"body: not valid JSON ({exc})")
-    if not isinstance(body, dict):
-        return error(400, "body: expected a JSON object")
+    return body if isinstance(body, dict) else error(400, "body: expected a JSON object")
+
+
+def _create_sweep(request):
+    if not request.user.has_perm(START_PERMISSION):
+        return error(403, "starting sweeps needs the operator permission")
+    body = json_body(request)
+    if isinstance(body, JsonResponse):
+        return body
     allowed = {
         "kind",
         "backend",

@@ -8,8 +8,6 @@ cluster_health/operator_states.py and cluster_health/coverage.py.
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
@@ -21,7 +19,7 @@ from django.views.decorators.http import require_POST
 from cluster_health import coverage, operator_states
 from cluster_health.models import AuditEntry, Finding, Node
 from cluster_health.nodes import node_dict
-from cluster_health.web.api import MAX_BODY, START_PERMISSION, api_view, error
+from cluster_health.web.api import START_PERMISSION, api_view, error, json_body
 from cluster_health.web.heavy import heavy
 
 AUDIT_PAGE = 100
@@ -82,23 +80,13 @@ def audit_dict(entry: AuditEntry) -> dict:
     }
 
 
-def _body(request) -> dict | JsonResponse:
-    if len(request.body) > MAX_BODY:
-        return error(400, "body: larger than 1 MiB")
-    try:
-        body = json.loads(request.body or b"{}")
-    except ValueError as exc:
-        return error(400, f"body: not valid JSON ({exc})")
-    return body if isinstance(body, dict) else error(400, "body: expected a JSON object")
-
-
 operator_change = api_view(methods=("POST",), permission=START_PERMISSION, denied=OPERATOR_ONLY)
 
 
 @operator_change
 def api_node_maintenance(request, name):
     """``{"reason": "..."}``: the node goes into maintenance."""
-    body = _body(request)
+    body = json_body(request)
     if isinstance(body, JsonResponse):
         return body
     try:
@@ -133,7 +121,7 @@ def api_finding_acknowledge(request, pk):
     finding = Finding.objects.filter(pk=pk).first()
     if finding is None:
         return error(404, f"no finding {pk}")
-    body = _body(request)
+    body = json_body(request)
     if isinstance(body, JsonResponse):
         return body
     try:
