@@ -21,11 +21,12 @@ A hostile or broken agent's load figures are read as numbers in range or not at 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from statistics import median
 from typing import Any
 
-from cluster_health.core import expected_busbw
+from cluster_health.core import culprits, expected_busbw
 
 # A side whose load score (0 to 1) reaches this was busy while it measured.
 BUSY = 0.3
@@ -159,19 +160,34 @@ def ratio(p: Mapping[str, Any]) -> float | None:
     return float(bw) / float(ex["busbw_gbps"])
 
 
-def peer_reference(p: Mapping[str, Any], ratios: list[tuple[str, str, float]]) -> float | None:
-    """What the pair's peers reached as a share of their own baselines, at the same moment.
+class PeerReference:
+    """What each pair's peers reached as a share of their own baselines, at the same moment.
 
-    The most demanding of two medians: the links without side ``a``, the links without side
-    ``b``. A slow node then cannot pull its own pairs' reference down (its pairs are in neither
-    median of its partner's side), and a sweep slow everywhere compares slow with slow.
+    For a pair, the most demanding of two medians: the links without side ``a``, the links without
+    side ``b``. A slow node then cannot pull its own pairs' reference down (its pairs are in neither
+    median of its partner's side), and a sweep slow everywhere compares slow with slow. Sorted once
+    (culprits.Reference), each node's median without its own links found by counting, and kept: a
+    sweep of 1,024 nodes has 523,776 links, and every pair of a slow night may ask.
     """
-    refs = []
-    for side in (p["a"], p["b"]):
-        others = [r for a, b, r in ratios if side not in (a, b)]
-        if len(others) >= MIN_PEERS:
-            refs.append(median(others))
-    return max(refs) if refs else None
+
+    def __init__(self, measured: list[tuple[str, str, float]]):
+        self.everyone = culprits.Reference(r for _, _, r in measured)
+        self.mine: dict[str, list[float]] = defaultdict(list)
+        for a, b, r in measured:
+            self.mine[a].append(r)
+            self.mine[b].append(r)
+        self.without: dict[str, float | None] = {}
+
+    def _without(self, node: str) -> float | None:
+        if node not in self.without:
+            own = self.mine.get(node, [])
+            left = self.everyone.without(own)
+            self.without[node] = left.median if left.count >= MIN_PEERS else None
+        return self.without[node]
+
+    def of(self, p: Mapping[str, Any]) -> float | None:
+        refs = [r for side in (p["a"], p["b"]) if (r := self._without(side)) is not None]
+        return max(refs) if refs else None
 
 
 def margin(expected: Mapping[str, Any], degraded_ratio: float, scatter_now: float = 0.0) -> float:
@@ -207,17 +223,19 @@ def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tu
     than the sweep's typical load, or the whole sweep ran slow while it was busy); else ``ok``.
     A pair with fewer than MIN_PEERS peer links measured keeps its history's judgement.
     """
+    below = [p for p in pairs if (p["status"], p.get("reason")) == ("degraded", "below_baseline")]
+    if not below:
+        return {}  # the common case: nothing to judge again, and no reference to build
     measured = [(p["a"], p["b"], r) for p in pairs if (r := ratio(p)) is not None]
+    peers = PeerReference(measured)
     typical = typical_load(pairs)
     scatter_now = scatter([r for _, _, r in measured])
     updates: dict[tuple[str, str], dict[str, Any]] = {}
-    for p in pairs:
-        if (p["status"], p.get("reason")) != ("degraded", "below_baseline"):
-            continue
+    for p in below:
         r, ex = ratio(p), expected_of(p)
         if r is None or ex is None:
             continue
-        ref = peer_reference(p, [m for m in measured if (m[0], m[1]) != (p["a"], p["b"])])
+        ref = peers.of(p)
         score = pair_score(p)
         words = load_words(p, typical)
         if ref is None:  # no peers measured at the same moment: its history alone decides, at comparable load
