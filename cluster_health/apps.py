@@ -17,11 +17,9 @@ class ClusterHealthConfig(defaults.ProjectAppConfig):
                 "WARNING: SECRET_KEY is the public development key: anyone can forge sessions and unseal "
                 "agent keys. Set SECRET_KEY (50+ random characters) on anything reachable by others.\n"
             )
-        from django.contrib.auth.signals import user_logged_out
+        from cluster_health.web.consumers import connect_signals
 
-        from cluster_health.web.consumers import close_sessions_sockets
-
-        user_logged_out.connect(close_sessions_sockets, dispatch_uid="cluster_health.close_sessions_sockets")
+        connect_signals()  # a page's socket closes when its login ends (logout, expiry, user deactivated)
         register_after_sweep()
 
 
