@@ -3,6 +3,8 @@
 (function () {
   const sizes = JSON.parse(document.getElementById("sizes-data").textContent) || [];
   const trend = JSON.parse(document.getElementById("trend-data").textContent) || [];
+  // Anchored as the heatmaps: 0 to the fleet's expected busbw (history.js), the same axis on every pair's page.
+  const scale = JSON.parse(document.getElementById("history-scale").textContent);
   const cfg = { displaylogo: false, responsive: true };
   const human = (b) => (b >= 1 << 20 ? `${b / (1 << 20)} MiB` : b >= 1024 ? `${b / 1024} KiB` : `${b} B`);
   if (sizes.length) {
@@ -29,8 +31,10 @@
       x: failed.map((p) => p.t), y: failed.map(() => 0), mode: "markers", name: "did not work",
       marker: { symbol: "x-thin-open", size: 14, line: { width: 3 }, color: failed.map((p) => CH.STATUS_COLORS[p.status] || "#999") },
       text: failed.map(why), hovertemplate: "%{text}<br>no bandwidth<extra></extra>",
-    }], { yaxis: { title: { text: "busbw (GB/s)" }, rangemode: "tozero" }, xaxis: { title: { text: `finished (${trend[trend.length - 1].zone})` } },
+    }], { yaxis: { title: { text: "busbw (GB/s)" }, ...CH.historyAxis(scale, trend.map((p) => p.busbw_gbps)) },
+          xaxis: { title: { text: `finished (${trend[trend.length - 1].zone})` } }, shapes: CH.expectedLine(scale, "y"),
           margin: { t: 30, r: 10 }, height: 300,
-          showlegend: failed.length > 0, legend: { orientation: "h", x: 0, y: 1.12 } }, cfg);
+          showlegend: failed.length > 0, legend: { orientation: "h", x: 0, y: 1.12 } }, cfg)
+      .then(() => { document.getElementById("trend-plot").dataset.drawn = String(trend.length); });
   }
 })();

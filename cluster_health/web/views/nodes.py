@@ -21,6 +21,7 @@ from cluster_health.core import consistency, culprits, matrix
 from cluster_health.models import Node, PairProbe, Sweep
 from cluster_health.shapes import gpus, health
 from cluster_health.web.heavy import heavy
+from cluster_health.web.views.history import node_history
 from cluster_health.web.views.home import NODE_COLUMNS, node_state
 
 CONSISTENCY_CACHE_KEY = "cluster-health:consistency-table"
@@ -201,6 +202,8 @@ def node_detail(request, name: str):
             # The bars' full width: the sweep's fastest pair, so a node slow with every peer shows short bars.
             "peer_scale": health.fastest(last, peers),
             "failures": failures,
+            # Its links over the last sweeps (one query), on the heatmaps' anchored scale.
+            **node_history(node),
             "facts": facts,
             "facts_as_of": node.last_heartbeat,
             "interfaces": interfaces,

@@ -7,11 +7,11 @@ from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
-from cluster_health.core import matrix, merge
+from cluster_health.core import merge
 from cluster_health.models import Node, PairProbe
 from cluster_health.shapes import health
 from cluster_health.shapes.health import NOT_PASSING
-from cluster_health.web import times
+from cluster_health.web.views.history import pair_history
 
 
 def tcp_wording(evidence) -> str | None:
@@ -74,23 +74,7 @@ def pair_detail(request, a: str, b: str):
     probe_id = request.GET.get("probe", "")
     probe = next((p for p in probes if str(p.pk) == probe_id), None) if probe_id.isdigit() else None
     probe = probe or next((p for p in probes if p.is_final), probes[0] if probes else None)
-    trend = [
-        {
-            # In TIME_ZONE without an offset: plotly draws the wall time it is given, so the axis reads as the page.
-            "t": times.plot_time(p.finished or p.sweep.created),
-            "zone": times.zone_name(p.finished or p.sweep.created),
-            "sweep": p.sweep_id,
-            "status": p.status,
-            "busbw_gbps": p.busbw_gbps,
-            "latency_us": p.latency_us_p50,
-            # A probe that did not work has no bandwidth: the trend marks it apart rather than leave it out.
-            "failed": p.status in matrix.BAD_STATUSES,
-            "stage": p.stage,
-            "reason": p.reason,
-        }
-        for p in reversed(probes)
-        if p.is_final
-    ]
+    history = pair_history(probes)
     since = failing_since([p for p in probes if p.is_final])
     halves = []
     if probe:
@@ -126,7 +110,7 @@ def pair_detail(request, a: str, b: str):
             "probes": probes[:50],
             "probe": probe,
             "halves": halves,
-            "trend": trend,
+            **history,
             "since": since,
             "sizes": (probe.sizes if probe else None) or [],
         },
