@@ -232,12 +232,12 @@ HEAVY_REQUESTS_PER_MINUTE = envint("CLUSTER_HEALTH_HEAVY_REQUESTS_PER_MINUTE", 3
 CONSISTENCY_CACHE_S = envfloat("CLUSTER_HEALTH_CONSISTENCY_CACHE_S", 30.0, 0.0)
 # A node whose clock differs from the server's (or the fleet's) by more than this is named in findings.
 CLOCK_SKEW_TOLERANCE_S = envfloat("CLUSTER_HEALTH_CLOCK_SKEW_TOLERANCE_S", 5.0, 0.5)
-# A node blamed (or a link failed) on confirmed evidence in K of the last N sweeps is named a repeat
-# offender: a warning, never acted on (core/history.py). K of 1 would name every failure.
-REPEAT_OFFENDER_K = envint("CLUSTER_HEALTH_REPEAT_OFFENDER_K", 3, 2, 1000)
-REPEAT_OFFENDER_N = envint("CLUSTER_HEALTH_REPEAT_OFFENDER_N", 10, 2, 1000)
-if REPEAT_OFFENDER_K > REPEAT_OFFENDER_N:
-    raise ImproperlyConfigured("CLUSTER_HEALTH_REPEAT_OFFENDER_K: must not exceed CLUSTER_HEALTH_REPEAT_OFFENDER_N")
+# A node blamed (or a link failed) on confirmed evidence on K of the last DAYS calendar days (TIME_ZONE's) is
+# named a repeat offender: a warning, never acted on (core/history.py). K of 1 would name every failure.
+REPEAT_OFFENDER_K = envint("CLUSTER_HEALTH_REPEAT_OFFENDER_K", 3, 2, 366)
+REPEAT_OFFENDER_DAYS = envint("CLUSTER_HEALTH_REPEAT_OFFENDER_DAYS", 30, 2, 366)
+if REPEAT_OFFENDER_K > REPEAT_OFFENDER_DAYS:
+    raise ImproperlyConfigured("CLUSTER_HEALTH_REPEAT_OFFENDER_K: must not exceed CLUSTER_HEALTH_REPEAT_OFFENDER_DAYS")
 # Rejected messages kept a minute, across the server; the rest are counted only (/metrics).
 REJECTED_STORED_PER_MINUTE = envint("CLUSTER_HEALTH_REJECTED_STORED_PER_MINUTE", 120, 1)
 PRUNE_CRON = envstr("CLUSTER_HEALTH_PRUNE_CRON", "15 3 * * *")

@@ -67,12 +67,8 @@ def scheduled_sweep(kind="full", **params):
     if kind == "idle":
         from cluster_health.sweeps import idle
 
-        max_nodes = params.get("max_nodes")
-        if set(params) - {"max_nodes"} or not (max_nodes is None or isinstance(max_nodes, int) and 2 <= max_nodes):
-            log.warning("idle schedule: only max_nodes (2 or more) is taken, got %s", sorted(params))
-            return None
         try:
-            return idle.start(min(max_nodes, idle.MAX_NODES) if max_nodes else None, source="schedule").pk
+            return idle.start(idle.schedule_max_nodes(params), source="schedule").pk
         except (idle.IdleSweepError, idle.slurm.SlurmError) as exc:
             log.warning("idle schedule: no sweep this time: %s", exc)
             return None

@@ -56,6 +56,7 @@ def sweep_problems(sweep: Sweep, confirmed: set[int]) -> tuple[dict[str, dict], 
     looked = {f"{family}:{n}" for n in names}
     looked |= {f"link:{_link_key(a, b)}" for a, b in probed}
     problems: dict[str, dict] = {}
+    repeat: dict[str, str] = {}  # key -> its repeat-offender finding's text, added to the alert's own
     for f in sweep.findings.filter(severity__in=("warn", "fail")).order_by("pk"):
         severity, text = f.severity, f.text
         if severity == "fail" and f.pk not in confirmed:
@@ -69,6 +70,8 @@ def sweep_problems(sweep: Sweep, confirmed: set[int]) -> tuple[dict[str, dict], 
             key, kind, url = f"link:{_link_key(a, b)}", "link", _url("pair", *sorted((a, b)))
         else:
             continue  # cluster-wide findings speak through the verdict alert
+        if f.code == "repeat_offender":
+            repeat[key] = f.text
         have = problems.get(key)
         if have is None or SEVERITY_RANK[severity] > SEVERITY_RANK[have["severity"]]:
             problems[key] = {
@@ -80,6 +83,9 @@ def sweep_problems(sweep: Sweep, confirmed: set[int]) -> tuple[dict[str, dict], 
                 "text": text,
                 "url": url,
             }
+    for problem in problems.values():
+        if problem["reason"] != "repeat_offender" and problem["key"] in repeat:
+            problem["text"] = f"{problem['text']}; {repeat[problem['key']]}"
     return problems, looked
 
 

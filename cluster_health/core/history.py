@@ -8,6 +8,7 @@ show only in the series of its results, oldest first.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import date, timedelta
 from statistics import median
 from typing import Any
 
@@ -111,26 +112,34 @@ def blamed_subjects(
     return out
 
 
-def repeat_offenders(per_sweep: list[tuple[int, set[str]]], k: int, n: int) -> list[dict[str, Any]]:
-    """Warn findings for nodes and links blamed in at least ``k`` of the last ``n`` sweeps, passing or not between.
+def repeat_offenders(
+    per_sweep: Iterable[tuple[int, date, set[str]]], k: int, days: int, today: date
+) -> list[dict[str, Any]]:
+    """Warn findings for nodes and links blamed on at least ``k`` of the last ``days`` calendar days (today
+    included), passing or not between.
 
-    ``per_sweep``: each sweep's id and what it blamed (``blamed_subjects``), oldest first, this one
-    last. A link is left out where one of its ends is a repeat offender itself: the node explains it.
-    Never a failure: nothing is drained for it, a fault found again is what acts.
+    ``per_sweep``: each sweep's id, the day it finished and what it blamed (``blamed_subjects``); sweeps
+    outside the window are left out. Days, not sweeps: an hourly idle sweep or a gang check before each
+    job seeing the same fault ten times in one afternoon is one bad day, and a node that fails once a
+    week is still seen when a hundred sweeps ran between. A link is left out where one of its ends is
+    a repeat offender itself: the node explains it. Never a failure: nothing is drained for it, a fault
+    found again is what acts.
     """
-    window = per_sweep[-n:]
-    hits: dict[str, list[int]] = {}
-    for sweep_id, subjects in window:
-        for subject in subjects:
-            hits.setdefault(subject, []).append(sweep_id)
-    offenders = {s: ids for s, ids in hits.items() if len(ids) >= k}
+    first = today - timedelta(days=days - 1)
+    hits: dict[str, dict[date, list[int]]] = {}
+    for sweep_id, day, subjects in per_sweep:
+        if first <= day <= today:
+            for subject in subjects:
+                hits.setdefault(subject, {}).setdefault(day, []).append(sweep_id)
+    offenders = {s: by_day for s, by_day in hits.items() if len(by_day) >= k}
     nodes = {s for s in offenders if "<->" not in s}
     out: list[dict[str, Any]] = []
-    for subject, ids in sorted(offenders.items(), key=lambda item: ("<->" in item[0], item[0])):
+    for subject, by_day in sorted(offenders.items(), key=lambda item: ("<->" in item[0], item[0])):
         link = "<->" in subject
         if link and nodes & set(subject.split("<->")):
             continue
-        listed = ", ".join(f"#{i}" for i in sorted(ids))
+        on = sorted(by_day)
+        listed = "; ".join(f"{d.isoformat()} " + ", ".join(f"#{i}" for i in sorted(by_day[d])) for d in on)
         what, check = ("failed", "its cable, optic and ports") if link else ("was blamed", "its hardware")
         out.append(
             {
@@ -138,15 +147,19 @@ def repeat_offenders(per_sweep: list[tuple[int, set[str]]], k: int, n: int) -> l
                 "code": "repeat_offender",
                 "subject": subject,
                 "text": (
-                    f"{subject} {what} in {len(ids)} of the last {len(window)} sweeps ({listed}): a repeat "
+                    f"{subject} {what} on {len(on)} of the last {days} days ({listed}): a repeat "
                     f"offender; check {check} before returning it to service"
                 ),
                 "pairs": [subject] if link else [],
                 "detail": {
-                    "evidence": [f"{what} in sweep #{i}" for i in sorted(ids)],
-                    "blamed": len(ids),
-                    "window": len(window),
-                    "sweeps": sorted(ids),
+                    "evidence": [
+                        f"{what} on {d.isoformat()} in sweep " + ", ".join(f"#{i}" for i in sorted(by_day[d]))
+                        for d in on
+                    ],
+                    "blamed": len(on),
+                    "window": days,
+                    "days": [d.isoformat() for d in on],
+                    "sweeps": sorted(i for d in on for i in by_day[d]),
                     "next_step": f"check {check}: repaired once, it came back",
                 },
             }

@@ -25,9 +25,10 @@ from cluster_health.core import (
     rehearsal,
     verdicts,
 )
-from cluster_health.models import Finding, GroupProbe, Node, PairProbe, Sweep
+from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
 from cluster_health.nodes import declared_groups
 from cluster_health.queues import backlog
+from cluster_health.shapes import offenders
 from cluster_health.sweeps import gpus
 
 READ_CHUNK = 10000  # pair rows read per round trip
@@ -204,41 +205,19 @@ def _history_findings(sweep: Sweep, pairs: list[dict], current: list[dict]) -> l
 
 
 def _repeat_offenders(sweep: Sweep, pairs: list[dict], current: list[dict]) -> list[dict]:
-    """Nodes and links blamed on confirmed evidence in REPEAT_OFFENDER_K of the last REPEAT_OFFENDER_N sweeps.
-
-    Reads the earlier sweeps' fail findings and confirmed pairs (two queries, N-1 sweeps), not their pair rows.
-    """
-    earlier = list(
-        Sweep.objects.filter(status="finished", pk__lt=sweep.pk)
-        .exclude(kind__in=(*vocabulary.DISCOVER_SWEEP_KINDS, "preflight"))
-        .order_by("-pk")
-        .values_list("pk", "kind", "nodes")[: settings.REPEAT_OFFENDER_N - 1]
-    )
-    ids = [pk for pk, _, _ in earlier]
-    failing: dict[int, list[tuple[str, list[str]]]] = {pk: [] for pk in ids}
-    rows = Finding.objects.filter(sweep_id__in=ids, severity="fail").values_list("sweep_id", "subject", "pairs")
-    for sid, subject, listed in rows:
-        failing[sid].append((subject, listed))
-    confirmed: dict[int, set[tuple[str, str]]] = {pk: set() for pk in ids}
-    seen_again = (
-        PairProbe.objects.filter(sweep_id__in=ids, evidence__confirmation__outcome="confirmed")
-        .exclude(status="ok")  # the pass probes again only pairs that were not ok
-        .values_list("sweep_id", "node_a__name", "node_b__name")
-    )
-    for sid, a, b in seen_again:
-        confirmed[sid].add((a, b) if a <= b else (b, a))
-    per_sweep = [
-        (pk, history.blamed_subjects(failing[pk], set(nodes), confirmed[pk], kind in vocabulary.GPU_SWEEP_KINDS))
-        for pk, kind, nodes in reversed(earlier)
-    ]
+    """Nodes and links blamed on confirmed evidence on REPEAT_OFFENDER_K of the last REPEAT_OFFENDER_DAYS days, this
+    sweep's day the last (shapes/offenders.py reads the earlier sweeps' blames)."""
+    today = timezone.localdate(sweep.finished or timezone.now())
+    per_sweep = offenders.blamed_by_sweep(offenders.window_start(today), before=sweep.pk)
     now = {
         (p["a"], p["b"]) if p["a"] <= p["b"] else (p["b"], p["a"])
         for p in pairs
         if confirmation.outcome(p) == "confirmed"
     }
     mine = [(f["subject"], f.get("pairs")) for f in current if f["severity"] == "fail"]
-    per_sweep.append((sweep.pk, history.blamed_subjects(mine, set(sweep.nodes), now)))
-    return history.repeat_offenders(per_sweep, settings.REPEAT_OFFENDER_K, settings.REPEAT_OFFENDER_N)
+    local = sweep.kind in vocabulary.GPU_SWEEP_KINDS
+    per_sweep.append((sweep.pk, today, history.blamed_subjects(mine, set(sweep.nodes), now, local)))
+    return history.repeat_offenders(per_sweep, settings.REPEAT_OFFENDER_K, settings.REPEAT_OFFENDER_DAYS, today)
 
 
 def _interface_findings(sweep: Sweep, pairs: list[dict], addresses: dict[str, str]) -> list[dict]:

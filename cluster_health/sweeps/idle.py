@@ -26,13 +26,30 @@ from cluster_health.queues import dispatch
 from cluster_health.sweeps.request import MAX_NODES, MAX_PAIRS, request_sweep
 
 log = logging.getLogger(__name__)
-__all__ = ["MAX_NODES", "IdleSweepError", "release_hold", "start"]
+__all__ = ["MAX_NODES", "IdleSweepError", "release_hold", "schedule_max_nodes", "start"]
 DEFAULT_MAX_NODES = 32  # 496 pairs in about 32 rounds: a gap of an hour or so
 HOLD_MARGIN_S = 300.0  # on top of the estimate: planning, queueing, the confirmation pass's rounds
 
 
 class IdleSweepError(RuntimeError):
     """No idle-gap sweep can run now; the text says why (nothing was held)."""
+
+
+def schedule_max_nodes(params: dict) -> int | None:
+    """An ``idle`` schedule's keyword arguments beside its kind: only ``max_nodes``, 2..MAX_NODES (the command's
+    ``--max-nodes``), or none for DEFAULT_MAX_NODES; IdleSweepError saying why otherwise. The Schedules page
+    checks a schedule with it before saving it, the scheduled task again when it fires."""
+    unknown = sorted(set(params) - {"max_nodes"})
+    if unknown:
+        raise IdleSweepError(
+            f"{unknown[0]}: an idle sweep takes only max_nodes (its nodes are the ones Slurm has idle)"
+        )
+    max_nodes = params.get("max_nodes")
+    if max_nodes is None:
+        return None
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or not 2 <= max_nodes <= MAX_NODES:
+        raise IdleSweepError(f"max_nodes: expected a whole number 2..{MAX_NODES}, got {max_nodes!r}")
+    return max_nodes
 
 
 def choose(candidates: list[str], max_nodes: int) -> tuple[list[str], list[tuple[str, str]]]:

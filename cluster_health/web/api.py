@@ -24,7 +24,7 @@ from cluster_health import hang_diagnoses, sweeps, vocabulary
 from cluster_health.models import ApiToken, HangDiagnosis, Node, PairProbe, Sweep
 from cluster_health.nodes import node_dict, set_active
 from cluster_health.queues import dispatch
-from cluster_health.shapes import documents, gpus, matrices, pairs
+from cluster_health.shapes import documents, gpus, matrices, offenders, pairs
 from cluster_health.web.heavy import heavy
 
 START_PERMISSION = "cluster_health.start_sweep"
@@ -123,7 +123,13 @@ def bad_requests(view):
 @api_view()
 def nodes(request):
     now = timezone.now()
-    return JsonResponse({"nodes": [node_dict(n, now) for n in Node.objects.order_by("name")]})
+    found = offenders.current(now)
+    listed = [
+        {**node_dict(n, now), "repeat_offender": offenders.api_field(found.get(n.name))}
+        for n in Node.objects.order_by("name")
+    ]
+    links = [offenders.api_field(f) for subject, f in found.items() if "<->" in subject]
+    return JsonResponse({"nodes": listed, "repeat_offender_links": links})
 
 
 @api_view()

@@ -5,6 +5,8 @@ Only rows whose task is the scheduled sweep are shown and edited here; the produ
 reaper stalls every sweep. Each schedule is a five-field cron expression in TIME_ZONE and a sweep
 request (kind, backend, nodes) checked by the same rules as every other request
 (sweeps.clean_request) before it is saved, so a schedule can never fire a request that is refused.
+Kind ``idle`` is an idle-gap sweep (sweeps/idle.py): no node list, at most ``max_nodes`` of the
+nodes Slurm has idle, checked by the rule the scheduled task applies when it fires.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 from cluster_health import sweeps, vocabulary
 from cluster_health.core import matrix
 from cluster_health.models import Node, Sweep
+from cluster_health.sweeps import idle
 from cluster_health.web.forms import PAGE_KINDS
 
 CRON_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+IDLE = "idle"  # an idle-gap sweep (sweeps/idle.py): not a sweep kind of its own, it runs a ``pairs`` sweep
 
 
 def sweep_schedules():
@@ -57,11 +61,10 @@ def last_result(task: PeriodicTask, kind: str) -> Sweep | None:
     """The sweep the task's last run requested: beat records the run just before the task creates the sweep."""
     if task.last_run_at is None:
         return None
-    return (
-        Sweep.objects.filter(source="schedule", kind=kind, created__gte=task.last_run_at - timedelta(seconds=60))
-        .order_by("created")
-        .first()
-    )
+    sweeps = Sweep.objects.filter(source="schedule", created__gte=task.last_run_at - timedelta(seconds=60))
+    # An idle schedule's run is a pairs sweep under a Slurm hold (none at all when no node was idle).
+    sweeps = sweeps.filter(kind="pairs", params__has_key="idle_hold") if kind == IDLE else sweeps.filter(kind=kind)
+    return sweeps.order_by("created").first()
 
 
 def _request_of(task: PeriodicTask) -> dict:
@@ -76,12 +79,22 @@ class ScheduleForm(forms.Form):
     """A scheduled sweep: name, what to sweep, when (cron), enabled."""
 
     name = forms.CharField(max_length=200)
-    kind = forms.ChoiceField(choices=[(k, k) for k in PAGE_KINDS], initial="full")
+    kind = forms.ChoiceField(
+        choices=[(k, k) for k in (*PAGE_KINDS, IDLE)],
+        initial="full",
+        help_text="idle: only nodes Slurm reports idle, held from new jobs while their stalest pairs are swept",
+    )
     backend = forms.ChoiceField(choices=[("gloo", "gloo"), ("nccl", "nccl")], initial="gloo")
     nodes = forms.CharField(
         required=False,
         max_length=20000,
         help_text="comma-separated node names; empty: every active node when it runs",
+    )
+    max_nodes = forms.IntegerField(
+        required=False,
+        label="Max nodes",
+        help_text=f"idle only: hold at most this many idle nodes (2..{idle.MAX_NODES}; empty: "
+        f"{idle.DEFAULT_MAX_NODES})",
     )
     cron = forms.CharField(
         max_length=200,
@@ -114,6 +127,11 @@ class ScheduleForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        if data.get("kind") == IDLE:
+            return self._clean_idle(data)
+        if data.get("max_nodes") is not None:
+            self.add_error("max_nodes", "only an idle sweep takes a node count: leave it empty")
+            return data
         names = [n.strip() for n in (data.get("nodes") or "").split(",") if n.strip()]
         unknown = sorted(set(names) - set(Node.objects.filter(name__in=names).values_list("name", flat=True)))
         if unknown:
@@ -129,6 +147,20 @@ class ScheduleForm(forms.Form):
         data["request"] = request
         return data
 
+    def _clean_idle(self, data):
+        """An idle schedule: its nodes are Slurm's idle ones, its only parameter max_nodes (as the task takes it)."""
+        if (data.get("nodes") or "").strip():
+            self.add_error("nodes", "an idle sweep picks its nodes from the ones Slurm has idle: leave it empty")
+            return data
+        params = {} if data.get("max_nodes") is None else {"max_nodes": data["max_nodes"]}
+        try:
+            idle.schedule_max_nodes(params)
+        except idle.IdleSweepError as exc:
+            self.add_error("max_nodes", str(exc))
+            return data
+        data["request"] = {"kind": IDLE, **params}
+        return data
+
     @classmethod
     def initial_of(cls, task: PeriodicTask) -> dict:
         request = _request_of(task)
@@ -137,6 +169,7 @@ class ScheduleForm(forms.Form):
             "kind": request.get("kind", "full"),
             "backend": request.get("backend", "gloo"),
             "nodes": ", ".join(request.get("nodes") or []),
+            "max_nodes": request.get("max_nodes"),
             "cron": cron_text(task),
             "enabled": task.enabled,
         }
@@ -165,12 +198,17 @@ def schedule_list(request):
                 "kind": req.get("kind", "full"),
                 "backend": req.get("backend", "gloo"),
                 "nodes": req.get("nodes") or [],
+                "max_nodes": req.get("max_nodes"),
                 "cron": cron_text(task),
                 "next_run": next_run(task, now),
                 "last": last_result(task, req.get("kind", "full")),
             }
         )
-    return render(request, "cluster_health/schedules.html", {"rows": rows, "time_zone": settings.TIME_ZONE})
+    return render(
+        request,
+        "cluster_health/schedules.html",
+        {"rows": rows, "time_zone": settings.TIME_ZONE, "idle_default": idle.DEFAULT_MAX_NODES},
+    )
 
 
 @login_required

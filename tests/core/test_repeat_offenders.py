@@ -1,45 +1,59 @@
-"""Repeat offenders: a node or link blamed on confirmed evidence in K of the last N sweeps, whether or not it
+"""Repeat offenders: a node or link blamed on confirmed evidence on K of the last N calendar days, whether or not it
 passed in between (cluster_health/core/history.py)."""
 
 from __future__ import annotations
+
+from datetime import date, timedelta
 
 from cluster_health.core import history
 
 NAMES = {"host1", "host2", "host3", "host4"}
 HOST3 = ("host3", [])
 HOST3_CONFIRMED = {("host1", "host3"), ("host2", "host3")}
+TODAY = date(2026, 11, 27)
 
 
-def sweeps(blamed_in: dict[int, set[str]], first: int = 10, last: int = 19) -> list[tuple[int, set[str]]]:
-    return [(pk, blamed_in.get(pk, set())) for pk in range(first, last + 1)]
+def sweeps(blamed_on: dict[int, set[str]], per_day: int = 1) -> list[tuple[int, date, set[str]]]:
+    """Sweeps ``per_day`` a day over the 40 days to TODAY, ids counting up; ``blamed_on``: days ago -> blamed."""
+    out = []
+    for ago in range(40, -1, -1):
+        for i in range(per_day):
+            out.append((1000 - ago * per_day + i, TODAY - timedelta(days=ago), blamed_on.get(ago, set())))
+    return out
 
 
-def test_it_names_a_node_blamed_in_three_of_the_last_ten_sweeps_with_passes_between():
-    [found] = history.repeat_offenders(sweeps({12: {"host3"}, 15: {"host3"}, 19: {"host3"}}), 3, 10)
+def test_it_names_a_node_blamed_on_three_of_the_last_thirty_days_with_passes_between():
+    [found] = history.repeat_offenders(sweeps({29: {"host3"}, 12: {"host3"}, 0: {"host3"}}), 3, 30, TODAY)
     assert (found["severity"], found["code"], found["subject"]) == ("warn", "repeat_offender", "host3")
     assert found["text"] == (
-        "host3 was blamed in 3 of the last 10 sweeps (#12, #15, #19): a repeat offender; "
-        "check its hardware before returning it to service"
+        "host3 was blamed on 3 of the last 30 days (2026-10-29 #971; 2026-11-15 #988; 2026-11-27 #1000): a repeat "
+        "offender; check its hardware before returning it to service"
     )
-    assert (found["detail"]["blamed"], found["detail"]["window"], found["detail"]["sweeps"]) == (3, 10, [12, 15, 19])
+    detail = found["detail"]
+    assert (detail["blamed"], detail["window"], detail["sweeps"]) == (3, 30, [971, 988, 1000])
+    assert detail["days"] == ["2026-10-29", "2026-11-15", "2026-11-27"]
 
 
-def test_it_does_not_name_a_node_blamed_twice_or_blamed_before_the_window():
-    assert history.repeat_offenders(sweeps({12: {"host3"}, 19: {"host3"}}), 3, 10) == []
-    # Blamed in #1 and #2 long ago: only the last ten sweeps (#10-#19) count.
-    assert history.repeat_offenders([(1, {"host3"}), (2, {"host3"}), *sweeps({19: {"host3"}})], 3, 10) == []
+def test_days_count_not_sweeps_many_sweeps_of_one_bad_day_are_one_day():
+    # Blamed by every one of 24 sweeps on each of two days: two bad days, not a repeat offender.
+    assert history.repeat_offenders(sweeps({3: {"host3"}, 1: {"host3"}}, per_day=24), 3, 30, TODAY) == []
+    [found] = history.repeat_offenders(sweeps({5: {"host3"}, 3: {"host3"}, 1: {"host3"}}, per_day=24), 3, 30, TODAY)
+    assert found["detail"]["blamed"] == 3 and len(found["detail"]["sweeps"]) == 72
 
 
-def test_it_counts_the_sweeps_there_are_when_fewer_than_n():
-    [found] = history.repeat_offenders(sweeps({10: {"host3"}, 11: {"host3"}, 13: {"host3"}}, last=13), 3, 10)
-    assert "in 3 of the last 4 sweeps (#10, #11, #13)" in found["text"]
+def test_a_day_before_the_window_does_not_count():
+    # Thirty days ago is the 31st day back: outside a window of 30 that ends today.
+    assert history.repeat_offenders(sweeps({30: {"host3"}, 12: {"host3"}, 0: {"host3"}}), 3, 30, TODAY) == []
+    # Days after ``today`` (a sweep whose clock ran ahead) do not count either.
+    later = [*sweeps({12: {"host3"}, 0: {"host3"}}), (2000, TODAY + timedelta(days=1), {"host3"})]
+    assert history.repeat_offenders(later, 3, 30, TODAY) == []
 
 
 def test_it_names_a_link_and_leaves_out_a_link_its_offending_node_explains():
-    blamed = {pk: {"host1<->host2", "host3<->host4", "host3"} for pk in (11, 14, 17)}
-    found = history.repeat_offenders(sweeps(blamed), 3, 10)
+    blamed = {ago: {"host1<->host2", "host3<->host4", "host3"} for ago in (20, 10, 2)}
+    found = history.repeat_offenders(sweeps(blamed), 3, 30, TODAY)
     assert [(f["subject"], f["pairs"]) for f in found] == [("host3", []), ("host1<->host2", ["host1<->host2"])]
-    assert found[1]["text"].startswith("host1<->host2 failed in 3 of the last 10 sweeps (#11, #14, #17)")
+    assert found[1]["text"].startswith("host1<->host2 failed on 3 of the last 30 days (2026-11-07 #980;")
     assert all(f["severity"] == "warn" for f in found)  # never a fail: nothing is drained for it
 
 

@@ -19,7 +19,7 @@ from cluster_health import nodes
 from cluster_health.actions.models import SlurmDrain
 from cluster_health.core import consistency, culprits, matrix
 from cluster_health.models import Node, PairProbe, Sweep
-from cluster_health.shapes import gpus, health
+from cluster_health.shapes import gpus, health, offenders
 from cluster_health.web.heavy import heavy
 from cluster_health.web.views.history import node_history
 from cluster_health.web.views.home import NODE_COLUMNS, node_state
@@ -50,9 +50,12 @@ def consistency_view(request):
     return render(request, "cluster_health/consistency.html", {"table": table, "online": online, "tab": "versions"})
 
 
-def _health_row(n: Node, h: health.NodeHealth, group: tuple[str, str] | None, now) -> dict:
+def _health_row(n: Node, h: health.NodeHealth, group: tuple[str, str] | None, now, repeat: dict) -> dict:
     online = n.is_online(now)
     return {
+        # A repeat offender itself, and its links that are (shapes/offenders.py: as of now, over the last days).
+        "repeat": repeat.get(n.name),
+        "repeat_links": [f for s, f in repeat.items() if "<->" in s and n.name in s.split("<->")],
         "node": n,
         "online": online,
         "state": node_state(n, online, n.silent_for(now), now),
@@ -78,9 +81,10 @@ def nodes_view(request):
     names = [n.name for n in every]
     groups = culprits.node_groups(names, settings.GROUP_PATTERN, nodes.declared_groups(names))
     rank = {"failing": 0, "degraded": 1, "untested": 2, "ok": 3}
+    repeat = offenders.current(now)
     rows = sorted(
-        (_health_row(n, found[n.name], groups.get(n.name), now) for n in every if n.active),
-        key=lambda r: (r["online"], rank[r["health"].state], matrix.natural_key(r["node"].name)),
+        (_health_row(n, found[n.name], groups.get(n.name), now, repeat) for n in every if n.active),
+        key=lambda r: (r["online"], rank[r["health"].state], r["repeat"] is None, matrix.natural_key(r["node"].name)),
     )
     retired = sorted((n for n in every if not n.active), key=lambda n: matrix.natural_key(n.name))
     listed = rows if request.GET.get("all") == "1" else rows[:NODES_PAGE_ROWS]
@@ -94,6 +98,8 @@ def nodes_view(request):
             "retired": retired,
             "online_count": sum(r["online"] for r in rows),
             "peers_listed": NODE_PEERS_LISTED,
+            "repeat_total": sum(1 for s in repeat if "<->" not in s),
+            "repeat_days": settings.REPEAT_OFFENDER_DAYS,
             "tab": "health",
         },
     )
@@ -193,10 +199,8 @@ def node_detail(request, name: str):
             "row": row,
             "table": table,
             "health": found,
-            # Its last pair sweep's repeat-offender warning, if any (core/history.py: detail.blamed of .window).
-            "repeat_offender": next(
-                (f for f in found.findings if f.code == "repeat_offender" and f.subject == name), None
-            ),
+            # A repeat offender as of now, if it is one (shapes/offenders.py: detail.blamed of .window days).
+            "repeat_offender": offenders.current().get(name),
             "last_sweep": last,
             "peers": peers,
             # The bars' full width: the sweep's fastest pair, so a node slow with every peer shows short bars.
