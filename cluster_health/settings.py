@@ -78,6 +78,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "cluster_health.web.ratelimit.ActionRateLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -228,6 +229,9 @@ REJECTED_RETENTION_DAYS = envint("CLUSTER_HEALTH_REJECTED_RETENTION_DAYS", 7, 1)
 MAX_REJECTED_MESSAGES = envint("CLUSTER_HEALTH_MAX_REJECTED_MESSAGES", 100_000, 100)
 # Whole-sweep and whole-fleet pages and exports (CSV, report, compare, consistency) a user may ask for a minute.
 HEAVY_REQUESTS_PER_MINUTE = envint("CLUSTER_HEALTH_HEAVY_REQUESTS_PER_MINUTE", 30, 1)
+# Requests that change something (any method but GET/HEAD) a user, or an address not logged in, may send a
+# minute (cluster_health/web/ratelimit.py): sweeps, maintenance, acknowledgements, schedules, the admin.
+ACTION_REQUESTS_PER_MINUTE = envint("CLUSTER_HEALTH_ACTION_REQUESTS_PER_MINUTE", 60, 1)
 # How long the fleet's consistency table (every node's facts compared) is reused by every viewer.
 CONSISTENCY_CACHE_S = envfloat("CLUSTER_HEALTH_CONSISTENCY_CACHE_S", 30.0, 0.0)
 # A node whose clock differs from the server's (or the fleet's) by more than this is named in findings.

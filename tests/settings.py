@@ -24,6 +24,7 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 # its own kept. The per-minute budget has a test of its own, which lowers it.
 REJECTED_STORED_PER_MINUTE = 1_000_000
 
-# Pages read what the test just wrote; the bounds on viewers' heavy requests have tests of their own.
+# Pages read what the test just wrote; the bounds on heavy requests and on changes have tests of their own.
 CONSISTENCY_CACHE_S = 0.0
 HEAVY_REQUESTS_PER_MINUTE = 100_000
+ACTION_REQUESTS_PER_MINUTE = 100_000
