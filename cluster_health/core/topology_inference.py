@@ -383,6 +383,25 @@ def mismatch_findings(found: Sequence[Mapping[str, Any]]) -> list[dict[str, str]
     return out
 
 
+def declared_mismatch_findings(
+    nodes: Sequence[str], pairs: Iterable[Mapping[str, Any]], declared: Mapping[str, str]
+) -> list[dict[str, str]]:
+    """A full sweep's ``topology_mismatch`` findings: its pairs grouped, held against the declared groups.
+
+    Nothing is computed unless at least two declared groups each hold two of the sweep's nodes (with
+    fewer there is no label a measurement could contradict); a matrix too sparse to group names nobody.
+    """
+    sizes = Counter(declared[n] for n in nodes if declared.get(n))
+    if sum(1 for count in sizes.values() if count >= 2) < 2:
+        return []
+    latency, busbw = from_pairs(nodes, pairs)
+    try:
+        inferred = infer(nodes, latency, busbw)
+    except InferenceError:
+        return []
+    return mismatch_findings(mismatches(inferred, declared, name_groups(inferred, declared)))
+
+
 def report(inference: Inference, declared: Mapping[str, str], sweep: int | None = None) -> dict[str, Any]:
     """The ``manage.py topology infer --json`` document (docs/TOPOLOGY.md): groups, uplinks, mismatches."""
     names = name_groups(inference, declared)

@@ -23,6 +23,7 @@ from cluster_health.core import (
     history,
     judging,
     rehearsal,
+    topology_inference,
     verdicts,
 )
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
@@ -49,12 +50,22 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
             "reason": r,
             "hint": h,
             "busbw_gbps": bw,
+            "latency_us": lat,
             "sizes": sz,
             "evidence": ev,
         }
-        for a, b, s, st, r, h, bw, sz, ev in PairProbe.objects.filter(sweep=sweep)
+        for a, b, s, st, r, h, bw, lat, sz, ev in PairProbe.objects.filter(sweep=sweep)
         .values_list(
-            "node_a__name", "node_b__name", "status", "stage", "reason", "hint", "busbw_gbps", "sizes", "evidence"
+            "node_a__name",
+            "node_b__name",
+            "status",
+            "stage",
+            "reason",
+            "hint",
+            "busbw_gbps",
+            "latency_us_p50",
+            "sizes",
+            "evidence",
         )
         .iterator(chunk_size=READ_CHUNK)
     ]
@@ -85,6 +96,8 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
         found += consistency.findings(facts, addresses)
     if sweep.kind in ("full", "preflight"):
         found += gpus.fleet_findings(facts)
+    if sweep.kind == "full":  # a whole matrix: the groups it shows, held against the declared ones
+        found += topology_inference.declared_mismatch_findings(sweep.nodes, pairs, declared)
     if sweep.kind == "preflight":
         found += rehearsal.setting_findings(sweep.params, facts)
     found += clocks.clock_findings(
