@@ -1,0 +1,52 @@
+"""The topology a finished full sweep's matrix shows (core/topology_inference.py), for the command and the page.
+
+Reads the sweep's stored matrix (the typed arrays the heatmaps draw, so a sweep whose passing rows
+retention removed still has its figures) and today's declared groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cluster_health.core import topology_inference
+from cluster_health.models import Sweep
+from cluster_health.nodes import declared_groups
+from cluster_health.shapes.matrices import sweep_arrays
+
+KINDS = ("full",)  # the kinds whose matrix holds every pair
+
+
+class NoMatrix(ValueError):
+    """No sweep to read a topology from; the message says what to run."""
+
+
+def topology_sweep(pk: int | None = None) -> Sweep:
+    """Sweep ``pk`` if it is a finished full sweep, else the latest finished full sweep; NoMatrix with why not."""
+    if pk is None:
+        sweep = Sweep.objects.filter(kind__in=KINDS, status="finished").order_by("-pk").first()
+        if sweep is None:
+            raise NoMatrix("no finished full sweep yet: run one (manage.py sweep --kind full --wait)")
+        return sweep
+    sweep = Sweep.objects.filter(pk=pk).first()
+    if sweep is None:
+        raise NoMatrix(f"sweep {pk} does not exist")
+    if sweep.kind not in KINDS:
+        raise NoMatrix(f"sweep {pk} is a {sweep.kind} sweep: topology is read from a full sweep's matrix")
+    if sweep.status != "finished":
+        raise NoMatrix(f"sweep {pk} is {sweep.status}: topology is read from a finished sweep")
+    return sweep
+
+
+def infer(sweep: Sweep) -> tuple[topology_inference.Inference, dict[str, Any], dict[str, str]]:
+    """The sweep's inferred groups, the report (``topology infer --json``) and the declared groups it was held to."""
+    arrays = sweep_arrays(sweep)
+    latency = np.frombuffer(arrays.latency, dtype=np.float32).astype(float)
+    busbw = np.frombuffer(arrays.busbw, dtype=np.float32).astype(float)
+    try:
+        inferred = topology_inference.infer(arrays.nodes, latency, busbw)
+    except topology_inference.InferenceError as exc:
+        raise NoMatrix(f"sweep {sweep.pk}: {exc}") from None
+    declared = declared_groups(arrays.nodes)
+    return inferred, topology_inference.report(inferred, declared, sweep.pk), declared
