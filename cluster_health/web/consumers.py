@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import logging
 import math
 import time
 from importlib import import_module
@@ -25,6 +26,8 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+log = logging.getLogger(__name__)
 
 FLUSH_S = 0.25
 RECHECK_S = 60.0  # an open socket reads its login again at least this often
@@ -54,12 +57,17 @@ def user_group(user_pk: Any) -> str:
 
 
 def _tell(group: str, event_type: str) -> None:
+    """Tell a group's sockets; never fails the save or logout that asked (Redis down, a command run
+    before the broker is up): the sockets then see the change at their next recheck (RECHECK_S)."""
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    layer = get_channel_layer()
-    if layer is not None:
-        async_to_sync(layer.group_send)(group, {"type": event_type})
+    try:
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(group, {"type": event_type})
+    except Exception as exc:  # any transport error: the sockets' recheck is the fallback
+        log.warning("could not tell open pages of an ended login (%s): %s", event_type, exc)
 
 
 def close_sessions_sockets(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:

@@ -138,3 +138,19 @@ def test_it_closes_a_users_pages_when_its_login_ends_and_no_one_elses(hosts, end
     closed, still = async_to_sync(follow)()
     assert closed == {"type": "websocket.close", "code": code}
     assert still["pairs"] == [{"a": "n0", "b": "n1", "status": "ok"}]  # another user's page goes on
+
+
+@pytest.mark.timeout(60)
+def test_saving_a_user_or_logging_out_works_while_the_channel_layer_is_down(hosts, settings, caplog):
+    """Telling open pages is a courtesy to them: a user deactivated by a command run before Redis is up,
+    or a logout while it restarts, still happens (the pages see it at their next recheck)."""
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": ["redis://127.0.0.1:9"]}}
+    }
+    client, _key = logged_in("viewer")
+    viewer = User.objects.get(username="viewer")
+    viewer.is_active = False
+    viewer.save()
+    client.post("/accounts/logout/")
+    assert not User.objects.get(username="viewer").is_active and "_auth_user_id" not in client.session
+    assert "could not tell open pages" in caplog.text
