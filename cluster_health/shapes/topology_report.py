@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.cluster import hierarchy
 
 from cluster_health.core import topology_inference
 from cluster_health.models import Sweep
@@ -50,3 +51,40 @@ def infer(sweep: Sweep) -> tuple[topology_inference.Inference, dict[str, Any], d
         raise NoMatrix(f"sweep {sweep.pk}: {exc}") from None
     declared = declared_groups(arrays.nodes)
     return inferred, topology_inference.report(inferred, declared, sweep.pk), declared
+
+
+FIGURE_MAX_NODES = 512  # past this the page lists the groups without the node matrix and tree
+
+
+def figure(inferred: topology_inference.Inference, report: dict[str, Any]) -> dict[str, Any] | None:
+    """The page's figure: the matrix in the tree's leaf order (each group contiguous), its group boundaries,
+    and the tree (scipy's dendrogram layout: one U per merge, leaves at 5, 15, 25, ...). None past
+    FIGURE_MAX_NODES."""
+    placed = inferred.placed
+    if len(placed) > FIGURE_MAX_NODES:
+        return None
+    tree = hierarchy.dendrogram(inferred.linkage, no_plot=True, labels=placed)
+    order: list[str] = list(tree["ivl"])
+    name_of = {n: g["name"] for g in report["groups"] for n in g["nodes"]}
+    bounds: list[dict[str, Any]] = []
+    for k, node in enumerate(order):
+        if bounds and bounds[-1]["name"] == name_of[node]:
+            bounds[-1]["end"] = k
+        else:
+            bounds.append({"name": name_of[node], "start": k, "end": k})
+    pos = {n: i for i, n in enumerate(inferred.nodes)}
+    idx = [pos[n] for n in order]
+
+    def cells(square: Any) -> list[list[float | None]]:
+        part = square[np.ix_(idx, idx)]
+        return [[None if not np.isfinite(v) else round(float(v), 3) for v in row] for row in part]
+
+    return {
+        "order": order,
+        "busbw": cells(inferred.busbw),
+        "latency": cells(inferred.latency),
+        "bounds": bounds,
+        "mismatched": [m["node"] for m in report["mismatches"]],
+        "tree": {"x": tree["dcoord"], "y": tree["icoord"]},
+        "cut": inferred.cut,
+    }

@@ -3,6 +3,7 @@
 from django.urls import path
 
 from cluster_health.web import operator_views, schedules, views
+from cluster_health.web.views.topology import topology_view
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -32,4 +33,5 @@ urlpatterns = [
     path("audit/", operator_views.audit_log, name="audit"),
     path("hangs/", views.hang_list, name="hangs"),
     path("hangs/<int:pk>/", views.hang_detail, name="hang"),
+    path("topology/", topology_view, name="topology"),
 ]
