@@ -135,7 +135,9 @@ def login_expiry(session_key: str, user_pk: Any) -> float | None:
 
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     data = store.load()  # {} for a missing or expired session
-    if not data or str(data.get(SESSION_KEY)) != str(user_pk) or BACKEND_SESSION_KEY not in data:
+    if not data or str(data.get(SESSION_KEY)) != str(user_pk):
+        return None
+    if data.get(BACKEND_SESSION_KEY) not in settings.AUTHENTICATION_BACKENDS:  # as Django's get_user checks
         return None
     user = load_backend(data[BACKEND_SESSION_KEY]).get_user(user_pk)  # None for an inactive user
     if user is None:
