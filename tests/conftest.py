@@ -27,11 +27,34 @@ from tests.support.artifacts import ARTIFACTS  # noqa: E402
 from tests.support.browser import chromium, viewer_page  # noqa: E402,F401  (one browser per session, shared by every browser test module)
 from tests.support.stack import Stack, database_url, server_sessions_ended  # noqa: E402
 
+# A test that reaches the database asks for one of these (pytest-django refuses any other access).
+DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_setup", "stack"})
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--database-tests-only",
+        action="store_true",
+        help="run only the tests that reach the database (a second database's run: the others cannot differ)",
+    )
+
+
+def uses_database(item) -> bool:
+    """Whether the test reaches the database: its django_db mark, or a fixture that opens it."""
+    return item.get_closest_marker("django_db") is not None or bool(
+        DATABASE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    )
+
 
 @pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """Browser tests last: Playwright's sync API keeps an event loop running in the main
-    thread for the rest of the session, which Channels' async_to_sync refuses to run beside."""
+    thread for the rest of the session, which Channels' async_to_sync refuses to run beside.
+    With --database-tests-only, the tests that never reach the database are deselected."""
+    if config.getoption("--database-tests-only"):
+        kept = [item for item in items if uses_database(item)]
+        config.hook.pytest_deselected(items=[item for item in items if not uses_database(item)])
+        items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 
