@@ -95,10 +95,28 @@ def run(
                 started = time.monotonic()
                 beside = [one_sweep(system) for _ in range(sweeps)]
                 out["transfer"] = {**summarize(beside, time.monotonic() - started, cores), "beside": what}
-        out["faults"] = [one_fault(system, *fault, after=recovery) for fault in FAULTS] if faults else []
+        out["faults"] = [staged(system, fault, recovery) for fault in FAULTS] if faults else []
         if recovery:
-            out["restart"] = agent_restart(system)
+            out["restart"] = attempted(lambda: agent_restart(system))
     return out
+
+
+def attempted(step) -> dict:
+    """A step's figures, or what stopped it: one step that fails (an agent slow to come back on a loaded
+    machine) costs its own row, never the rows already measured."""
+    try:
+        return step()
+    except Exception as exc:  # reported in the figures, and the run goes on
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def staged(system, fault, after: bool) -> dict:
+    """one_fault, or its fault's name and what stopped it (the fault is cleared again)."""
+    figures = attempted(lambda: one_fault(system, *fault, after=after))
+    if "error" in figures:
+        attempted(lambda: fault[2](system, [h.name for h in system.bed.hosts]))
+        figures = {"fault": fault[0], **figures}
+    return figures
 
 
 # Faults staged on hosts 1-4 of the bed: what, how to make it and clear it, and the culprit to name.
