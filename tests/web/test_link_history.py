@@ -1,16 +1,14 @@
 """A link's and a node's history at a glance: the pair and node pages' charts, read in one query whatever the length."""
 
-from datetime import timedelta
-
 import pytest
 from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
-from cluster_health.models import Baseline, BaselinePair, PairProbe, Sweep
+from cluster_health.models import Baseline, BaselinePair, Sweep
 from cluster_health.shapes import link_history
-from tests.support.dashboard_rows import make_nodes, make_sweep
+from tests.support.dashboard_rows import make_nodes
+from tests.support.history_rows import sweeps_over
 
 pytestmark = pytest.mark.django_db
 
@@ -22,18 +20,6 @@ OFFLINE = {"status": "offline", "stage": "resolve", "reason": "agent_offline", "
 def viewer(viewer_client):
     cache.clear()  # the expected busbw is cached per baseline id, which the database reuses between tests
     return viewer_client
-
-
-def sweeps_over(nodes, count, results=lambda k: {}, **kw):
-    """``count`` finished sweeps, one minute apart, oldest first; ``results(k)`` overrides pairs of the k-th."""
-    made = []
-    for k in range(count):
-        sweep = make_sweep(nodes, results(k), **kw)
-        at = timezone.now() - timedelta(minutes=count - k)
-        Sweep.objects.filter(pk=sweep.pk).update(created=at, finished=at)
-        PairProbe.objects.filter(sweep=sweep).update(finished=at)
-        made.append(sweep)
-    return made
 
 
 def history_queries(client, url) -> list[str]:

@@ -19,6 +19,13 @@
       line: { color: "#555", width: 1, dash: "dash" } }];
   };
 
+  /* Its label, at the right end of the line. */
+  CH.expectedNote = function (scale, yref) {
+    if (!scale || !scale.expected) return [];
+    return [{ xref: "paper", x: 1, xanchor: "right", yref: yref || "y", y: scale.gbps, yanchor: "bottom", showarrow: false,
+      text: `expected ${Number(scale.gbps).toFixed(3)} GB/s`, font: { size: 11, color: "#555" } }];
+  };
+
   const countsText = (p) => `${p.links} link${p.links === 1 ? "" : "s"}: ` +
     Object.entries(p.counts).map(([s, n]) => `${n} ${s}`).join(", ");
 
@@ -51,10 +58,11 @@
     const layout = {
       height: 340, margin: { t: 30, r: 10, b: 40 }, barmode: "stack", hovermode: "closest",
       legend: { orientation: "h", x: 0, y: 1.14 },
-      xaxis: { type: "category", title: { text: "sweep" } },
+      // One sweep axis under both panels: its labels below the bars, where they do not cover them.
+      xaxis: { type: "category", title: { text: "sweep" }, anchor: "y2" },
       yaxis: { domain: [0.34, 1], title: { text: "busbw (GB/s)" }, ...CH.historyAxis(scale, points.map((p) => p.high_gbps)) },
       yaxis2: { domain: [0, 0.24], title: { text: "links" }, rangemode: "tozero", fixedrange: true },
-      shapes: CH.expectedLine(scale, "y"),
+      shapes: CH.expectedLine(scale, "y"), annotations: CH.expectedNote(scale, "y"),
     };
     const el = document.getElementById("node-history-plot");
     const sweepUrl = document.querySelector("[data-sweep-url]").dataset.sweepUrl;

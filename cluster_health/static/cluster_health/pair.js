@@ -32,7 +32,7 @@
       marker: { symbol: "x-thin-open", size: 14, line: { width: 3 }, color: failed.map((p) => CH.STATUS_COLORS[p.status] || "#999") },
       text: failed.map(why), hovertemplate: "%{text}<br>no bandwidth<extra></extra>",
     }], { yaxis: { title: { text: "busbw (GB/s)" }, ...CH.historyAxis(scale, trend.map((p) => p.busbw_gbps)) },
-          xaxis: { title: { text: `finished (${trend[trend.length - 1].zone})` } }, shapes: CH.expectedLine(scale, "y"),
+          xaxis: { title: { text: `finished (${trend[trend.length - 1].zone})` } }, shapes: CH.expectedLine(scale, "y"), annotations: CH.expectedNote(scale, "y"),
           margin: { t: 30, r: 10 }, height: 300,
           showlegend: failed.length > 0, legend: { orientation: "h", x: 0, y: 1.12 } }, cfg)
       .then(() => { document.getElementById("trend-plot").dataset.drawn = String(trend.length); });
