@@ -121,20 +121,22 @@ def _log_worse(values: Any, higher_is_better: bool) -> Any:
     return (np.nanmax(logs) - logs) if higher_is_better else (logs - np.nanmin(logs))
 
 
-def dissimilarity(latency: Any, busbw: Any) -> tuple[Any, list[str]]:
-    """Per pair (condensed): the summed log ratios to the best pair, over the figures measured for most pairs."""
-    parts, metrics = [], []
+def _figures_worse(latency: Any, busbw: Any) -> list[tuple[str, Any]]:
+    """Each figure measured for at least half the pairs, as its per-pair log ratio to the best pair."""
+    out = []
     for name, values, better_high in (("latency_us", latency, False), ("busbw_gbps", busbw, True)):
         worse = _log_worse(values, better_high)
         if worse.size and np.isfinite(worse).mean() >= 0.5:
-            parts.append(worse)
-            metrics.append(name)
+            out.append((name, worse))
+    return out
+
+
+def dissimilarity(latency: Any, busbw: Any) -> tuple[Any, list[str]]:
+    """Per pair (condensed): the summed log ratios to the best pair, over the figures measured for most pairs."""
+    parts = _figures_worse(latency, busbw)
     if not parts:
-        return np.full(np.asarray(latency).shape, np.nan), metrics
-    total = parts[0].copy()
-    for part in parts[1:]:
-        total = total + part
-    return total, metrics
+        return np.full(np.asarray(latency).shape, np.nan), []
+    return sum((w for _, w in parts[1:]), parts[0][1].copy()), [name for name, _ in parts]
 
 
 def _silhouettes(dist: Any, labels: Any) -> Any:
@@ -163,14 +165,40 @@ def _candidates(heights: Any, n: int) -> list[int]:
     return sorted({int(n - 1 - i) for i in order if 2 <= n - 1 - i <= n - 1})
 
 
+_ANSWER_RANK = {ONE_GROUP: 0, LOW_CONFIDENCE: 1}  # GROUPS: 2
+
+
 def infer(nodes: Sequence[str], latency: Any, busbw: Any) -> Inference:
-    """The groups the matrix of ``nodes`` shows, from condensed latency and busbw arrays (NaN unmeasured)."""
+    """The groups the matrix of ``nodes`` shows, from condensed latency and busbw arrays (NaN unmeasured).
+
+    Tried on both figures summed, then on each alone: a figure whose noise on this fleet is as large
+    as the gap the other shows (latency on a loaded host, say) must not hide the other's structure.
+    The surest answer wins (groups, then low confidence, then one group), then the widest gap in
+    spreads; on a tie, both figures together.
+    """
     names = list(nodes)
     n = len(names)
-    d, metrics = dissimilarity(latency, busbw)
-    lat_sq, bw_sq = square(latency, n), square(busbw, n)
-    if not metrics:
+    parts = _figures_worse(latency, busbw)
+    if not parts:
         raise InferenceError("no pair of this sweep measured a latency or a bandwidth: nothing to group by")
+    lat_sq, bw_sq = square(latency, n), square(busbw, n)
+    tries = [parts] + ([[p] for p in parts] if len(parts) > 1 else [])
+    found: list[Inference] = []
+    failed: list[InferenceError] = []
+    for chosen in tries:
+        d = sum((w for _, w in chosen[1:]), chosen[0][1].copy())
+        try:
+            found.append(_infer_from(names, d, [name for name, _ in chosen], lat_sq, bw_sq))
+        except InferenceError as exc:
+            failed.append(exc)
+    if not found:
+        raise failed[0]
+    return max(found, key=lambda r: (_ANSWER_RANK.get(r.answer, 2), r.effect / r.spread))
+
+
+def _infer_from(names: list[str], d: Any, metrics: list[str], lat_sq: Any, bw_sq: Any) -> Inference:
+    """``infer`` on one dissimilarity (condensed, NaN where unmeasured)."""
+    n = len(names)
     full = square(d, n)
     measured = np.isfinite(full).sum(axis=1)
     keep = [i for i in range(n) if measured[i] >= (n - 1) / 2]

@@ -120,3 +120,15 @@ def test_pairs_read_into_the_condensed_arrays_in_matrix_order():
         [{"a": "c", "b": "a", "latency_us": 5.0, "busbw_gbps": 2.0}, {"a": "b", "b": "c", "latency_us": None}],
     )
     assert lat[1] == 5.0 and bw[1] == 2.0 and np.isnan(lat[0]) and np.isnan(lat[2]) and np.isnan(bw[2])
+
+
+def test_a_figure_as_noisy_as_the_gap_does_not_hide_the_others_racks():
+    # The bed's case: latency on a loaded host jitters many-fold, busbw across the uplink is 40 times lower;
+    # the two summed would be "low confidence".
+    nodes, label, lat, bw = bed(
+        [3, 3], moved={"gpu-003": "rack-2"}, noise=0.1, seed=4, lat=(300, 300), bw=(0.26, 0.006)
+    )
+    lat = lat * np.exp(np.random.default_rng(9).normal(0, 1.2, len(lat)))
+    found = ti.infer(nodes, lat, bw)
+    assert found.answer == ti.GROUPS and found.metrics == ["busbw_gbps"]
+    assert [m["node"] for m in ti.report(found, label)["mismatches"]] == ["gpu-003"]
