@@ -56,6 +56,7 @@ KNOWN = (
     "dead_link",
     "false_alarms",
     "storage",
+    "coverage",
 )
 NETNS = ("netns_sweep", "bandwidth_honesty", "dead_link", "false_alarms")
 # The code each benchmark measures (besides its own module): a figure taken on a commit older than the
@@ -84,6 +85,7 @@ CODE = {
     "dead_link": ("agents/probe", "agents/runner.py", "cluster_health/sweeps"),
     "false_alarms": ("agents/probe", "cluster_health/core", "cluster_health/sweeps"),
     "storage": ("cluster_health/models.py", "cluster_health/ingest", "cluster_health/migrations"),
+    "coverage": ("cluster_health/sweeps/idle.py", "cluster_health/coverage.py", "cluster_health/core/planner.py"),
 }
 # Which benchmark a row of the targets table comes from, by the words its target starts with.
 SOURCES = (
@@ -106,6 +108,7 @@ SOURCES = (
     ("dead link", "dead_link"),
     ("false alarms", "false_alarms"),
     ("agent idle", "agent_idle"),
+    ("idle-gap sweeps", "coverage"),
 )
 # The short run .ci/run reports: small enough for CI's budget, the same path as the fleet figures.
 CI_NODES, CI_SWEEP_S = 64, 45.0
@@ -269,6 +272,7 @@ def targets(fig: dict, nodes: int, measured_at: dict | None = None, commits: dic
         _alarm_rows,
         _agent_rows,
         _storage_rows,
+        _coverage_rows,
     ):
         for name, goal, value, unit, ok, reference, *stamp in section(fig, nodes):
             run = stamp[0] if stamp else None
@@ -530,6 +534,29 @@ def _storage_rows(fig: dict, nodes: int) -> list[Target]:
     ]
 
 
+def _coverage_rows(fig: dict, nodes: int) -> list[Target]:
+    """Idle-gap sweeps on a simulated busy fleet: days until every pair was measured, per busy share."""
+    c = fig.get("coverage", {})
+    runs = sorted((v for v in c.values() if isinstance(v, dict) and "busy_share" in v), key=lambda r: r["busy_share"])
+    rows: list[Target] = []
+    for r in runs or [{"busy_share": 0.8}]:
+        share = round(r["busy_share"] * 100)
+        name = (
+            f"idle-gap sweeps, {fmt(c.get('nodes', 1024))} simulated nodes, {share} % busy: days until every pair "
+            f"measured (simulated)"
+        )
+        beside = (
+            f"{fmt(r.get('share_measured_day_1', 0) * 100, ' %')} of pairs after a day, "
+            f"{fmt(r.get('share_measured_day_7', 0) * 100, ' %')} after a week; {fmt(r.get('idle_sweeps'))} idle "
+            f"sweeps of at most {c.get('max_nodes')} nodes every {c.get('schedule_min')} min, holding "
+            f"{fmt(r.get('held_share', 0) * 100, ' %')} of node-time; {c.get('round_s')} s a round (modelled)"
+            if "idle_sweeps" in r
+            else ""
+        )
+        rows.append((name, "<= 7 days", r.get("days_to_every_pair"), " days", at_most(7), beside))
+    return rows
+
+
 METHODS = {
     "planner": "`planner.plan('full', nodes)` over synthetic names, best of three.",
     "ingest_throughput": "Synthetic nodes register by heartbeat; a connectivity sweep is requested and started "
@@ -689,6 +716,7 @@ def main() -> int:
         "false_alarms": {"database": opts.database},
         # Storage scales with the pairs: 256 nodes measure it; 1,024 would take about 25 minutes.
         "storage": {"database": opts.database, "nodes": 256},
+        "coverage": {"busy": (0.5, 0.8, 0.9), "max_nodes": 64},
     }
     others = sorted(
         p.stem

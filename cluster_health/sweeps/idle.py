@@ -52,18 +52,23 @@ def schedule_max_nodes(params: dict) -> int | None:
     return max_nodes
 
 
-def choose(candidates: list[str], max_nodes: int) -> tuple[list[str], list[tuple[str, str]]]:
+def choose(
+    candidates: list[str], max_nodes: int, measured: dict | None = None
+) -> tuple[list[str], list[tuple[str, str]]]:
     """The nodes of the stalest pairs among ``candidates`` (at most ``max_nodes``), and every pair among them,
-    stalest first (at most MAX_PAIRS)."""
+    stalest first (at most MAX_PAIRS). ``measured``: each pair's last measured time, read from the database
+    when not given (benchmarks/coverage.py gives its simulated fleet's)."""
+    if measured is None:
+        measured = coverage.last_measured(candidates)
     chosen: dict[str, None] = {}
-    for a, b in coverage.stalest_first(candidates):
+    for a, b in coverage.stalest_first(candidates, measured):
         wanted = [n for n in (a, b) if n not in chosen]
         if len(chosen) + len(wanted) <= max_nodes:
             chosen.update(dict.fromkeys(wanted))
         if len(chosen) >= max_nodes:
             break
     names = list(chosen)
-    return names, coverage.stalest_first(names)[:MAX_PAIRS]
+    return names, coverage.stalest_first(names, measured)[:MAX_PAIRS]
 
 
 def hold_minutes(pairs: list[tuple[str, str]], names: list[str]) -> int:

@@ -1,0 +1,183 @@
+"""Idle-gap sweeps on a simulated busy fleet: how many days until every pair has been measured.
+
+A simulated fleet of 1,024 nodes (523,776 pairs) runs a Slurm-like load, seeded: a fixed share of the
+nodes is busy at any time (the scheduler starts jobs on free nodes whenever fewer are busy than that,
+every 5 minutes), jobs of 1 to 64 nodes (1: 30 %, 2: 20 %, 4: 20 %, 8: 15 %, 16: 10 %, 32: 4 %, 64: 1 %)
+running a log-normal time (median 2 h, sigma 1, between 10 minutes and 48 hours) on nodes drawn at
+random among the free ones. An idle schedule fires every 15 minutes, as the admin's periodic task would:
+the nodes free at that moment (not busy, not held by an earlier idle sweep still running) are the
+candidates, and the product's own selection, ``cluster_health.sweeps.idle.choose`` (what ``manage.py
+sweep --idle`` and the ``idle`` schedule call), picks at most ``max_nodes`` of them and their pairs,
+stalest first, from the simulated fleet's coverage (each pair's last measured time). The sweep's rounds
+are the product's own packing of those pairs (``planner.schedule_pairs``); it holds its nodes (no job
+starts there) for its rounds times ``round_s`` (a modelled round: a bandwidth probe round of a pairs
+sweep, not measured here), and every pair it swept counts as measured when it ends. Nothing
+else measures pairs: no nightly sweep, no gang check.
+
+Reported per busy share: the days until all 523,776 pairs were measured at least once (or the share
+measured by the end of the simulated time), the shares measured within the first day and week, the idle
+sweeps run, the share of node-time held by them, and the busy share actually reached. The simulation
+runs in this process with Django set up on a scratch SQLite file that is never written: the selection
+gets the coverage as a dictionary, as ``choose(..., measured=...)`` takes it.
+
+    .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 64] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+NODES = 1024
+STEP_MIN = 5  # the scheduler's look at free nodes
+SCHEDULE_MIN = 15  # the idle schedule's period
+ROUND_S = 15.0  # a modelled round of a pairs sweep's bandwidth probes
+MAX_DAYS = 60
+JOB_SIZES = ((1, 0.30), (2, 0.20), (4, 0.20), (8, 0.15), (16, 0.10), (32, 0.04), (64, 0.01))
+JOB_MEDIAN_MIN, JOB_SIGMA, JOB_MIN_MIN, JOB_MAX_MIN = 120.0, 1.0, 10.0, 48 * 60.0
+
+
+def _setup_django() -> None:
+    if "django" in sys.modules and getattr(sys.modules["django"], "apps", None) is not None:
+        from django.apps import apps
+
+        if apps.ready:
+            return
+    workdir = tempfile.mkdtemp(prefix="ch-bench-coverage-")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cluster_health.settings")
+    os.environ.setdefault("DATABASE_URL", f"sqlite:///{workdir}/unused.sqlite3")
+    os.environ.setdefault("CLUSTER_HEALTH_VAR_DIR", workdir)
+    import django
+
+    django.setup()
+
+
+def _job(rng: random.Random) -> tuple[int, float]:
+    size = rng.choices([s for s, _ in JOB_SIZES], weights=[w for _, w in JOB_SIZES])[0]
+    minutes = JOB_MEDIAN_MIN * math.exp(rng.gauss(0.0, JOB_SIGMA))
+    return size, min(max(minutes, JOB_MIN_MIN), JOB_MAX_MIN)
+
+
+def simulate(busy: float, max_nodes: int, seed: int = 1, nodes: int = NODES, max_days: int = MAX_DAYS) -> dict:
+    """One simulated fleet at ``busy`` share; returns its figures (see the module's docstring)."""
+    from cluster_health.core import planner
+    from cluster_health.models import pair_key
+    from cluster_health.sweeps import idle
+
+    rng = random.Random(seed)
+    names = [f"node{i:04d}" for i in range(nodes)]
+    total = nodes * (nodes - 1) // 2
+    start = datetime(2026, 1, 5, tzinfo=UTC)
+    measured: dict[tuple[str, str], datetime] = {}
+    free = set(names)
+    jobs: list[tuple[float, int, list[str]]] = []  # (end minute, id, nodes)
+    held: list[tuple[float, int, list[str], list[tuple[str, str]]]] = []  # idle sweeps running
+    sweeps = held_node_min = busy_node_min = 0
+    first_day = first_week = None
+    job_id = 0
+    choose_s = 0.0
+    covered_at = None
+    minute = 0.0
+    end = max_days * 24 * 60.0
+    while minute <= end:
+        now = start + timedelta(minutes=minute)
+        while jobs and jobs[0][0] <= minute:
+            free.update(heapq.heappop(jobs)[2])
+        while held and held[0][0] <= minute:
+            _, _, swept_nodes, pairs = heapq.heappop(held)
+            free.update(swept_nodes)
+            for a, b in pairs:
+                measured[pair_key(a, b)] = now
+        if covered_at is None and len(measured) == total:
+            covered_at = minute
+            break
+        # The scheduler fills free nodes until the busy share is reached (held nodes are not free).
+        busy_now = nodes - len(free) - sum(len(h[2]) for h in held)
+        while busy_now < busy * nodes and free:
+            size, minutes = _job(rng)
+            size = min(size, len(free), math.ceil(busy * nodes) - busy_now)
+            taken = rng.sample(sorted(free), size)
+            free.difference_update(taken)
+            job_id += 1
+            heapq.heappush(jobs, (minute + minutes, job_id, taken))
+            busy_now += size
+        if minute % SCHEDULE_MIN == 0 and len(free) >= 2:
+            candidates = sorted(free)
+            t0 = time.perf_counter()
+            chosen, pairs = idle.choose(candidates, max_nodes, measured)
+            choose_s += time.perf_counter() - t0
+            rounds = len(planner.schedule_pairs(pairs, chosen))
+            length = max(STEP_MIN, rounds * ROUND_S / 60)
+            free.difference_update(chosen)
+            sweeps += 1
+            heapq.heappush(held, (minute + length, sweeps, chosen, pairs))
+        held_node_min += STEP_MIN * sum(len(h[2]) for h in held)
+        busy_node_min += STEP_MIN * sum(len(j[2]) for j in jobs)
+        if first_day is None and minute >= 24 * 60:
+            first_day = len(measured) / total
+        if first_week is None and minute >= 7 * 24 * 60:
+            first_week = len(measured) / total
+        minute += STEP_MIN
+    ran = max(minute, STEP_MIN) * nodes
+    return {
+        "busy_share": busy,
+        "busy_share_reached": round(busy_node_min / ran, 3),
+        "days_to_every_pair": round(covered_at / 1440, 2) if covered_at is not None else None,
+        "share_measured_at_end": round(len(measured) / total, 4),
+        "share_measured_day_1": round(first_day, 4) if first_day is not None else None,
+        "share_measured_day_7": round(first_week, 4) if first_week is not None else round(len(measured) / total, 4),
+        "idle_sweeps": sweeps,
+        "held_share": round(held_node_min / ran, 4),
+        "choose_s_mean": round(choose_s / max(sweeps, 1), 4),
+    }
+
+
+def run(busy=(0.5, 0.8, 0.9), max_nodes: int = 64, seed: int = 1, nodes: int = NODES) -> dict:
+    """The figures for each busy share: one simulated fleet each, the same seed."""
+    _setup_django()
+    t0 = time.perf_counter()
+    out: dict = {
+        "nodes": nodes,
+        "pairs": nodes * (nodes - 1) // 2,
+        "max_nodes": max_nodes,
+        "schedule_min": SCHEDULE_MIN,
+        "round_s": ROUND_S,
+        "seed": seed,
+    }
+    for share in busy:
+        out[f"busy_{round(share * 100)}"] = simulate(share, max_nodes, seed, nodes)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--busy", type=float, nargs="+", default=[0.5, 0.8, 0.9], help="busy shares, 0..1")
+    parser.add_argument("--max-nodes", type=int, default=64, help="each idle sweep's --max-nodes")
+    parser.add_argument("--nodes", type=int, default=NODES)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    opts = parser.parse_args()
+    if not all(0 <= b < 1 for b in opts.busy):
+        parser.error("--busy: shares from 0 up to (not including) 1")
+    if not 2 <= opts.max_nodes <= 4096 or opts.nodes < 2:
+        parser.error("--max-nodes: 2..4096; --nodes: at least 2")
+    figures = run(opts.busy, opts.max_nodes, opts.seed, opts.nodes)
+    print(json.dumps(figures, indent=None if opts.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
