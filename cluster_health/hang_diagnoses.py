@@ -6,6 +6,11 @@ their reports arrive through the ingest consumer (``ingest.inspections``). ``sta
 runs a connectivity sweep over the nodes that reported ranks; ``conclude`` joins the reports and
 the probe's pairs with ``core.hangs.diagnose`` and keeps the answer on the row. ``manage.py hang``
 drives the three with a deadline.
+
+An inspect holds its agent's single command slot for seconds, and a probe that cannot start within
+its grace times out: a node a running sweep covers gets its inspect only after that sweep ends,
+within the diagnosis's collecting time, else the answer names it busy in that sweep, not silent
+(``sweeps.turns``; a sweep likewise waits for an inspect in flight).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from agents.hangs import contract as hangs_contract
@@ -22,8 +29,10 @@ from cluster_health.core import hangs
 from cluster_health.models import HangDiagnosis, HangReport, Node, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents
+from cluster_health.sweeps import turns
 
 MAX_FRAMES_SHOWN = 12  # per rank in the answer: where it is, innermost first
+HELD_MARGIN_S = 4.0  # a held-back inspect is sent only if its interval and this much collecting time remain
 
 
 class HangRequestError(ValueError):
@@ -41,12 +50,8 @@ def request(
     """Store a diagnosis and send each node's agent an inspect command (every active node by default)."""
     if (master is None) == (slurm_job is None):
         raise HangRequestError("name the job by its master (ADDR:PORT) or its Slurm job id")
-    addr, port = None, None
     if master is not None:
-        addr, sep, port_text = master.rpartition(":")
-        if not sep or not addr or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise HangRequestError(f"master {master!r}: expected MASTER_ADDR:MASTER_PORT")
-        addr, port = addr.strip("[]"), int(port_text)
+        _master(master)
     if nodes:
         known = set(Node.objects.filter(name__in=nodes).values_list("name", flat=True))
         if unknown := [n for n in nodes if n not in known]:
@@ -55,14 +60,34 @@ def request(
         nodes = slurm_job_nodes(slurm_job)
     else:
         nodes = list(Node.objects.filter(active=True).order_by("name").values_list("name", flat=True))
-    diagnosis = HangDiagnosis.objects.create(
-        master=master or "",
-        slurm_job=slurm_job or "",
-        nodes=nodes,
-        interval_s=interval_s,
-        source=source,
-        requested_by=requested_by,
-    )
+    with transaction.atomic():
+        diagnosis = HangDiagnosis.objects.create(  # the first write: on SQLite, the turn lock itself
+            master=master or "",
+            slurm_job=slurm_job or "",
+            nodes=nodes,
+            interval_s=interval_s,
+            source=source,
+            requested_by=requested_by,
+        )
+        turns.claim()
+        busy, now = turns.sweeping(nodes), time.time()
+        diagnosis.inspects = {n: {"busy": busy[n]} if n in busy else {"sent": now} for n in nodes}
+        diagnosis.save(update_fields=["inspects"])
+    _send(diagnosis, [n for n in nodes if n not in busy])
+    return diagnosis
+
+
+def _master(master: str) -> tuple[str, int]:
+    addr, sep, port_text = master.rpartition(":")
+    if not sep or not addr or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise HangRequestError(f"master {master!r}: expected MASTER_ADDR:MASTER_PORT")
+    return addr.strip("[]"), int(port_text)
+
+
+def _send(diagnosis: HangDiagnosis, nodes: list[str]) -> None:
+    """Send the signed inspect command to each of ``nodes``' agents."""
+    addr, port = _master(diagnosis.master) if diagnosis.master else (None, None)
+    slurm_job = diagnosis.slurm_job or None
     expires_at = time.time() + dispatch.START_GRACE_S
     commands = [
         hangs_contract.validate_command(
@@ -74,7 +99,7 @@ def request(
                 "master_addr": addr,
                 "master_port": port,
                 "slurm_job": slurm_job,
-                "interval_s": interval_s,
+                "interval_s": diagnosis.interval_s,
                 "expires_at": expires_at,
                 "lifetime_s": dispatch.START_GRACE_S,
             }
@@ -83,7 +108,39 @@ def request(
     ]
     if commands:
         dispatch.send_commands(commands)
-    return diagnosis
+
+
+def send_held(diagnosis: HangDiagnosis) -> list[str]:
+    """Send the inspects held back for a running sweep whose sweep has ended; a node another running
+    sweep covers by now stays held, named with that sweep. Returns the nodes sent to."""
+    if not any("busy" in v for v in diagnosis.inspects.values()):
+        return []
+    with transaction.atomic():
+        HangDiagnosis.objects.filter(pk=diagnosis.pk).update(status=F("status"))  # SQLite: write first
+        turns.claim()
+        row = HangDiagnosis.objects.get(pk=diagnosis.pk)
+        held = [n for n, v in row.inspects.items() if "busy" in v]
+        busy, now = turns.sweeping(held), time.time()
+        free = [n for n in held if n not in busy]
+        row.inspects = {**row.inspects, **{n: {"busy": busy[n]} for n in busy}, **{n: {"sent": now} for n in free}}
+        row.save(update_fields=["inspects"])
+    diagnosis.inspects = row.inspects
+    _send(diagnosis, free)
+    return free
+
+
+def held(diagnosis: HangDiagnosis) -> dict[str, int]:
+    """The nodes whose inspect is still held back, each with the running sweep it waits for."""
+    return {n: v["busy"] for n, v in sorted(diagnosis.inspects.items()) if "busy" in v}
+
+
+def _held_text(busy: dict[str, int]) -> str:
+    by_sweep: dict[int, list[str]] = {}
+    for node, sweep_id in busy.items():
+        by_sweep.setdefault(sweep_id, []).append(node)
+    return "; ".join(
+        f"not inspected, busy in sweep #{pk}: {', '.join(nodes[:20])}" for pk, nodes in sorted(by_sweep.items())
+    )
 
 
 def slurm_job_nodes(job_id: str) -> list[str]:
@@ -174,7 +231,8 @@ def _shown_rank(rank: dict[str, Any]) -> dict[str, Any]:
 def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
     """Join the reports and the live probe into the answer, keep it on the row, and return it."""
     ranks = _ranks(diagnosis)
-    silent = sorted(set(diagnosis.nodes) - reported(diagnosis))
+    busy = held(diagnosis)
+    silent = sorted(set(diagnosis.nodes) - reported(diagnosis) - set(busy))
     errors = dict(HangReport.objects.filter(diagnosis=diagnosis).exclude(error="").values_list("node", "error"))
     pairs: list[dict[str, Any]] = []
     if diagnosis.sweep_id:
@@ -185,6 +243,8 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
     answer = hangs.diagnose(ranks, world, pairs, silent_nodes=silent if ranks else [])
     if not ranks and silent:
         answer["why"] = f"{answer['why']} (no answer from: {', '.join(silent[:20])})"
+    if busy:
+        answer["why"] = f"{answer.get('why') or ''} ({_held_text(busy)})".strip()
     result = {
         "diagnosis": diagnosis.pk,
         "job": {
@@ -200,7 +260,7 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
         "why": answer.get("why"),
         "ranks": [_shown_rank(r) for r in ranks],
         "pairs": pairs,
-        "looked": {"asked": diagnosis.nodes, "silent": silent, "errors": errors},
+        "looked": {"asked": diagnosis.nodes, "silent": silent, "busy": busy, "errors": errors},
         "live_probe": diagnosis.sweep_id,
     }
     HangDiagnosis.objects.filter(pk=diagnosis.pk).update(
@@ -221,6 +281,8 @@ def run(diagnosis: HangDiagnosis, timeout_s: float) -> dict[str, Any]:
     deadline = started + timeout_s
     collect_until = started + max(diagnosis.interval_s + 8.0, timeout_s / 2)
     while time.monotonic() < min(collect_until, deadline) and reported(diagnosis) != set(diagnosis.nodes):
+        if min(collect_until, deadline) - time.monotonic() > diagnosis.interval_s + HELD_MARGIN_S:
+            send_held(diagnosis)
         time.sleep(POLL_S)
     sweep = start_live_probe(diagnosis)
     if sweep is not None:

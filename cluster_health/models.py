@@ -604,6 +604,8 @@ class HangDiagnosis(models.Model):
     master = models.CharField(max_length=270, blank=True, default="")  # MASTER_ADDR:MASTER_PORT
     slurm_job = models.CharField(max_length=64, blank=True, default="")
     nodes = models.JSONField(default=list, blank=True)  # where the agents were asked to look
+    # Each node's inspect: {"sent": epoch seconds}, or {"busy": sweep id} while held back for a running sweep.
+    inspects = models.JSONField(default=dict, blank=True)
     interval_s = models.FloatField(default=2.0)
     status = models.CharField(max_length=12, choices=STATUS_CHOICES, default="collecting")
     verdict = models.CharField(max_length=16, blank=True, default="")

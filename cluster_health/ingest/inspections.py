@@ -9,6 +9,7 @@ from agents.hangs import contract as hangs_contract
 from cluster_health.ingest.outcomes import APPLIED, DUPLICATE, LATE
 from cluster_health.ingest.rejects import reject
 from cluster_health.models import HangDiagnosis, HangReport
+from cluster_health.sweeps import lifecycle
 
 
 def record_report(payload) -> str:
@@ -35,4 +36,5 @@ def record_report(payload) -> str:
             )
     except IntegrityError:
         return DUPLICATE
+    transaction.on_commit(lifecycle.start_queued)  # a sweep queued for this node's inspect may start now
     return APPLIED

@@ -24,13 +24,12 @@ from cluster_health.models import IN_SERVICE, OPEN_PAIR_STATUSES, Finding, GpuCh
 from cluster_health.nodes import groups_of
 from cluster_health.queues import dispatch
 from cluster_health.shapes import broadcast, matrices
-from cluster_health.sweeps import baselines, confirming, findings, gpus, rounds, statistics
+from cluster_health.sweeps import baselines, confirming, findings, gpus, rounds, statistics, turns
 
 log = logging.getLogger(__name__)
 MAX_ERROR_TEXT = 4000  # characters of a failed sweep's reason that are kept
 INSERT_BATCH = 5000  # probe rows per INSERT when a sweep is planned
 FORGOTTEN_PENDING_S = 30.0  # a pending sweep this old was never started: its start task was lost
-START_LOCK = 0x63685F7374617274  # the advisory lock that serializes sweep starts (PostgreSQL)
 
 
 class PlanningError(ValueError):
@@ -65,6 +64,9 @@ def start_sweep(sweep_id: int) -> bool:
         if busy := _running_over(names, sweep_id):
             _wait_for(sweep, busy)
             return False
+        if inspecting := turns.inspecting(names):
+            _wait_for(sweep, [], inspecting)
+            return False
         if not Sweep.objects.filter(pk=sweep_id, status="pending").update(status="running", started=now):
             return False
         sweep.status, sweep.started = "running", now
@@ -86,7 +88,7 @@ def start_sweep(sweep_id: int) -> bool:
             gpus.create_checks(sweep, names)
         sweep.nodes = names
         sweep.total_rounds = len(plan.rounds) + (1 if plan.group or plan.gpu_checks else 0)
-        params = {k: v for k, v in params.items() if k != "queued_behind"}
+        params = {k: v for k, v in params.items() if k not in ("queued_behind", "queued_for_hangs")}
         sweep.params = {
             **params,
             "pair_rounds": len(plan.rounds),
@@ -113,8 +115,7 @@ def _one_start_at_a_time(sweep_id: int) -> None:
     the other as not running yet: PostgreSQL's advisory lock; on SQLite, a write first (SQLite lets
     one writing transaction in at a time, from its first write on)."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [START_LOCK])
+        turns.claim()
     else:
         Sweep.objects.filter(pk=sweep_id).update(status=F("status"))
 
@@ -127,20 +128,23 @@ def _running_over(names: list[str], sweep_id: int) -> list[int]:
     return sorted(pk for pk, nodes in running if wanted.intersection(nodes or ()))
 
 
-def _wait_for(sweep: Sweep, busy: list[int]) -> None:
-    """Leave a sweep pending, queued behind the running sweeps it shares nodes with (shown as such)."""
-    if sweep.params.get("queued_behind") != busy:
-        sweep.params = {**sweep.params, "queued_behind": busy}
+def _wait_for(sweep: Sweep, busy: list[int], inspecting: list[int] | None = None) -> None:
+    """Leave a sweep pending, queued behind the running sweeps it shares nodes with (shown as such), or
+    behind the hang diagnoses whose inspect holds one of its nodes (``turns``; at most INSPECT_HOLD_S)."""
+    params = {k: v for k, v in sweep.params.items() if k != "queued_for_hangs"} | {"queued_behind": busy}
+    params |= {"queued_for_hangs": inspecting} if inspecting else {}
+    if sweep.params != params:
+        sweep.params = params
         sweep.save(update_fields=["params"])
         broadcast.sweep_update(sweep)
-    log.info("sweep %s waits for sweep(s) %s over some of its nodes", sweep.pk, busy)
+    log.info("sweep %s waits for sweep(s) %s, hang diagnoses %s over some of its nodes", sweep.pk, busy, inspecting)
 
 
 def start_queued() -> None:
     """Send the start of every sweep queued behind another: called after a sweep ends (after its commit).
     A sweep that still overlaps a running one stays queued; the reaper tries the rest again anyway."""
     for pk, params in Sweep.objects.filter(status="pending").values_list("pk", "params"):
-        if (params or {}).get("queued_behind"):
+        if (params or {}).get("queued_behind") or (params or {}).get("queued_for_hangs"):
             dispatch.send_to_server(vocabulary.TASK_START_SWEEP, sweep_id=pk)
 
 
