@@ -99,17 +99,22 @@ def from_pairs(nodes: Sequence[str], pairs: Iterable[Mapping[str, Any]]) -> tupl
     n = len(nodes)
     count = n * (n - 1) // 2
     latency, busbw = np.full(count, np.nan), np.full(count, np.nan)
-    for p in pairs:
-        i, j = pos.get(p["a"]), pos.get(p["b"])
-        if i is None or j is None or i == j:
-            continue
-        if i > j:
-            i, j = j, i
-        k = i * (2 * n - i - 1) // 2 + (j - i - 1)
-        lat, bw = p.get("latency_us"), p.get("busbw_gbps")
-        latency[k] = np.nan if lat is None else lat
-        busbw[k] = np.nan if bw is None else bw
+    listed = pairs if isinstance(pairs, list) else list(pairs)
+    if not listed:
+        return latency, busbw
+    i = np.fromiter((pos.get(p["a"], -1) for p in listed), dtype=np.int64, count=len(listed))
+    j = np.fromiter((pos.get(p["b"], -1) for p in listed), dtype=np.int64, count=len(listed))
+    lat = np.fromiter((_number(p.get("latency_us")) for p in listed), dtype=float, count=len(listed))
+    bw = np.fromiter((_number(p.get("busbw_gbps")) for p in listed), dtype=float, count=len(listed))
+    known = (i >= 0) & (j >= 0) & (i != j)
+    low, high = np.minimum(i, j)[known], np.maximum(i, j)[known]
+    k = low * (2 * n - low - 1) // 2 + (high - low - 1)
+    latency[k], busbw[k] = lat[known], bw[known]
     return latency, busbw
+
+
+def _number(value: Any) -> float:
+    return math.nan if value is None else float(value)
 
 
 def _log_worse(values: Any, higher_is_better: bool) -> Any:
@@ -162,7 +167,8 @@ def _candidates(heights: Any, n: int) -> list[int]:
         return []
     gaps = np.diff(heights)  # gaps[i]: between merge i and i + 1; cutting there leaves n - 1 - i groups
     order = np.argsort(gaps)[::-1][:CANDIDATE_CUTS]
-    return sorted({int(n - 1 - i) for i in order if 2 <= n - 1 - i <= n - 1})
+    most = max(2, n // 2)  # more groups than half the nodes is no topology: most would be a node alone
+    return sorted({int(n - 1 - i) for i in order if 2 <= n - 1 - i <= most})
 
 
 _ANSWER_RANK = {ONE_GROUP: 0, LOW_CONFIDENCE: 1}  # GROUPS: 2
@@ -191,6 +197,9 @@ def infer(nodes: Sequence[str], latency: Any, busbw: Any) -> Inference:
             found.append(_infer_from(names, d, [name for name, _ in chosen], lat_sq, bw_sq))
         except InferenceError as exc:
             failed.append(exc)
+            continue
+        if found[0].answer == GROUPS:
+            return found[0]  # both figures together are sure: no figure alone is tried (a fleet's common case)
     if not found:
         raise failed[0]
     return max(found, key=lambda r: (_ANSWER_RANK.get(r.answer, 2), r.effect / r.spread))
