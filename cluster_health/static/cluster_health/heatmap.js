@@ -698,6 +698,8 @@ class LiveSweep {
 
   start() { this.connect(); if (this.sweepId) this.reload(); }
 
+  static LOGIN_ENDED = [4401, 4403, 4408, 4410]; // close codes of an ended login (web/consumers.py)
+
   connect() {
     const proto = location.protocol === "https:" ? "wss:" : "ws:";
     const ws = new WebSocket(`${proto}//${location.host}${this.opts.wsPath}`);
@@ -713,12 +715,28 @@ class LiveSweep {
       this.everOpened = true;
     };
     ws.onmessage = (ev) => this.onMessage(JSON.parse(ev.data));
-    ws.onclose = () => {
+    ws.onclose = (ev) => {
+      if (LiveSweep.LOGIN_ENDED.includes(ev.code)) { this.sessionEnded(); return; }
       this.showState(this.everOpened ? "reconnecting" : "closed");
       document.body.dataset.ws = "closed";
       setTimeout(() => this.connect(), this.backoff);
       this.backoff = Math.min(this.backoff * 2, 8000);
     };
+  }
+
+  /* The server closed the socket because the login ended (logged out, expired, user deactivated:
+   * cluster_health/web/consumers.py): retrying cannot help, so say so once, with the way back in. */
+  sessionEnded() {
+    this.showState("ended");
+    document.body.dataset.ws = "ended";
+    if (document.querySelector("[data-session-ended]")) return;
+    const login = `${CH.loginUrl || "/accounts/login/"}?next=${encodeURIComponent(location.pathname)}`;
+    const note = document.createElement("ul");
+    note.className = "messages";
+    note.dataset.sessionEnded = "";
+    note.setAttribute("role", "alert");
+    note.innerHTML = `<li class="error">Your session ended — <a href="${CH.esc(login)}">sign in again</a> to see live updates.</li>`;
+    (document.querySelector("main") || document.body).prepend(note);
   }
 
   /* The connection state, for tests (CH.wsState, body[data-ws]) and for people (the [data-live] badge,
@@ -727,7 +745,7 @@ class LiveSweep {
     if (state) this.wsState = state;
     window.CH.wsState = this.wsState;
     if (this.wsState === "open") document.body.dataset.ws = "open";
-    const words = { open: "live", connecting: "connecting…", reconnecting: "reconnecting…", closed: "offline" };
+    const words = { open: "live", connecting: "connecting…", reconnecting: "reconnecting…", closed: "offline", ended: "signed out" };
     document.querySelectorAll("[data-live]").forEach((el) => {
       el.textContent = words[this.wsState];
       el.dataset.state = this.wsState;
