@@ -21,7 +21,12 @@ VERSION = 1
 # Agents' probe halves and heartbeats (tasks TASK_RESULT, TASK_HEARTBEAT) travel on a queue of
 # their own, which the server's ingest consumers drain in batches (cluster_health/ingest/consumer.py),
 # not one Celery task each.
+# Each node sends on a list of its own, ingest_queue(node) = "server.ingest.NODE", which only that node's
+# broker user may append to; the server drains every node's list fairly and caps each
+# (docs/CONTROL_PLANE.md, "Ingest"). INGEST_QUEUE, the one list the whole fleet shared before, is still
+# drained, for agents of the previous version during an upgrade.
 INGEST_QUEUE = "server.ingest"
+INGEST_QUEUE_PREFIX = INGEST_QUEUE + "."
 AGENT_QUEUE_PREFIX = "agent."
 TASK_PROBE = "agent.probe"  # server -> agent: run one probe half (kwargs: command)
 TASK_RESULT = "server.result"  # agent -> server: a probe half finished (kwargs: result)
@@ -140,6 +145,11 @@ def shown(val: Any) -> str:
 
 def agent_queue(node_name: str) -> str:
     return AGENT_QUEUE_PREFIX + check_node_name(node_name)
+
+
+def ingest_queue(node_name: str) -> str:
+    """The list a node sends its halves and heartbeats on: its own, so that no node can delay another's."""
+    return INGEST_QUEUE_PREFIX + check_node_name(node_name)
 
 
 def agent_unacked_keys(node_name: str) -> dict[str, str]:

@@ -307,12 +307,13 @@ class Agent:
         return kwargs
 
     def send_to_ingest(self, task: str, kwargs: dict[str, Any], **options: Any) -> None:
-        """Send a task message to the server's ingest queue, whose consumer takes them in batches.
+        """Send a task message to this node's ingest list, which the server's consumers drain in batches.
 
-        Appended onto the queue's list (Celery's anonymous exchange) without declaring the queue:
-        its binding is the server's, and a node's broker user may only append to the list.
+        Appended onto the list (Celery's anonymous exchange) without declaring a queue: a node's
+        broker user may only append to its own list (contract.ingest_queue), whatever the others send.
         """
-        self.app.send_task(task, kwargs=kwargs, queue=contract.INGEST_QUEUE, declare=[], retry=True, **options)
+        queue = contract.ingest_queue(self.name)
+        self.app.send_task(task, kwargs=kwargs, queue=queue, declare=[], retry=True, **options)
 
     def send_result(self, result: dict[str, Any]) -> None:
         self.send_to_ingest(contract.TASK_RESULT, self.signed(result, "result", "result"), retry_policy=RESULT_RETRY)

@@ -1,17 +1,23 @@
-"""The ingest consumer: agents' halves and heartbeats taken off queue ``server.ingest`` many at a time.
+"""The ingest consumer: agents' halves and heartbeats taken off the nodes' ingest lists many at a time.
 
 A Celery task per message costs a pool process a message round trip, a key lookup and
 Celery's own handling, which held a 256-node fleet near 150 halves a second
 (docs/BENCHMARKS.md). Agents send each half as a ``server.result`` task message, and
-each heartbeat as a ``server.heartbeat`` one, on queue ``server.ingest``
-(contract.INGEST_QUEUE), and no Celery worker consumes that
-queue: every server worker starts one consumer process beside it
-(``cluster_health.celery.IngestConsumerStep``), which reads the list Celery's Redis
-transport keeps for the queue directly, a batch at a time:
+each heartbeat as a ``server.heartbeat`` one, on their node's own list
+``server.ingest.NAME`` (contract.ingest_queue; a node's broker user may append to that
+list only), and no Celery worker consumes those lists: every server worker starts one
+consumer process beside it (``cluster_health.celery.IngestConsumerStep``), which reads
+them directly, a batch at a time:
 
-1. up to TAKE_MAX messages move atomically from the queue to this consumer's
-   ``taken`` list (oldest first; it blocks up to BLOCK_S for the first one, so at low
-   load a half is taken as it arrives);
+1. one Lua script first trims every node's list to NODE_CAP messages (keeping the
+   oldest; what it drops is counted per node, logged and shown in /metrics), then
+   moves up to PER_NODE messages from each list in turn, oldest first, into this
+   consumer's ``taken`` list, up to TAKE_MAX in all, and the next batch starts where
+   this one stopped: a node that floods its list fills at most PER_NODE of a batch
+   and delays no other node's halves or heartbeats. The fleet's old list
+   ``server.ingest`` (agents of the previous version, during an upgrade; batches put
+   back by ``reclaim_orphans``) is drained in the same batches. When nothing waits it
+   looks again every IDLE_S, up to BLOCK_S;
 2. each is decoded and its signature checked, with the keys of the whole batch read
    in one query (a heartbeat's nonce too); a message that is unreadable, neither a
    half nor a heartbeat, or forged is kept as a RejectedMessage with the reason and
@@ -26,11 +32,11 @@ transport keeps for the queue directly, a batch at a time:
 
 Nothing is lost when a consumer dies: its ``taken`` list stays, and it is checked
 again by the same consumer when its worker restarts (the list is named by the
-worker), or put back on the queue by another consumer or the reaper once the dead
-one's lease has lapsed (``reclaim_orphans``). A half checked twice is applied once
-(applying a half is idempotent). Several workers' consumers take different batches,
-and the shard locks keep two of them (consumers applying their batches, drainers)
-off the same probe's row.
+worker), or put back on the old queue by another consumer or the reaper once the dead
+one's lease has lapsed (``reclaim_orphans``). Several consumers share the work: each
+take is one script, so no message is taken by two of them; a half checked twice (a
+reclaimed batch) is applied once (applying a half is idempotent), and the shard locks
+keep two of them (consumers applying their batches, drainers) off the same probe's row.
 
 Run: ``python manage.py ingest_consumer --name WORKER`` (the worker's bootstep runs it as
 ``python -m django ingest_consumer``).
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import sys
 import threading
@@ -59,6 +66,7 @@ from cluster_health.ingest import buffer
 from cluster_health.ingest.auth import authenticate, first_uses, remember_nonces
 from cluster_health.ingest.inspections import record_report
 from cluster_health.ingest.rejects import reject
+from cluster_health.queues import keys
 from cluster_health.queues.keys import CONSUMERS, lease_key, registered, shard_of, taken_key
 from cluster_health.queues.messages import decode
 from cluster_health.shapes import broadcast
@@ -66,7 +74,11 @@ from cluster_health.shapes import broadcast
 log = logging.getLogger(__name__)
 
 TAKE_MAX = 1000  # messages per batch: a 1,024-node round's halves in one batch
+PER_NODE = 64  # messages of one node's list per batch: a node that floods its list fills this much of one
 BLOCK_S = 1.0  # an idle consumer waits this long for a message before it looks around again
+IDLE_S = 0.01  # how often an idle consumer looks at the lists meanwhile
+# How often it looks for lists of nodes it has not seen yet (a SCAN of the keyspace): while busy, and while idle.
+DISCOVER_S, DISCOVER_IDLE_S = 1.0, 0.2
 LEASE_S = 30.0  # a consumer not heard of for this long is dead, and its batch goes back on the queue
 RECLAIM_EVERY_S = 10.0  # how often a live consumer binds its queue again and looks for a dead one's batch
 RETRY_S = 1.0  # after Redis or the database failed, the batch waits this long before it is tried again
@@ -79,24 +91,44 @@ CARRIED = {
     contract.TASK_HEARTBEAT: "heartbeat",
     hangs_contract.TASK_INSPECTION: "inspection",  # a node's view of a hung job (agents.hangs)
 }
-# A batch: what this consumer's last life left in ``taken`` first, then the oldest messages of the
-# queue (Celery's Redis transport pushes on the left and pops on the right), up to ARGV[1] in all.
-# KEYS: queue, taken.
-TAKE_SCRIPT = """
-local batch = redis.call('LRANGE', KEYS[2], 0, -1)
-local want = tonumber(ARGV[1]) - #batch
-if want <= 0 then return batch end
-local fresh = redis.call('LRANGE', KEYS[1], -want, -1)
-if #fresh == 0 then return batch end
-redis.call('LTRIM', KEYS[1], 0, -(#fresh + 1))
-for i = #fresh, 1, -500 do
-  local chunk = {}
-  for j = i, math.max(1, i - 499), -1 do chunk[#chunk + 1] = fresh[j] end
-  redis.call('RPUSH', KEYS[2], unpack(chunk))
-  for _, raw in ipairs(chunk) do batch[#batch + 1] = raw end
+# A batch: what this consumer's last life left in ``taken`` first, then, after every node's list is
+# trimmed to its cap, the oldest messages of each list in turn (Celery's Redis transport pushes on the
+# left and pops on the right), up to ARGV[2] of one list and ARGV[1] in all. The old fleet-wide list gets
+# up to half the batch first and what is left at the end. KEYS: taken, the dropped counts, the old
+# list, then the nodes' lists in this batch's order; ARGV: batch size, per list, cap, the lists' prefix
+# length. Returns {batch, {node, dropped, ...}, how many nodes' lists were served before the batch was full
+# (0: it was not)}.
+TAKE_SCRIPT = (
+    keys.TRIM_LUA
+    + """
+local dropped = trim(KEYS[2], 4, #KEYS, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local batch = redis.call('LRANGE', KEYS[1], 0, -1)
+local room = tonumber(ARGV[1]) - #batch
+local per = tonumber(ARGV[2])
+local function take(key, want)
+  if want <= 0 then return 0 end
+  local fresh = redis.call('LRANGE', key, -want, -1)
+  if #fresh == 0 then return 0 end
+  redis.call('LTRIM', key, 0, -(#fresh + 1))
+  for i = #fresh, 1, -500 do
+    local chunk = {}
+    for j = i, math.max(1, i - 499), -1 do chunk[#chunk + 1] = fresh[j] end
+    redis.call('RPUSH', KEYS[1], unpack(chunk))
+    for _, raw in ipairs(chunk) do batch[#batch + 1] = raw end
+  end
+  return #fresh
 end
-return batch
+room = room - take(KEYS[3], math.floor(room / 2))
+local served = 0
+for k = 4, #KEYS do
+  if room <= 0 then break end
+  room = room - take(KEYS[k], math.min(per, room))
+  if room <= 0 then served = k - 3 end
+end
+room = room - take(KEYS[3], room)
+return {batch, dropped, served}
 """
+)
 
 # A dead consumer's batch back on the queue, oldest end (taken next). KEYS: its taken list, its
 # lease, the queue, the registry; ARGV: its name. Nothing while its lease lives.
@@ -135,7 +167,10 @@ class Consumer:
         self.name, self.client = name, client or _client()
         self.taken, self.lease = taken_key(name), lease_key(name)
         self.token = uuid.uuid4().hex
-        self.reclaimed_at = 0.0
+        self.reclaimed_at = self.discovered_at = self.took_at = 0.0
+        self.lists: list[str] = []  # nodes' ingest lists seen so far (a drained list is no key until it fills)
+        self.cursor = random.randrange(1 << 30)  # where the next batch starts among them: consumers start apart
+        self.take_script = self.client.register_script(TAKE_SCRIPT)
 
     def alive(self) -> None:
         """Renew the lease (it outlives a batch by far) and stay on the registry."""
@@ -151,11 +186,11 @@ class Consumer:
             self.reclaimed_at = time.monotonic()
             declare_queue()  # again: a broker restarted without its data has lost the binding
             reclaim_orphans(self.client, but=self.name)
-        batch = self.client.eval(TAKE_SCRIPT, 2, contract.INGEST_QUEUE, self.taken, TAKE_MAX)
-        if not batch and block_s > 0:
-            if self.client.brpoplpush(contract.INGEST_QUEUE, self.taken, timeout=block_s) is None:
-                return 0
-            batch = self.client.eval(TAKE_SCRIPT, 2, contract.INGEST_QUEUE, self.taken, TAKE_MAX)
+        batch = self.take()
+        waited_until = time.monotonic() + block_s
+        while not batch and time.monotonic() < waited_until:
+            time.sleep(IDLE_S if time.monotonic() - self.took_at < 1.0 else 5 * IDLE_S)
+            batch = self.take()
         if not batch:
             return 0
         inspections: list = []
@@ -167,19 +202,31 @@ class Consumer:
             apply_heartbeats(beats)  # before the batch is let go: a failure leaves it to be taken again
         if not (halves and buffer.apply_held(self.client, halves, done=self.taken)):
             buffer.append_halves(self.client, halves, done=self.taken)
-        log.info(
-            "took %d messages from %s: %d halves and %d heartbeats checked",
-            len(batch),
-            contract.INGEST_QUEUE,
-            len(halves),
-            len(beats),
-        )
+        log.info("took %d messages: %d halves and %d heartbeats checked", len(batch), len(halves), len(beats))
         buffer.Drainer(self.client, self.name).run(first=shard_of(halves[0]) if halves else 0)
         return len(batch)
 
+    def take(self) -> list:
+        """The next batch (see TAKE_SCRIPT), this consumer's ``taken`` list holding it; every node's list trimmed first."""
+        now = time.monotonic()
+        if now - self.discovered_at > (DISCOVER_S if now - self.took_at < DISCOVER_S else DISCOVER_IDLE_S):
+            self.discovered_at = now
+            self.lists = sorted(set(self.lists).union(keys.node_lists(self.client)))
+        start = self.cursor % len(self.lists) if self.lists else 0
+        order = self.lists[start:] + self.lists[:start]
+        script_keys = [self.taken, keys.DROPPED, contract.INGEST_QUEUE, *order]
+        batch, dropped, served = self.take_script(
+            keys=script_keys, args=[TAKE_MAX, PER_NODE, keys.NODE_CAP, len(contract.INGEST_QUEUE_PREFIX)]
+        )
+        self.cursor = start + int(served)
+        log_dropped(dropped, "ingest consumer " + self.name)
+        if batch:
+            self.took_at = now
+        return batch
+
     def run(self, stopping: threading.Event) -> None:
         """Until ``stopping`` is set (a batch in hand is finished first); Redis or database trouble waits and retries."""
-        log.info("ingest consumer %s taking %s", self.name, contract.INGEST_QUEUE)
+        log.info("ingest consumer %s taking the nodes' ingest lists and %s", self.name, contract.INGEST_QUEUE)
         with broadcast.holding():  # browsers are told when no message waits, one update per sweep
             while not stopping.is_set():
                 try:
@@ -194,6 +241,19 @@ class Consumer:
                     close_old_connections()  # a connection the failure broke is replaced
         self.client.delete(self.lease)  # its batch, if any, is this worker's to finish when it returns
         log.info("ingest consumer %s stopped", self.name)
+
+
+def log_dropped(dropped: list, who: str) -> None:
+    """A warning naming each node whose ingest list was over its cap, and how many of its messages were dropped."""
+    for i in range(0, len(dropped) - 1, 2):
+        node = dropped[i].decode(errors="replace") if isinstance(dropped[i], bytes) else str(dropped[i])
+        log.warning(
+            "%s: node %s sent past its ingest list's cap of %d: %d of its newest messages dropped",
+            who,
+            node,
+            keys.NODE_CAP,
+            int(dropped[i + 1]),
+        )
 
 
 def checked(batch: list, inspections: list | None = None) -> tuple[list, list]:
@@ -317,8 +377,8 @@ def reclaim_orphans(client: redis.Redis | None = None, but: str | None = None) -
         for name in registered(client):
             if name == but:
                 continue
-            keys = (taken_key(name), lease_key(name), contract.INGEST_QUEUE, CONSUMERS)
-            moved = client.eval(RECLAIM_SCRIPT, len(keys), *keys, name)
+            its = (taken_key(name), lease_key(name), contract.INGEST_QUEUE, CONSUMERS)
+            moved = client.eval(RECLAIM_SCRIPT, len(its), *its, name)
             if moved > 0:
                 log.warning("ingest consumer %s is gone: %d messages of its batch put back on the queue", name, moved)
                 back += moved

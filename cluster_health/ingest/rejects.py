@@ -117,3 +117,13 @@ def other_sweep(result: dict, probe) -> str | None:
     if result["sweep_id"] is not None and result["sweep_id"] != probe.sweep_id:
         return f"sweep_id: probe {probe.pk} belongs to sweep {probe.sweep_id}, not {result['sweep_id']}"
     return None
+
+
+def dropped_counts() -> dict[str, int] | None:
+    """Messages dropped per node from its ingest list past its cap (queues.keys.NODE_CAP); None if unreadable."""
+    from cluster_health.queues import keys
+
+    try:
+        return keys.dropped(shared_redis.client())
+    except redis.RedisError:
+        return None

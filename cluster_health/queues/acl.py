@@ -1,5 +1,5 @@
-"""The Redis ACL rule of one node's broker user: that node's queue, the append side of the ingest
-queue and its own probes' rendezvous, and nothing else of anyone's.
+"""The Redis ACL rule of one node's broker user: that node's queue, the append side of its own ingest
+list and its own probes' rendezvous, and nothing else of anyone's.
 
 ``manage.py enroll NAME --broker URL`` writes it beside the node's key; docs/SECURITY.md
 shows it for a node called NAME. The keys are the ones the agent's Celery worker uses
@@ -7,8 +7,10 @@ shows it for a node called NAME. The keys are the ones the agent's Celery worker
 queue. The commands are the ones that worker, its sends and the rendezvous run, each named:
 no category grant, so no key listing (SCAN, KEYS), pub/sub or administration.
 
-Two selectors add what the node may do outside its own keys: append to the ingest queue
-(LPUSH, RPUSH: never read, trim, delete or re-bind it), and read any probe's rendezvous
+Two selectors add what the node may do outside its own keys: append to its own ingest list
+``server.ingest.NAME`` (contract.ingest_queue; LPUSH, RPUSH: never read, trim or delete it, and
+nothing at all on another node's list or the fleet's old ``server.ingest``, so that what one node
+sends can delay no other node's), and read any probe's rendezvous
 (a rank reads its rank 0's). It writes only the rendezvous keys under its own name
 (contract.rendezvous_key), so no node can answer for another node's rank 0.
 """
@@ -57,7 +59,7 @@ AGENT_COMMANDS = (
     # the agent's watch on its own queue (agents.liveness)
     "lindex",
 )
-# The ingest queue: appended to, never read, trimmed, deleted or re-bound.
+# The node's ingest list: appended to, never read, trimmed or deleted (the server drains and caps it).
 INGEST_COMMANDS = ("lpush", "rpush")
 # Any probe's rendezvous: read (rank 1 and up read rank 0's).
 RENDEZVOUS_READ_COMMANDS = ("get",)
@@ -78,6 +80,6 @@ def agent_rule(node: str, password: str) -> str:
     own.append(f"_kombu.binding_permanent.{queue}")
     own.append(contract.rendezvous_key(node, "*"))
     keys = " ".join(f"~{k}" for k in own)
-    ingest = f"(%W~{contract.INGEST_QUEUE} -@all {_allow(INGEST_COMMANDS)})"
+    ingest = f"(%W~{contract.ingest_queue(node)} -@all {_allow(INGEST_COMMANDS)})"
     rendezvous = f"(%R~{contract.RENDEZVOUS_KEY_PREFIX}* -@all {_allow(RENDEZVOUS_READ_COMMANDS)})"
     return f"{user_name(node)} on >{password} resetchannels {keys} -@all {_allow(AGENT_COMMANDS)} {ingest} {rendezvous}"

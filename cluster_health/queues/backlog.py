@@ -8,6 +8,7 @@ backlog) is not silent, and a probe whose result is waiting is not overdue.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,13 +21,16 @@ from agents import broker, contract, signing
 from cluster_health import vocabulary
 from cluster_health.queues import keys, messages
 
+log = logging.getLogger(__name__)
+
 # A message a worker reserved longer ago than this is not about to be applied: its worker
 # died, and the broker hands it back only after the visibility timeout (an hour). Generous,
 # because prefetched messages wait behind the longest task (planning a large sweep).
 RESERVED_ORPHAN_S = 120.0
 # Waiting messages are read (to see whose they are) up to this many per list: a 1,024-node round's
-# halves, waiting on the ingest queue or in a consumer's batch. A longer queue is an outage's
-# backlog, and nothing is judged until the server has worked through it.
+# halves, in a consumer's batch or on the fleet's old ingest queue. A longer queue is an outage's
+# backlog, and nothing is judged until the server has worked through it. Every node's own ingest list
+# is read in full, whatever one node sends: it is trimmed to keys.NODE_CAP first.
 PEEK_MAX = 1100
 
 
@@ -50,6 +54,9 @@ class Backlog:
     complete: bool = True  # every waiting message was read; otherwise whose they are is unknown
     nodes: set[str] = field(default_factory=set)  # nodes with a heartbeat or result waiting
     probes: set[tuple[str, int]] = field(default_factory=set)  # ("pair" | "group", id) with a result waiting
+    # Who sent each: a waiting half defers its probe's judgement only if its node is one of the probe's
+    # (``waiting``), so that a node sending halves that name others' probes defers nothing of theirs.
+    senders: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     sweeps: set[int] = field(default_factory=set)  # sweeps with a start task waiting
     unverified: list[tuple[str, Any, Any]] = field(default_factory=list)  # (purpose, body, auth) to settle
 
@@ -84,7 +91,19 @@ class Backlog:
         if not probe_id.isdigit() or not contract.is_node_name(node):
             return
         self.nodes.add(node)
-        self.probes.add((probe_table(kind), int(probe_id)))
+        self._probe(probe_table(kind), int(probe_id), node)
+
+    def _probe(self, table: str, probe_id: int, node: str) -> None:
+        self.probes.add((table, probe_id))
+        self.senders.setdefault((table, probe_id), set()).add(node)
+
+    def waiting(self, table: str, members: dict[int, Iterable[str]]) -> set[int]:
+        """Of these probes (id -> its nodes), those with a half waiting from one of their own nodes."""
+        return {pk for pk, nodes in members.items() if self.senders.get((table, pk), set()) & set(nodes)}
+
+    def named(self, table: str) -> set[int]:
+        """The probes of this table that some waiting half names."""
+        return {pk for kind, pk in self.probes if kind == table}
 
     def settle(self) -> None:
         """Let the waiting heartbeats and halves whose signatures check out speak for their nodes and probes."""
@@ -98,7 +117,7 @@ class Backlog:
                 continue
             self.nodes.add(body["node"])
             if purpose == "result" and isinstance(body.get("probe_id"), int):
-                self.probes.add((probe_table(body.get("kind", "pair")), body["probe_id"]))
+                self._probe(probe_table(body.get("kind", "pair")), body["probe_id"], body["node"])
         self.unverified = []
 
 
@@ -129,23 +148,36 @@ def _genuine(purpose: str, body: Any, auth: Any, keys: dict, now: float) -> bool
 # only the node, kind and probe of each leave Redis.
 BUFFER_PEEK_MAX = 20000
 
-# The queues' lengths and heads, the server messages workers reserved recently, and the halves in
-# the ingest buffer, read atomically. KEYS: unacked index, unacked hash, then ARGV[4] lists of task
-# messages (the server queue, the ingest queue, ingest consumers' batches), then the buffer's lists;
-# ARGV: how many messages to read per list, oldest score, how many buffered halves to read, ARGV[4].
-SNAPSHOT_SCRIPT = """
-local lists = tonumber(ARGV[4])
+# The queues' lengths and heads, the server messages workers reserved recently, every node's ingest list in
+# full (each trimmed to its cap first, as the consumer trims it), and the halves in the ingest buffer, read
+# atomically. KEYS: unacked index, unacked hash, the dropped counts, then ARGV[4] lists of task messages
+# read up to ARGV[1] each (the server queue, the old ingest queue, ingest consumers' batches), then ARGV[5]
+# nodes' ingest lists, then the buffer's lists. ARGV: how many messages to read per list, oldest score, how
+# many buffered halves to read, ARGV[4], ARGV[5], a node list's cap, the nodes' lists' prefix length, the
+# longest message the consumer reads (a longer one is refused unread, and comes back here as '').
+SNAPSHOT_SCRIPT = (
+    keys.TRIM_LUA
+    + """
+local lists, nodes = tonumber(ARGV[4]), tonumber(ARGV[5])
+local dropped = trim(KEYS[3], 4 + lists, 3 + lists + nodes, tonumber(ARGV[6]), tonumber(ARGV[7]))
 local queued, head = 0, {}
-for k = 3, 2 + lists do
+for k = 4, 3 + lists do
   queued = queued + redis.call('LLEN', KEYS[k])
   for _, raw in ipairs(redis.call('LRANGE', KEYS[k], 0, tonumber(ARGV[1]) - 1)) do head[#head + 1] = raw end
+end
+local longest = tonumber(ARGV[8])
+for k = 4 + lists, 3 + lists + nodes do
+  for _, raw in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
+    queued = queued + 1
+    if #raw > longest then head[#head + 1] = '' else head[#head + 1] = raw end
+  end
 end
 local reserved = {}
 for i, tag in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf')) do
   reserved[i] = redis.call('HGET', KEYS[2], tag)
 end
 local buffered, total = {}, 0
-for k = 3 + lists, #KEYS do
+for k = 4 + lists + nodes, #KEYS do
   total = total + redis.call('LLEN', KEYS[k])
   if total <= tonumber(ARGV[3]) then
     for _, raw in ipairs(redis.call('LRANGE', KEYS[k], 0, -1)) do
@@ -159,8 +191,9 @@ for k = 3 + lists, #KEYS do
     end
   end
 end
-return {queued, head, reserved, buffered, total}
+return {queued, head, reserved, buffered, total, dropped}
 """
+)
 
 
 def _current_task_id() -> str | None:
@@ -189,13 +222,16 @@ def server_backlog(settle: bool = True) -> Backlog | None:
             contract.INGEST_QUEUE,
             *(keys.taken_key(name) for name in keys.registered(client)),
         ]
+        nodes = keys.node_lists(client)
         script_keys = [
             options.get("unacked_index_key", "unacked_index"),
             options.get("unacked_key", "unacked"),
+            keys.DROPPED,
             *lists,
+            *nodes,
             *keys.buffer_keys(),
         ]
-        queued, head, reserved, buffered, in_buffer = client.eval(
+        queued, head, reserved, buffered, in_buffer, dropped = client.eval(
             SNAPSHOT_SCRIPT,
             len(script_keys),
             *script_keys,
@@ -203,11 +239,22 @@ def server_backlog(settle: bool = True) -> Backlog | None:
             time.time() - RESERVED_ORPHAN_S,
             BUFFER_PEEK_MAX,
             len(lists),
+            len(nodes),
+            keys.NODE_CAP,
+            len(contract.INGEST_QUEUE_PREFIX),
+            messages.MAX_MESSAGE_BYTES,
         )
     except redis.RedisError:
         return None
     finally:
         client.close()
+    for i in range(0, len(dropped) - 1, 2):
+        log.warning(
+            "backlog: node %s sent past its ingest list's cap of %d: %d of its newest messages dropped",
+            dropped[i].decode(errors="replace"),
+            keys.NODE_CAP,
+            int(dropped[i + 1]),
+        )
     backlog = Backlog()
     for raw in head:
         backlog.add(raw)

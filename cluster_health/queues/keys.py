@@ -1,7 +1,9 @@
-"""The Redis keys where ingest's work waits: the buffer's shards, drainer slots and consumers' batches.
+"""The Redis keys where ingest's work waits: nodes' ingest lists, the buffer's shards, drainer slots and
+consumers' batches.
 
-The ingest buffer and consumers write them; the backlog reads them to see what the
-server was sent and has not applied yet.
+Agents append to their own node's list (contract.ingest_queue); the ingest consumers drain
+and cap those lists and write the rest; the backlog reads them all to see what the server
+was sent and has not applied yet.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from functools import partial
 from typing import Any
 
 import redis
+
+from agents import contract
 
 KEY_PREFIX = "cluster_health:ingest"
 # Drainers that may run at once, one per shard; both halves of a probe share a shard.
@@ -82,3 +86,63 @@ def lease_key(name: str) -> str:
 def registered(client: redis.Redis) -> list[str]:
     """Every consumer name that may hold a batch (the backlog's view reads their ``taken`` lists)."""
     return sorted(n.decode(errors="replace") if isinstance(n, bytes) else n for n in client.smembers(CONSUMERS))
+
+
+# A node's ingest list holds at most NODE_CAP messages: past that the newest are dropped (the oldest, its
+# halves from before a server outage, stay), counted per node in DROPPED. A heartbeat every 5 s fills it
+# in about 20 minutes of a server outage; a flood from one node fills only its own.
+NODE_CAP = 256
+DROPPED = f"{KEY_PREFIX}:dropped"  # hash: node -> messages dropped from its list past NODE_CAP
+
+
+def node_of_list(key: str | bytes) -> str | None:
+    """The node whose ingest list this key is, or None for any other key."""
+    if isinstance(key, bytes):
+        key = key.decode(errors="replace")
+    if not key.startswith(contract.INGEST_QUEUE_PREFIX):
+        return None
+    node = key[len(contract.INGEST_QUEUE_PREFIX) :]
+    return node if contract.is_node_name(node) else None
+
+
+def node_lists(client: redis.Redis) -> list[str]:
+    """Every node's ingest list that holds a message now (an empty list is no key in Redis)."""
+    found = {
+        key.decode(errors="replace") if isinstance(key, bytes) else key
+        for key in client.scan_iter(match=contract.INGEST_QUEUE_PREFIX + "*", count=1000)
+    }
+    return sorted(key for key in found if node_of_list(key) is not None)
+
+
+def waiting_on_ingest(client: redis.Redis) -> int:
+    """Messages waiting on every node's ingest list and the fleet's old shared one (not yet taken by a consumer)."""
+    return sum(client.llen(key) for key in [contract.INGEST_QUEUE, *node_lists(client)])
+
+
+def dropped(client: redis.Redis) -> dict[str, int]:
+    """Messages dropped from each node's ingest list past NODE_CAP, since Redis last lost its keys."""
+    return {
+        (k.decode(errors="replace") if isinstance(k, bytes) else k): int(v) for k, v in client.hgetall(DROPPED).items()
+    }
+
+
+# Lua: trim(dropped_key, first, last, cap, prefix_len) trims the nodes' ingest lists KEYS[first..last] to
+# ``cap`` messages each, keeping the oldest, and counts what it drops per node (the key past its prefix)
+# in the hash ``dropped_key``; returns {node, dropped, node, dropped, ...}. The consumer's take and the
+# backlog's snapshot both start with it, so the backlog reads every node's list in full.
+TRIM_LUA = """
+local function trim(dropped_key, first, last, cap, prefix_len)
+  local dropped = {}
+  for k = first, last do
+    local n = redis.call('LLEN', KEYS[k])
+    if n > cap then
+      redis.call('LTRIM', KEYS[k], -cap, -1)
+      local node = string.sub(KEYS[k], prefix_len + 1)
+      redis.call('HINCRBY', dropped_key, node, n - cap)
+      dropped[#dropped + 1] = node
+      dropped[#dropped + 1] = n - cap
+    end
+  end
+  return dropped
+end
+"""

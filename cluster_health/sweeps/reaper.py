@@ -33,7 +33,9 @@ def reap(now=None, judge: bool | None = None) -> dict:
 
     Judges against what the server has been sent, not only what it has applied: a node
     with a heartbeat or result still waiting for a worker (queued, or fetched and not
-    acked) is not silent, and a probe with a result waiting is not overdue. When the
+    acked) is not silent, and a probe with a result waiting from one of its own nodes is
+    not overdue. Every node's ingest list is read in full (each is capped), so whatever
+    one node sends defers only its own judgements. When the
     queue is too long to read (a worker outage's backlog) or the broker cannot be asked,
     nothing is judged, deadlines included: the judgement is deferred until the server
     has worked through it, and then sees every row those messages wrote. Complete rounds
@@ -102,7 +104,7 @@ def judge_silence_and_deadlines(now, counts: dict, backlog: Backlog) -> set[int]
             | Q(node_a_id__in=offline_ids, half_a__isnull=True) & peer_b_done
             | Q(node_b_id__in=offline_ids, half_b__isnull=True) & peer_a_done
         )
-        .exclude(pk__in=[pk for kind, pk in backlog.probes if kind == "pair"])
+        .exclude(pk__in=_waiting_pairs(backlog))
         .select_related("node_a", "node_b")
     )
     touched: set[int] = set()
@@ -121,16 +123,28 @@ def judge_silence_and_deadlines(now, counts: dict, backlog: Backlog) -> set[int]
         counts[fields["status"]] = counts.get(fields["status"], 0) + 1
         touched.add(rows[pk].sweep_id)
     touched |= _close_overdue_groups(now, offline_ids, backlog, counts)
-    touched |= gpus.reap(now, offline_ids, {pk for kind, pk in backlog.probes if kind == "gpu"}, counts)
+    named = backlog.named("gpu")
+    checks = GpuCheck.objects.filter(pk__in=named).values_list("pk", "node__name") if named else []
+    touched |= gpus.reap(now, offline_ids, backlog.waiting("gpu", {pk: [node] for pk, node in checks}), counts)
     return touched
+
+
+def _waiting_pairs(backlog: Backlog) -> set[int]:
+    """Pair probes with a half waiting from one of their two nodes (a half naming another node's probe defers nothing)."""
+    named = backlog.named("pair")
+    if not named:
+        return set()
+    rows = PairProbe.objects.filter(pk__in=named).values_list("pk", "node_a__name", "node_b__name")
+    return backlog.waiting("pair", {pk: (a, b) for pk, a, b in rows})
 
 
 def _close_overdue_groups(now, offline_ids: set[int], backlog: Backlog, counts: dict) -> set[int]:
     """Close group probes with a member gone silent or past their deadline; returns the sweeps touched."""
     touched: set[int] = set()
     offline_names = set(Node.objects.filter(pk__in=offline_ids).values_list("name", flat=True))
-    waiting_groups = [pk for kind, pk in backlog.probes if kind == "group"]
-    for group in GroupProbe.objects.filter(status="running").exclude(pk__in=waiting_groups).select_related("sweep"):
+    for group in GroupProbe.objects.filter(status="running").select_related("sweep"):
+        if backlog.waiting("group", {group.pk: group.nodes}):
+            continue
         missing = [n for r, n in enumerate(group.nodes) if str(r) not in group.halves]
         gone = [n for n in missing if n in offline_names]
         if not gone and (group.deadline is None or group.deadline >= now):

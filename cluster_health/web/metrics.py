@@ -86,6 +86,15 @@ def _rejected_messages() -> Iterator[Metric]:
         "Rejected agent messages past the per-minute budget: counted, not kept.",
         value=unkept,
     )
+    dropped = rejects.dropped_counts() or {}
+    family = CounterMetricFamily(
+        "cluster_health_ingest_dropped",
+        "Messages dropped from a node's ingest list past its cap (a node sending far more than its agent does).",
+        labels=["node"],
+    )
+    for node, count in sorted(dropped.items()):
+        family.add_metric([node], count)
+    yield family
 
 
 def _pair_status(rows: list[PairRow]) -> Metric:

@@ -84,12 +84,9 @@ class ServerQueue:
             if got is None:
                 continue
             task, _args, kwargs, queue = got
-            # Halves and heartbeats go to the ingest consumers' queue.
-            assert queue == contract.INGEST_QUEUE, (
-                task,
-                queue,
-            )
             body = kwargs.get("result") if task == contract.TASK_RESULT else kwargs.get("heartbeat")
+            # Halves and heartbeats go to the node's own ingest list, which the ingest consumers drain.
+            assert queue == contract.ingest_queue(body["node"]), (task, queue)
             # Every message an enrolled agent sends is signed by its own key.
             signing.verify(
                 body,

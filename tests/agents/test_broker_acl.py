@@ -92,13 +92,21 @@ def test_the_agent_user_may_run_the_commands_of_its_contract_and_no_other(acl_re
 
 
 def test_no_node_can_wipe_or_reroute_the_ingest_queue(acl_redis):
-    """The ingest list and its kombu binding are the server's: a node only appends to the list."""
+    """A node only appends to its own ingest list: it cannot read, trim or delete it, touch another node's
+    list or the fleet's old shared one, or the old list's kombu binding."""
     node = as_user(acl_redis, "agent-sec0")
     admin = as_user(acl_redis, "server", SERVER_PASSWORD)
-    ingest, binding = contract.INGEST_QUEUE, f"_kombu.binding.{contract.INGEST_QUEUE}"
-    admin.sadd(binding, f"{ingest}\x06\x16\x06\x16{ingest}")
+    ingest, binding = contract.ingest_queue("sec0"), f"_kombu.binding.{contract.INGEST_QUEUE}"
+    other, shared = contract.ingest_queue("sec1"), contract.INGEST_QUEUE
+    admin.sadd(binding, f"{shared}\x06\x16\x06\x16{shared}")
+    admin.lpush(other, b"sec1's half")
     assert node.lpush(ingest, b"half") == 1 and node.rpush(ingest, b"heartbeat") == 2
     attempts = [
+        lambda: node.lpush(other, b"planted"),
+        lambda: node.rpush(other, b"planted"),
+        lambda: node.delete(other),
+        lambda: node.lpush(shared, b"planted"),
+        lambda: node.lrange(shared, 0, -1),
         lambda: node.delete(ingest),
         lambda: node.unlink(ingest),
         lambda: node.ltrim(ingest, 0, 0),
@@ -109,15 +117,16 @@ def test_no_node_can_wipe_or_reroute_the_ingest_queue(acl_redis):
         lambda: node.rpoplpush(ingest, contract.agent_queue("sec0")),
         lambda: node.lrange(ingest, 0, -1),
         lambda: node.delete(binding),
-        lambda: node.sadd(binding, f"{ingest}\x06\x16\x06\x16agent.sec0"),
-        lambda: node.srem(binding, f"{ingest}\x06\x16\x06\x16{ingest}"),
+        lambda: node.sadd(binding, f"{shared}\x06\x16\x06\x16agent.sec0"),
+        lambda: node.srem(binding, f"{shared}\x06\x16\x06\x16{shared}"),
         lambda: node.smembers(binding),
     ]
     for attempt in attempts:
         with pytest.raises(redis.exceptions.NoPermissionError):
             attempt()
     assert admin.lrange(ingest, 0, -1) == [b"half", b"heartbeat"]
-    assert admin.smembers(binding) == {f"{ingest}\x06\x16\x06\x16{ingest}".encode()}
+    assert admin.lrange(other, 0, -1) == [b"sec1's half"] and not admin.exists(shared)
+    assert admin.smembers(binding) == {f"{shared}\x06\x16\x06\x16{shared}".encode()}
     node.close()
     admin.close()
 
@@ -188,8 +197,8 @@ def test_revoking_a_node_removes_its_broker_user_and_ends_its_connections(tmp_pa
     assert admin.acl_getuser(acl.user_name("sec0")) is None
     assert admin.acl_getuser(acl.user_name("sec1")) is not None  # only the revoked node's
     with pytest.raises((redis.ConnectionError, redis.AuthenticationError)):
-        connected.lpush(contract.INGEST_QUEUE, b"after the revoke")
+        connected.lpush(contract.ingest_queue("sec0"), b"after the revoke")
     with pytest.raises((redis.AuthenticationError, redis.ResponseError)):
         as_user(acl_redis, "agent-sec0").ping()
-    assert not admin.llen(contract.INGEST_QUEUE)
+    assert not admin.llen(contract.ingest_queue("sec0"))
     admin.close()

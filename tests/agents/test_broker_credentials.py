@@ -109,8 +109,8 @@ def test_an_agent_with_an_acl_password_sends_heartbeats_and_never_shows_the_pass
 
 
 def test_the_agent_acl_refuses_what_agents_never_need(acl_redis):
-    """One node's broker user reaches its own queue and the write side of the ingest queue: no other node's
-    commands, no server queue, none of the server's unacked entries, buffer or nonces."""
+    """One node's broker user reaches its own queue and the write side of its own ingest list: no other node's
+    commands or ingest list, no server queue, none of the server's unacked entries, buffer or nonces."""
     client = redis.Redis.from_url(acl_redis.url_for("agent-sec0", PASSWORD))
     refused = [
         lambda: client.flushall(),
@@ -123,13 +123,15 @@ def test_the_agent_acl_refuses_what_agents_never_need(acl_redis):
         lambda: client.lpush("agent.sec1", b"{}"),
         lambda: client.hgetall("unacked.agent.sec1"),
         lambda: client.sadd("_kombu.binding.agent.sec1", "agent.sec1\x06\x16\x06\x16agent.sec0"),  # reroute
-        lambda: client.lrange("server.ingest", 0, -1),  # other nodes' halves: write only
+        lambda: client.lrange("server.ingest.sec0", 0, -1),  # its own ingest list: write only
+        lambda: client.lpush("server.ingest.sec1", b"{}"),  # another node's: nothing, so it delays no other node
+        lambda: client.lpush("server.ingest", b"{}"),  # the fleet's old shared list: nothing either
         lambda: client.get("cluster-health:nonce:sec1:abc"),
     ]
     for attempt in refused:
         with pytest.raises(redis.exceptions.NoPermissionError):
             attempt()
-    assert client.lpush("server.ingest", b"{}") == 1  # what it may do: send, and use its own keys
+    assert client.lpush("server.ingest.sec0", b"{}") == 1  # what it may do: send, and use its own keys
     assert client.lpush("agent.sec0", b"{}") == 1 and client.hset("unacked.agent.sec0", "t", b"x") == 1
     assert client.set(contract.rendezvous_key("sec0", "abcdefgh"), b"1")  # its own probes' rendezvous
     client.close()
@@ -302,9 +304,10 @@ def test_enroll_gives_each_node_a_broker_user_that_a_real_redis_takes(tmp_path):
     server.start()
     try:
         client = redis.Redis.from_url(server.url_for("agent-gpu-7", parts.password))
-        assert client.lpush("server.ingest", b"{}") == 1
-        with pytest.raises(redis.exceptions.NoPermissionError):
-            client.lpush("server", b"{}")
+        assert client.lpush("server.ingest.gpu-7", b"{}") == 1
+        for other in ("server", "server.ingest", "server.ingest.gpu-8"):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.lpush(other, b"{}")
         client.close()
     finally:
         server.stop()

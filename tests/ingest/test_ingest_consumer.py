@@ -164,21 +164,51 @@ def test_a_queue_no_agent_has_declared_yet_still_receives_halves(stack):
         client.close()
 
 
+def take(client, taken: str, old: str, lists: list[str], size: int, per: int = 2, cap: int = 1000) -> list:
+    """consumer.TAKE_SCRIPT on lists of the test's own (prefix "test.take.", counted in test.take.dropped)."""
+    script_keys = [taken, "test.take.dropped", old, *lists]
+    return client.eval(consumer.TAKE_SCRIPT, len(script_keys), *script_keys, size, per, cap, len("test.take."))
+
+
 def test_a_batch_is_what_the_last_life_held_first_then_the_oldest_queued(stack):
-    """The take's order, on lists of its own: a held batch is never passed over for newer messages."""
+    """The take's order, on lists of its own: a held batch is never passed over for newer messages, and each
+    list gives its oldest first."""
     client = redis.Redis.from_url(stack.redis.url)
-    queue, taken = "test.take.queue", "test.take.taken"
+    old, taken, node = "test.take.old", "test.take.taken", "test.take.n1"
     try:
         client.rpush(taken, b"held-1", b"held-2")
-        client.lpush(queue, b"q-1", b"q-2", b"q-3")  # Celery pushes on the left: q-1 is the oldest
-        assert client.eval(consumer.TAKE_SCRIPT, 2, queue, taken, 4) == [b"held-1", b"held-2", b"q-1", b"q-2"]
-        assert client.lrange(queue, 0, -1) == [b"q-3"]  # the newest stays queued
+        client.lpush(node, b"q-1", b"q-2", b"q-3")  # Celery pushes on the left: q-1 is the oldest
+        batch, dropped, _ = take(client, taken, old, [node], 4)
+        assert batch == [b"held-1", b"held-2", b"q-1", b"q-2"] and dropped == []
+        assert client.lrange(node, 0, -1) == [b"q-3"]  # the newest stays queued
         assert client.lrange(taken, 0, -1) == [b"held-1", b"held-2", b"q-1", b"q-2"]
         # Taken again (its consumer died before letting go): the held list whole, however long, and nothing more.
-        assert client.eval(consumer.TAKE_SCRIPT, 2, queue, taken, 2) == [b"held-1", b"held-2", b"q-1", b"q-2"]
-        assert client.lrange(queue, 0, -1) == [b"q-3"]
+        assert take(client, taken, old, [node], 2)[0] == [b"held-1", b"held-2", b"q-1", b"q-2"]
+        assert client.lrange(node, 0, -1) == [b"q-3"]
     finally:
-        client.delete(queue, taken)
+        client.delete(old, taken, node, "test.take.dropped")
+
+
+def test_a_batch_takes_a_share_of_each_nodes_list_and_trims_each_to_its_cap(stack):
+    """Fair and bounded: a node that floods its list gets ``per`` messages of a batch like any other, the next
+    batch starts past the last list served, and a list over the cap loses its newest, counted per node."""
+    client = redis.Redis.from_url(stack.redis.url)
+    old, taken = "test.take.old", "test.take.taken"
+    flood, quiet, late = "test.take.flood", "test.take.quiet", "test.take.late"
+    try:
+        client.lpush(flood, *[f"f-{i}".encode() for i in range(50)])  # f-0 the oldest
+        client.lpush(quiet, b"q-0")
+        client.lpush(late, b"l-0", b"l-1")
+        client.lpush(old, b"o-0")  # an agent of the previous version
+        batch, dropped, served = take(client, taken, old, [flood, quiet, late], 4, per=2, cap=10)
+        assert dropped == [b"flood", 40] and client.hget("test.take.dropped", "flood") == b"40"
+        assert batch == [b"o-0", b"f-0", b"f-1", b"q-0"] and served == 2  # full after the second list
+        assert client.lrange(flood, 0, -1) == [f"f-{i}".encode() for i in range(9, 1, -1)]  # the oldest kept
+        client.delete(taken)
+        batch, dropped, served = take(client, taken, old, [late, flood, quiet], 5, per=2, cap=10)  # from the third
+        assert batch == [b"l-0", b"l-1", b"f-2", b"f-3"] and dropped == [] and served == 0  # room left: all served
+    finally:
+        client.delete(old, taken, flood, quiet, late, "test.take.dropped")
 
 
 def test_lone_surrogates_cost_their_own_message_and_never_stall_the_consumer(stack, driver, settings):

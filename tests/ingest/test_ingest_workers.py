@@ -25,25 +25,28 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 PAIRS = 200  # open pairs at once: enough halves for several batches per shard
 
 
-def send_half(stack, result: dict, queue: str = contract.INGEST_QUEUE) -> None:
-    """Send one half as an agent does (agents/worker.py: one server.result message per half, signed)."""
+def send_half(stack, result: dict, queue: str | None = None) -> None:
+    """Send one half as an agent does (agents/worker.py: one server.result message per half, signed, on its
+    node's own ingest list unless ``queue`` says otherwise)."""
     from cluster_health.celery import app
 
     auth = signing.sign(result, stack.keys[result["node"]], "result")
+    queue = queue or contract.ingest_queue(result["node"])
     app.send_task(contract.TASK_RESULT, kwargs={"result": result, "auth": auth}, queue=queue)
 
 
 def consumers_waiting(url: str) -> int:
-    """Ingest consumers blocked on their queue right now (each waits in BRPOPLPUSH when idle)."""
+    """Ingest consumers alive right now (each renews its lease while it waits for messages)."""
     client = redis.Redis.from_url(url)
     try:
-        return sum(1 for c in client.client_list() if c.get("cmd") == "brpoplpush")
+        return sum(1 for name in keys.registered(client) if client.exists(keys.lease_key(name)))
     finally:
         client.close()
 
 
 def test_it_applies_a_half_sent_as_a_message_within_a_second(stack, driver):
     services.wait_until(lambda: "ready" in stack.log("worker"), 60, message="server worker ready")
+    services.wait_until(lambda: consumers_waiting(stack.redis.url) >= 1, 60, message="its ingest consumer ready")
     sweep_id, cmds = open_pairs(stack, driver, "lat", 1)
     send_half(stack, result_for(cmds[0]))
     send_half(stack, result_for(cmds[1]))
@@ -55,6 +58,14 @@ def test_a_half_sent_on_the_server_queue_is_still_applied(stack, driver):
     sweep_id, cmds = open_pairs(stack, driver, "old", 1)
     for cmd in cmds:
         send_half(stack, result_for(cmd), queue=vocabulary.SERVER_QUEUE)
+    wait_closed(sweep_id, 1, timeout=30)
+
+
+def test_a_half_an_agent_of_the_previous_version_sent_on_the_shared_list_is_still_applied(stack, driver):
+    """Agents before per-node lists sent every half on server.ingest: drained during an upgrade."""
+    sweep_id, cmds = open_pairs(stack, driver, "prev", 1)
+    for cmd in cmds:
+        send_half(stack, result_for(cmd), queue=contract.INGEST_QUEUE)
     wait_closed(sweep_id, 1, timeout=30)
 
 

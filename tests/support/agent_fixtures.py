@@ -94,21 +94,31 @@ def probe_processes(agent_pid: int) -> list[tuple[int, Path]]:
     return found
 
 
-# Where agents send: heartbeats on the server queue, probe halves on the ingest queue.
-AGENT_TO_SERVER = (vocabulary.SERVER_QUEUE, contract.INGEST_QUEUE)
+# Where agents send: halves and heartbeats on their node's own ingest list (server.ingest.NAME); agents of
+# the previous version on the shared server.ingest, older ones on the server queue.
+AGENT_TO_SERVER = (vocabulary.SERVER_QUEUE, contract.INGEST_QUEUE, contract.INGEST_QUEUE_PREFIX + "*")
 POLL_S = 0.05  # between looks at empty queues
 
 
 class AgentMessages:
-    """Reads what agents sent to the server (both queues), acking each message it returns."""
+    """Reads what agents sent to the server (every queue above), acking each message it returns."""
 
     def __init__(self, conn: Connection):
-        self.queues = [(name, conn.SimpleQueue(name)) for name in AGENT_TO_SERVER]
+        self.conn = conn
+        self.queues = [(name, conn.SimpleQueue(name)) for name in AGENT_TO_SERVER[:2]]
+
+    def _new_node_lists(self) -> None:
+        known = {name for name, _ in self.queues}
+        for key in self.conn.default_channel.client.scan_iter(match=AGENT_TO_SERVER[2], count=1000):
+            name = key.decode() if isinstance(key, bytes) else key
+            if name not in known:
+                self.queues.append((name, self.conn.SimpleQueue(name)))
 
     def next(self, timeout: float):
-        """(task, args, kwargs, queue name) of the next message on either queue, or None after ``timeout`` seconds."""
+        """(task, args, kwargs, queue name) of the next message on any queue, or None after ``timeout`` seconds."""
         end = time.monotonic() + timeout
         while True:
+            self._new_node_lists()
             for name, queue in self.queues:
                 try:
                     message = queue.get(block=False)

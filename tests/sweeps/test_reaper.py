@@ -169,6 +169,31 @@ def test_it_keeps_a_probe_open_past_its_deadline_while_its_result_waits(driver, 
     assert probe.status == "ok"
 
 
+def test_a_half_waiting_from_another_node_defers_nothing_of_the_probe_it_names(driver, settings):
+    """A node's genuine half that names a probe of two other nodes (a stolen node key, flooding its own
+    ingest list) speaks only for that node: the probe it names is judged at its deadline all the same."""
+    import redis
+
+    from agents import contract
+
+    heartbeat("n0"), heartbeat("n1"), heartbeat("n2")
+    sweep = driver.sweep(kind="pairs", pairs=[["n0", "n1"]])
+    a, b = sorted(driver.take(), key=lambda c: c["rank"])
+    driver.ingest(result_for(a))
+    later = timezone.now() + timedelta(seconds=dispatch.server_deadline_s(a["deadline_s"]) + 1)
+    Node.objects.update(last_heartbeat=later)
+    planted = {**result_for(b), "node": "n2"}  # n2 is no node of the probe: signed by n2's own key
+    inbox = redis.Redis.from_url(settings.REDIS_URL)
+    inbox.lpush(contract.ingest_queue("n2"), json_message(contract.TASK_RESULT, signed("result", planted)))
+    try:
+        seen = backlog.server_backlog()
+        assert seen is not None and seen.complete and ("pair", b["probe_id"]) in seen.probes and "n2" in seen.nodes
+        assert driver.reap(later)["timeout"] == 1
+    finally:
+        inbox.delete(contract.ingest_queue("n2"))
+    assert PairProbe.objects.get(pk=b["probe_id"], sweep=sweep).status == "timeout"
+
+
 def json_message(task: str, kwargs: dict) -> bytes:
     """A task message as Celery's Redis transport queues it."""
     import base64

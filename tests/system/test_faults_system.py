@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from agents import contract
+from cluster_health.queues import keys
 from tests.support import timing
 from tests.support.fault_bed import FAST, agent_bed, cell, fast_sweep, record, record_cell, restart_agent
 from tests.support.sweep_setup import TimedSweep, sweep_flags, wait_online
@@ -111,8 +111,8 @@ def test_results_sent_while_the_server_worker_is_down_are_ingested_after(bed, st
     try:
         # The agents finish their round and report into the durable ingest queue, which waits (the
         # worker's ingest consumer stopped with it).
-        wait_for(lambda: queued.llen(contract.INGEST_QUEUE) >= 2, 40, "results queued while the worker is down")
-        waiting = queued.llen(contract.INGEST_QUEUE)
+        wait_for(lambda: keys.waiting_on_ingest(queued) >= 2, 40, "results queued while the worker is down")
+        waiting = keys.waiting_on_ingest(queued)
     finally:
         stack.start_server_worker()
     rc, report = sweep.report(timeout=timing.SWEEP_END_S)

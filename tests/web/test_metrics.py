@@ -30,6 +30,8 @@ FAMILIES = {
     # Every rejected message counted, and those past the per-minute budget (not kept); from Redis.
     "cluster_health_rejected_messages_counted": ("counter", ()),
     "cluster_health_rejected_messages_unkept": ("counter", ()),
+    # Messages dropped from a node's ingest list past its cap, per node; from Redis.
+    "cluster_health_ingest_dropped": ("counter", ("node",)),
 }
 LATEST_SWEEP_FAMILIES = {
     "cluster_health_latest_sweep_info",
@@ -38,7 +40,11 @@ LATEST_SWEEP_FAMILIES = {
     "cluster_health_probe_duration_seconds",
 }
 # Sample names, the histogram's three series and the counters' _total included.
-COUNTERS = {"cluster_health_rejected_messages_counted", "cluster_health_rejected_messages_unkept"}
+COUNTERS = {
+    "cluster_health_rejected_messages_counted",
+    "cluster_health_rejected_messages_unkept",
+    "cluster_health_ingest_dropped",
+}
 SAMPLE_NAMES = (
     (set(FAMILIES) - {"cluster_health_probe_duration_seconds"} - COUNTERS)
     | {f"{c}_total" for c in COUNTERS}
@@ -134,8 +140,13 @@ def test_every_family_parses_with_its_name_type_and_labels(client, driver):
     heartbeat("n0"), heartbeat("n1")
     driver.sweep(kind="pairs", pairs=[["n0", "n1"]], sizes=[1024])
     driver.answer_all(lambda c: result_for(c, busbw=4.5))
+    from cluster_health import shared_redis
+    from cluster_health.queues import keys
+
+    shared_redis.client().hset(keys.DROPPED, "n1", 3)  # what the ingest consumer counts for a node over its cap
     families = scrape(client)
     assert set(families) == set(FAMILIES)
+    assert value(families, "cluster_health_ingest_dropped", "cluster_health_ingest_dropped_total", node="n1") == 3
     for name, (kind, label_names) in FAMILIES.items():
         family = families[name]
         assert family.type == kind, name
