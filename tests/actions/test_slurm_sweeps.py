@@ -7,14 +7,19 @@ pass, its findings and the exit code are the server's own code and the real mana
 
 from __future__ import annotations
 
+import math
+import re
 import time
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import call_command
 
 from cluster_health import sweeps
 from cluster_health.actions import tasks
+from cluster_health.core import planner
 from cluster_health.models import PairCoverage, PairProbe, Sweep
+from cluster_health.queues import dispatch
 from cluster_health.sweeps import idle, waiting
 from devtools.sweep_driver import heartbeat, result_for
 from tests.support.action_fixtures import SlurmCluster
@@ -132,3 +137,25 @@ def test_an_idle_sweep_refuses_when_a_job_took_the_nodes(slurm_bed):
     with pytest.raises(idle.IdleSweepError, match="idle in Slurm"):
         idle.start()
     assert not Sweep.objects.exists()
+
+
+def test_a_killed_worker_leaves_the_nodes_held_no_longer_than_the_reservations_duration(slurm_bed, driver):
+    """The after-sweep step that releases a hold never runs when the server worker dies mid-sweep for good: the
+    reservation ends by itself at its Duration, which slurmctld fixed when the hold was made (docs/OPERATIONS.md)."""
+    sweep = driver.run(idle.start, 4)
+    hold = sweep.params["idle_hold"]
+    driver.run(sweeps.start_sweep, sweep.pk)  # the sweep runs; nobody will finish it or run its after-sweep step
+    line = slurm_bed.run("scontrol", "show", "reservation", hold["reservation"], "--oneliner")
+    start, end = (
+        datetime.fromisoformat(re.search(rf"\b{key}=(\S+)", line).group(1)) for key in ("StartTime", "EndTime")
+    )
+    assert end - start == timedelta(minutes=hold["minutes"]) and "MAINT" in line, line
+    # The estimate behind it: every round's probe deadline twice (a confirmation pass) and the margin.
+    rounds = len(planner.schedule_pairs([tuple(p) for p in sweep.params["pairs"]], hold["slurm_nodes"]))
+    deadline = dispatch.probe_settings({}, "bandwidth", kind="pair")["deadline_s"]
+    assert hold["minutes"] == math.ceil((2 * rounds * deadline + idle.HOLD_MARGIN_S) / 60)
+    assert sorted(hold["slurm_nodes"]) == NODES
+    # Released early by whoever ends the sweep (here: the command's own end); once gone, releasing is a no-op.
+    assert idle.release_hold(sweep) == [f"released {hold['reservation']}"]
+    assert hold["reservation"] not in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")
+    assert idle.release_hold(sweep) == []
