@@ -52,9 +52,12 @@ def test_a_node_page_reads_its_history_in_one_query_however_long(viewer):
     many = history_queries(viewer, "/nodes/h1/")
     assert len(many) == len(few)  # no query per sweep
     assert len(viewer.get("/nodes/h1/").context["trend"]) == 15
+    assert sum("cluster_health_pairprobe" in q for q in many) == sum("cluster_health_pairprobe" in q for q in few)
     with CaptureQueriesContext(connection) as ctx:
         points, _ = link_history.node_trend(nodes[0])
-    assert len(ctx.captured_queries) == 1 and len(points) == 15
+    # The sweeps, the node's pairs in them (the one read of the pair table), the slowest peers' names.
+    assert len(ctx.captured_queries) == 3 and len(points) == 15
+    assert sum("cluster_health_pairprobe" in q["sql"] for q in ctx.captured_queries) == 1
 
 
 def test_a_node_page_goes_back_only_so_many_sweeps(viewer):
