@@ -5,6 +5,7 @@ start within its grace would time out and make a healthy link look failed."""
 import time
 
 import pytest
+from django.urls import reverse
 
 from cluster_health import hang_diagnoses, sweeps, vocabulary
 from cluster_health.ingest import inspections
@@ -62,7 +63,7 @@ def test_a_held_inspect_is_sent_once_the_sweep_ends(driver):
     assert hang_diagnoses.held(HangDiagnosis.objects.get(pk=diagnosis.pk)) == {}
 
 
-def test_a_sweep_over_a_node_being_inspected_waits_for_its_report_then_runs(driver):
+def test_a_sweep_over_a_node_being_inspected_waits_for_its_report_then_runs(driver, viewer_client):
     for n in ("n0", "n1"):
         heartbeat(n)
     diagnosis = driver.run(hang_diagnoses.request, master=MASTER, nodes=["n0"])
@@ -71,6 +72,8 @@ def test_a_sweep_over_a_node_being_inspected_waits_for_its_report_then_runs(driv
     sweep.refresh_from_db()
     assert (sweep.status, sweep.params["queued_for_hangs"]) == ("pending", [diagnosis.pk])
     assert driver.take() == []  # no probe while the inspect holds n0's slot
+    page = viewer_client.get(reverse("sweep", args=[sweep.pk])).content.decode()
+    assert f"Queued: it starts when hang diagnosis #{diagnosis.pk} has inspected its nodes" in page
     driver.run(report, diagnosis, "n0")
     assert (vocabulary.TASK_START_SWEEP, {"sweep_id": sweep.pk}) in driver.server_tasks  # sent on the report
     driver.run(sweeps.start_sweep, sweep.pk)
