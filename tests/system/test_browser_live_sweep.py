@@ -5,24 +5,28 @@ is held, so the page opens on the sweep still pending ("0 nodes"); the worker th
 the same page, never reloaded: the node count appears; every progress line it shows counts
 forward and never past its total (the confirmation pass's probes apart: "6/6 pairs done · 1/1
 probed again", never 6/7 then 6/6); the group collectives' table appears as the group round
-closes; the Cancel button goes when the sweep ends. Results are played through the real ingest
+closes; the Cancel button goes when the sweep ends. While a sweep runs, the overview says when the
+last complete sweep ended and how long ago, in the pages' one format. Results are played through the real ingest
 path from a thread of their own (tests/support/live.py), as the agents would send them.
 """
 
 import re
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from cluster_health import ingest
 from cluster_health.models import GroupProbe, PairProbe, Sweep
 from cluster_health.sweeps import rounds
+from cluster_health.web import times
 from devtools.sweep_driver import result_for
 from tests.support import timing
 from tests.support.artifacts import shot
 from tests.support.browser import logged_in_page
-from tests.support.dashboard_rows import PASSWORD, make_user
-from tests.support.live import Heartbeats, ServerSide
+from tests.support.dashboard_rows import PASSWORD, make_nodes, make_sweep, make_user
+from tests.support.live import Heartbeats, ServerSide, running_sweep_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 NAMES = ["ls0", "ls1", "ls2", "ls3"]
@@ -163,3 +167,17 @@ def test_a_sweep_started_from_the_page_shows_itself_truly_without_a_reload(stack
                 stack.start_server_worker()
             context.close()
             on_server.close()
+
+
+def test_the_overview_says_when_the_last_complete_sweep_ended_while_one_runs(stack, chromium):
+    names = ["lc0", "lc1"]
+    done = make_sweep(make_nodes(names), verdict="pass", kind="full")
+    Sweep.objects.filter(pk=done.pk).update(finished=timezone.now() - timedelta(minutes=3))
+    done.refresh_from_db()
+    with running_sweep_page(stack, chromium, names, height=900) as live:
+        page = live.page
+        page.goto(page.url.split("/sweeps/", 1)[0] + "/")
+        page.wait_for_function(f"() => document.getElementById('last-complete').dataset.loaded === '{done.pk}'")
+        # The same words and clock as a closed sweep's header: its time in TIME_ZONE, named, and its age.
+        assert page.text_content("[data-last-when]") == f"ended {times.absolute(done.finished)}, 3 min ago"
+        assert page.text_content("[data-verdict]") == "running"

@@ -102,6 +102,13 @@
     return OPEN.includes(status) ? "running" : verdict;
   }
 
+  /* "ended 2026-11-25 22:51:01 UTC, 7 min ago": the server's format (finished_text, TIME_ZONE) and the pages' one clock. */
+  function showEnded(el, state) {
+    const at = CH.esc(state.finished), text = CH.esc(state.finished_text);
+    el.innerHTML = `ended <time datetime="${at}">${text}</time>, <time datetime="${at}" data-ago title="${text}"></time>`;
+    CH.refreshAges(el);
+  }
+
   function renderMeta(meta) {
     const set = (sel, fn) => document.querySelectorAll(sel).forEach(fn);
     if (meta.status) set("[data-sweep-status]", (el) => { el.textContent = meta.status; el.dataset.value = meta.status; });
@@ -125,9 +132,7 @@
       set("[data-sweep-ended]", (el) => {
         el.hidden = OPEN.includes(meta.status) || !meta.finished;
         if (el.hidden) return;
-        const at = CH.esc(meta.finished), text = CH.esc(meta.finished_text);
-        el.innerHTML = `ended <time datetime="${at}">${text}</time>, <time datetime="${at}" data-ago title="${text}"></time>`;
-        CH.refreshAges(el);
+        showEnded(el, meta);
       });
     }
   }
@@ -158,7 +163,9 @@
           const verdict = this.root.querySelector("[data-last-verdict]");
           verdict.textContent = state.verdict;
           verdict.className = `verdict verdict-${state.verdict}`;
-          this.root.querySelector("[data-last-when]").textContent = (state.finished || "").slice(0, 19).replace("T", " ") + " UTC";
+          // When it ended and how long ago, as the sweep header says it (it read UTC whatever TIME_ZONE was).
+          const when = this.root.querySelector("[data-last-when]");
+          if (state.finished) showEnded(when, state); else when.textContent = "";
           renderFindings(this.root.querySelector("[data-last-findings]"), state, this.cfg.findingUrl);
           this.matrix.setExpected(state.expected_busbw_gbps);
           this.matrix.setFindings(state.findings);
