@@ -62,9 +62,14 @@ def peer_marks(
     segment against the links inside its groups, a single link against the rest), so the
     cell, the pair's hint and the finding name the same figures. Needs no history: a
     first sweep of a new deployment judges its links this way.
+
+    At a saturated moment (judging.saturated: the pair and the sweep's typical pair measured with
+    every CPU busy) a figure is mostly its share of the CPU: it is slow only under
+    judging.SATURATED_FLOOR of its peers' reference, else ``contended`` with that said.
     """
     out: dict[tuple[str, str], dict[str, Any]] = {}
     by_name = {culprits.pair_name(p): p for p in pairs}
+    typical: float | None = None
     for found in culprits.outliers(pairs, pattern, declared):
         if found["code"] not in SLOW_CODES:
             continue
@@ -75,12 +80,25 @@ def peer_marks(
                 continue
             bw = p.get("busbw_gbps")
             figure = f"busbw {bw:.3g} GB/s" if bw is not None else "busbw unknown"
-            out[key(p["a"], p["b"])] = {
+            mark = {
                 "status": "degraded",
                 "reason": "below_peers",
                 "hint": f"{figure}, slow next to its peers in this sweep: {found['text']}",
                 "peers": {"code": found["code"], "subject": found["subject"], "reference_gbps": reference},
             }
+            typical = judging.typical_load(pairs) if typical is None else typical
+            far = (
+                isinstance(bw, (int, float))
+                and isinstance(reference, (int, float))
+                and bw < judging.SATURATED_FLOOR * reference
+            )
+            if judging.saturated(judging.pair_score(p), typical) and not far:
+                mark["status"] = "contended"
+                mark["hint"] = (
+                    f"{figure}, below its peers in this sweep ({found['text']}), not below "
+                    f"{judging.SATURATED_FLOOR:.0%} of them; {judging.saturated_words(typical)}: contended, not acted on"
+                )
+            out[key(p["a"], p["b"])] = mark
     return out
 
 

@@ -44,6 +44,12 @@ MAX_MARGIN = 0.7
 # Load explains a slow figure only down to this share of what it is compared with: busy cores and a
 # cold start slow a probe, they do not cut it to a fraction (a shaped or broken link does).
 FAR_BELOW = 1 - MAX_MARGIN
+# A saturated moment: the pair's busier side and the sweep's typical pair both at this load score (every
+# CPU the probes share busy nearly all the time). A TCP probe's figure is then mostly its share of the
+# CPU: on a 2-core bed under busy loops healthy links scatter 4x within one sweep (0.2 to 0.8 GB/s). Such a
+# figure is slow only below SATURATED_FLOOR of its reference; a link shaped to a tenth still is.
+SATURATED = 0.9
+SATURATED_FLOOR = 0.2
 MEASURED = ("ok", "degraded", "contended")  # pairs whose busbw is a figure of their link
 
 
@@ -110,6 +116,20 @@ def typical_load(pairs: Iterable[Mapping[str, Any]]) -> float:
 def explains(score: float | None, typical: float) -> bool:
     """Whether a load explains a slow figure: busy, and heavier than the sweep's typical load."""
     return score is not None and score >= BUSY and score >= typical + HEAVIER
+
+
+def saturated(score: float | None, typical: float) -> bool:
+    """Whether a pair was measured at a saturated moment: its busier side and the sweep's typical pair alike."""
+    return score is not None and score >= SATURATED and typical >= SATURATED
+
+
+def saturated_figure(score: float | None) -> bool:
+    """Whether one figure was measured with a side's CPU saturated: it enters no trend (core/history.py)."""
+    return score is not None and score >= SATURATED
+
+
+def saturated_words(typical: float) -> str:
+    return f"every node's CPU was saturated while the sweep measured (typical load {typical:.0%})"
 
 
 WORDS = {
@@ -257,11 +277,19 @@ def against_peers(pairs: list[dict[str, Any]], degraded_ratio: float) -> dict[tu
             record.update(load=round(score, 3), typical_load=round(typical, 3))
         key = _key(p)
         told = f"{r:.0%} of its usual {ex['busbw_gbps']:.3g} GB/s; its peers in this sweep at {ref:.0%} of theirs"
-        if r < need and (not explains(score, typical) or r < FAR_BELOW * ref):
+        at_saturation = saturated(score, typical)
+        if at_saturation:
+            record["slow_below"] = round(min(need, SATURATED_FLOOR * ref), 3)
+            slow = r < SATURATED_FLOOR * ref and r < need
+        else:
+            slow = r < need and (not explains(score, typical) or r < FAR_BELOW * ref)
+        if slow:
             updates[key] = {"judged": record, "hint": f"{p.get('hint') or ''}; {told}: slow next to its peers too"}
         elif r < need or (score is not None and score >= BUSY):
             why = words or load_words(p, 0.0) or "a side was busy"
             alike = "far below its peers, and only it was busy" if r < need else "its peers slowed alike"
+            if at_saturation and r < need:
+                alike, why = f"below its peers, but not below {SATURATED_FLOOR:.0%} of them", saturated_words(typical)
             updates[key] = {
                 "judged": record,
                 "status": "contended",

@@ -179,14 +179,16 @@ def _history_findings(sweep: Sweep, pairs: list[dict], current: list[dict]) -> l
     rows = (
         PairProbe.objects.filter(sweep_id__in=earlier)
         .exclude(status__in=vocabulary.OPEN_STATUSES)
-        .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes")
+        .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes", "load")
     )
     # Each sweep's links that passed, by size: a link's busbw next to its peers of the same moment.
     peers: dict[tuple[int, int | None], list[float]] = {}
-    for sid, a, b, status, bw, sizes in rows.iterator(chunk_size=READ_CHUNK):
+    for sid, a, b, status, bw, sizes, load in rows.iterator(chunk_size=READ_CHUNK):
         key = (a, b) if (a, b) in links else (b, a)
         if key in links:
-            past.setdefault(key, []).append((sid, status, bw, _largest(sizes)))
+            # A figure measured with a side's CPU saturated is its share of the CPU: no point of a trend.
+            trend_bw = None if judging.saturated_figure(load) else bw
+            past.setdefault(key, []).append((sid, status, trend_bw, _largest(sizes)))
         if status in contract.PASSED_STATUSES and bw:
             peers.setdefault((sid, _largest(sizes)), []).append(bw)
     for p in pairs:
@@ -207,7 +209,11 @@ def _history_findings(sweep: Sweep, pairs: list[dict], current: list[dict]) -> l
         size = _largest(now.get("sizes"))
         # Only busbw measured at the same message size is comparable across sweeps.
         points = [(sid, bw) for sid, st, bw, sz in series if st in contract.PASSED_STATUSES and bw and sz == size]
-        if now["status"] in contract.PASSED_STATUSES and now.get("busbw_gbps"):
+        if (
+            now["status"] in contract.PASSED_STATUSES
+            and now.get("busbw_gbps")
+            and not judging.saturated_figure(judging.pair_score(now))
+        ):
             points.append((sweep.pk, now["busbw_gbps"]))
         busbw = [bw for _, bw in points]
         relative = None

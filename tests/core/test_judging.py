@@ -6,6 +6,7 @@ import itertools
 
 from agents import evidence as agent_evidence
 from cluster_health.core import confirmation, judging, verdicts
+from tests.core.test_culprits import pair as matrix_pair
 
 RATIO = 0.9  # CLUSTER_HEALTH_DEGRADED_RATIO's default
 NODES = [f"n{i}" for i in range(6)]
@@ -190,3 +191,36 @@ def test_a_second_look_as_fast_as_its_partners_at_that_moment_is_not_slow_again(
     ]
     updates, _ = confirmation.judge([*pairs, slow], again)
     assert updates[("n2", "n5")]["confirmation"]["outcome"] == "confirmed" and "status" not in updates[("n2", "n5")]
+
+
+def test_at_a_saturated_moment_a_quarter_of_its_peers_is_contended_and_a_tenth_is_slow():
+    # Every CPU busy the whole sweep (the 2-core bed under busy loops): healthy links scatter 4x.
+    pairs = fleet(lambda a, b: 0.2 if (a, b) == ("n1", "n2") else 0.02 if "n4" in (a, b) else 0.75, lambda n: 1.0)
+    updates = judging.against_peers(pairs, RATIO)
+    noisy = updates[("n1", "n2")]
+    assert noisy["status"] == "contended", noisy
+    assert "not below 20% of them" in noisy["hint"] and "every node's CPU was saturated" in noisy["hint"], noisy
+    for k, u in updates.items():
+        if "n4" in k:  # shaped to a fortieth of its peers: slow whatever the load
+            assert "status" not in u and "slow next to its peers too" in u["hint"], u
+
+
+def test_below_saturation_the_far_below_rule_is_unchanged():
+    pairs = fleet(lambda a, b: 0.2 if (a, b) == ("n1", "n2") else 0.75, lambda n: 0.85)
+    assert "status" not in judging.against_peers(pairs, RATIO)[("n1", "n2")]
+
+
+def test_a_node_far_below_its_peers_at_a_saturated_moment_is_marked_contended_unless_a_fifth_or_less():
+    def marks_for(factor):
+        pairs = []
+        for a, b in itertools.combinations(NODES, 2):
+            bw = 0.8 * factor if "n3" in (a, b) else 0.8
+            ev = {"a": side(a, 1.0), "b": side(b, 1.0)}
+            pairs.append({**matrix_pair(a, b, "ok", "bandwidth", None, busbw=bw), "hint": None, "evidence": ev})
+        return confirmation.peer_marks(pairs)
+
+    noisy = marks_for(0.3)
+    assert noisy and {m["status"] for m in noisy.values()} == {"contended"}, noisy
+    assert all("contended, not acted on" in m["hint"] for m in noisy.values())
+    shaped = marks_for(0.05)
+    assert shaped and {m["status"] for m in shaped.values()} == {"degraded"}, shaped

@@ -127,3 +127,41 @@ def test_after_a_fault_is_cleared_the_next_sweep_is_judged_against_the_history_b
     assert run_sweep(driver, faulty)["verdict"] == "fail"
     report = run_sweep(driver, lambda cmd: loaded(cmd, scatter(cmd)))
     assert report["verdict"] == "pass" and not not_ok(report), not_ok(report)
+
+
+def test_a_saturated_bed_whose_links_scatter_four_times_alarms_on_nothing_and_a_shaped_node_still_fails(driver):
+    history(driver)
+    # Every CPU busy the whole sweep: a TCP probe's figure is its share of the CPU, 0.2 to 0.8 of a quiet night.
+    report = run_sweep(driver, lambda cmd: loaded(cmd, 0.2 if pair_of(cmd) == {"n1", "n2"} else 0.8, pressure=1.0))
+    assert report["verdict"] == "pass", report["findings"]
+    assert {p["status"] for p in report["pairs"]} <= {"ok", "contended"}, not_ok(report)
+    [noisy] = [p for p in report["pairs"] if {p["a"], p["b"]} == {"n1", "n2"}]
+    assert noisy["status"] == "contended" and "every node's CPU was saturated" in noisy["hint"], noisy
+    # n4 shaped to a fortieth of its peers on the same saturated bed: found, named and confirmed.
+    report = run_sweep(driver, lambda cmd: loaded(cmd, 0.02 if "n4" in pair_of(cmd) else 0.8, pressure=1.0))
+    assert report["verdict"] == "fail", report["findings"]
+    assert any(f["severity"] == "fail" and f["subject"] == "n4" for f in report["findings"]), report["findings"]
+
+
+def test_a_fall_measured_at_saturation_is_no_drift_and_the_same_fall_on_quiet_nodes_is(driver):
+    def falling(pressure):
+        for night in range(7):  # n1<->n2 loses a tenth a night, its peers hold
+            level = 1.0 - 0.1 * night
+            run_sweep(
+                driver,
+                lambda cmd, level=level: loaded(
+                    cmd, level if pair_of(cmd) == {"n1", "n2"} else scatter(cmd), pressure=pressure
+                ),
+            )
+        return [
+            f
+            for f in run_sweep(
+                driver,
+                lambda cmd: loaded(cmd, 0.3 if pair_of(cmd) == {"n1", "n2"} else scatter(cmd), pressure=pressure),
+            )["findings"]
+            if f["code"] == "drift"
+        ]
+
+    assert falling(1.0) == []
+    drift = falling(0.05)
+    assert [f["subject"] for f in drift] == ["n1<->n2"], drift
