@@ -10,7 +10,7 @@ drives the three with a deadline.
 An inspect holds its agent's single command slot for seconds, and a probe that cannot start within
 its grace times out: a node a running sweep covers gets its inspect only after that sweep ends,
 within the diagnosis's collecting time, else the answer names it busy in that sweep, not silent
-(``sweeps.turns``; a sweep likewise waits for an inspect in flight).
+(``sweeps.turns``; a sweep likewise waits for an inspect in flight, and so does another diagnosis's inspect).
 """
 
 from __future__ import annotations
@@ -70,11 +70,18 @@ def request(
             requested_by=requested_by,
         )
         turns.claim()
-        busy, now = turns.sweeping(nodes), time.time()
-        diagnosis.inspects = {n: {"busy": busy[n]} if n in busy else {"sent": now} for n in nodes}
+        diagnosis.inspects = _turns(diagnosis.pk, nodes)
         diagnosis.save(update_fields=["inspects"])
-    _send(diagnosis, [n for n in nodes if n not in busy])
+    _send(diagnosis, [n for n in nodes if "sent" in diagnosis.inspects[n]])
     return diagnosis
+
+
+def _turns(pk: int, nodes: list[str]) -> dict[str, dict[str, Any]]:
+    """Each node's inspect, sent now unless a running sweep covers the node ({"busy": sweep id}) or
+    another diagnosis's inspect is in flight there ({"after": its id}): one command slot per agent."""
+    busy, now = turns.sweeping(nodes), time.time()
+    after = turns.inspected([n for n in nodes if n not in busy], excluding=pk)
+    return {n: {"busy": busy[n]} if n in busy else {"after": after[n]} if n in after else {"sent": now} for n in nodes}
 
 
 def _master(master: str) -> tuple[str, int]:
@@ -111,35 +118,35 @@ def _send(diagnosis: HangDiagnosis, nodes: list[str]) -> None:
 
 
 def send_held(diagnosis: HangDiagnosis) -> list[str]:
-    """Send the inspects held back for a running sweep whose sweep has ended; a node another running
-    sweep covers by now stays held, named with that sweep. Returns the nodes sent to."""
-    if not any("busy" in v for v in diagnosis.inspects.values()):
+    """Send the inspects held back whose node is free now; a node still busy (or busy again) stays held,
+    named with what holds it. Returns the nodes sent to."""
+    if not held(diagnosis):
         return []
     with transaction.atomic():
         HangDiagnosis.objects.filter(pk=diagnosis.pk).update(status=F("status"))  # SQLite: write first
         turns.claim()
         row = HangDiagnosis.objects.get(pk=diagnosis.pk)
-        held = [n for n, v in row.inspects.items() if "busy" in v]
-        busy, now = turns.sweeping(held), time.time()
-        free = [n for n in held if n not in busy]
-        row.inspects = {**row.inspects, **{n: {"busy": busy[n]} for n in busy}, **{n: {"sent": now} for n in free}}
+        now_held = _turns(row.pk, list(held(row)))
+        row.inspects = {**row.inspects, **now_held}
         row.save(update_fields=["inspects"])
     diagnosis.inspects = row.inspects
+    free = [n for n, v in now_held.items() if "sent" in v]
     _send(diagnosis, free)
     return free
 
 
-def held(diagnosis: HangDiagnosis) -> dict[str, int]:
-    """The nodes whose inspect is still held back, each with the running sweep it waits for."""
-    return {n: v["busy"] for n, v in sorted(diagnosis.inspects.items()) if "busy" in v}
+def held(diagnosis: HangDiagnosis) -> dict[str, dict[str, Any]]:
+    """The nodes whose inspect is still held back, each with what it waits for (``_turns``)."""
+    return {n: v for n, v in sorted(diagnosis.inspects.items()) if "sent" not in v}
 
 
-def _held_text(busy: dict[str, int]) -> str:
-    by_sweep: dict[int, list[str]] = {}
-    for node, sweep_id in busy.items():
-        by_sweep.setdefault(sweep_id, []).append(node)
+def _held_text(waiting: dict[str, dict[str, Any]]) -> str:
+    by_holder: dict[tuple[str, int], list[str]] = {}
+    for node, v in waiting.items():
+        by_holder.setdefault(("sweep", v["busy"]) if "busy" in v else ("hang diagnosis", v["after"]), []).append(node)
     return "; ".join(
-        f"not inspected, busy in sweep #{pk}: {', '.join(nodes[:20])}" for pk, nodes in sorted(by_sweep.items())
+        f"not inspected, busy in {what} #{pk}: {', '.join(nodes[:20])}"
+        for (what, pk), nodes in sorted(by_holder.items())
     )
 
 
@@ -231,8 +238,8 @@ def _shown_rank(rank: dict[str, Any]) -> dict[str, Any]:
 def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
     """Join the reports and the live probe into the answer, keep it on the row, and return it."""
     ranks = _ranks(diagnosis)
-    busy = held(diagnosis)
-    silent = sorted(set(diagnosis.nodes) - reported(diagnosis) - set(busy))
+    waiting = held(diagnosis)
+    silent = sorted(set(diagnosis.nodes) - reported(diagnosis) - set(waiting))
     errors = dict(HangReport.objects.filter(diagnosis=diagnosis).exclude(error="").values_list("node", "error"))
     pairs: list[dict[str, Any]] = []
     if diagnosis.sweep_id:
@@ -243,8 +250,8 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
     answer = hangs.diagnose(ranks, world, pairs, silent_nodes=silent if ranks else [])
     if not ranks and silent:
         answer["why"] = f"{answer['why']} (no answer from: {', '.join(silent[:20])})"
-    if busy:
-        answer["why"] = f"{answer.get('why') or ''} ({_held_text(busy)})".strip()
+    if waiting:
+        answer["why"] = f"{answer.get('why') or ''} ({_held_text(waiting)})".strip()
     result = {
         "diagnosis": diagnosis.pk,
         "job": {
@@ -260,7 +267,13 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
         "why": answer.get("why"),
         "ranks": [_shown_rank(r) for r in ranks],
         "pairs": pairs,
-        "looked": {"asked": diagnosis.nodes, "silent": silent, "busy": busy, "errors": errors},
+        "looked": {
+            "asked": diagnosis.nodes,
+            "silent": silent,
+            "busy": {n: v["busy"] for n, v in waiting.items() if "busy" in v},  # in a running sweep: its id
+            "busy_inspecting": {n: v["after"] for n, v in waiting.items() if "after" in v},  # another diagnosis
+            "errors": errors,
+        },
         "live_probe": diagnosis.sweep_id,
     }
     HangDiagnosis.objects.filter(pk=diagnosis.pk).update(

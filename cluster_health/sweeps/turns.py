@@ -45,19 +45,25 @@ def sweeping(names: list[str]) -> dict[str, int]:
     return out
 
 
-def inspecting(names: list[str]) -> list[int]:
-    """The diagnoses with an inspect in flight on any of ``names``: sent, not yet answered, and
-    sent less than ``INSPECT_HOLD_S`` ago."""
+def inspected(names: list[str], excluding: int | None = None) -> dict[str, int]:
+    """Each of ``names`` with an inspect in flight (sent, not yet answered, sent less than
+    ``INSPECT_HOLD_S`` ago), with that diagnosis's id (the oldest, if several)."""
     now = time.time()
     since = timezone.now() - timedelta(seconds=INSPECT_HOLD_S)
-    wanted, out = set(names), []
-    open_ = HangDiagnosis.objects.filter(Q(finished__isnull=True) | Q(finished__gte=since))
+    wanted, out = set(names), dict[str, int]()
+    open_ = HangDiagnosis.objects.filter(Q(finished__isnull=True) | Q(finished__gte=since)).exclude(pk=excluding)
     for pk, nodes, inspects in open_.order_by("pk").values_list("pk", "nodes", "inspects"):
         held = {
             node
             for node in wanted.intersection(nodes or ())
-            if now - ((inspects or {}).get(node) or {}).get("sent", 0) < INSPECT_HOLD_S
+            if node not in out and now - ((inspects or {}).get(node) or {}).get("sent", 0) < INSPECT_HOLD_S
         }
-        if held and held - set(HangReport.objects.filter(diagnosis_id=pk).values_list("node", flat=True)):
-            out.append(pk)
+        if held:
+            held -= set(HangReport.objects.filter(diagnosis_id=pk).values_list("node", flat=True))
+            out.update(dict.fromkeys(held, pk))
     return out
+
+
+def inspecting(names: list[str]) -> list[int]:
+    """The diagnoses with an inspect in flight on any of ``names``."""
+    return sorted(set(inspected(names).values()))

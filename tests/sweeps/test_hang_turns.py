@@ -94,3 +94,25 @@ def test_an_inspect_that_never_answers_holds_its_node_a_bounded_time(driver):
     sweep = driver.sweep(kind="connectivity", nodes=["n0", "n1"])
     sweep.refresh_from_db()
     assert sweep.status == "running"
+
+
+def test_a_second_diagnosis_waits_for_the_first_ones_inspect_rather_than_let_its_own_expire(driver):
+    heartbeat("n0")
+    first = driver.run(hang_diagnoses.request, master=MASTER, nodes=["n0"])
+    second = driver.run(hang_diagnoses.request, master=MASTER, nodes=["n0"])
+    assert inspected(driver.take()) == ["n0"]  # the first one's only
+    assert hang_diagnoses.held(HangDiagnosis.objects.get(pk=second.pk)) == {"n0": {"after": first.pk}}
+    assert driver.run(hang_diagnoses.send_held, second) == []
+    driver.run(report, first, "n0")
+    assert driver.run(hang_diagnoses.send_held, second) == ["n0"]
+    assert [c["probe_id"] for c in driver.take()] == [second.pk]
+    third = driver.run(hang_diagnoses.request, master=MASTER, nodes=["n0"])  # while the second's runs
+    answer = hang_diagnoses.conclude(HangDiagnosis.objects.get(pk=third.pk))
+    assert answer["looked"] == {
+        "asked": ["n0"],
+        "silent": [],
+        "busy": {},
+        "busy_inspecting": {"n0": second.pk},
+        "errors": {},
+    }
+    assert f"not inspected, busy in hang diagnosis #{second.pk}: n0" in answer["why"]
