@@ -127,9 +127,15 @@ class TestBed:
         tag: str | None = None,
         names: list[str] | None = None,
         second_interface: bool = False,
+        racks: int = 0,
+        uplink_mbit: float | None = None,
     ) -> None:
         if not 2 <= hosts <= 60:
             raise ValueError("hosts: between 2 and 60")
+        if racks and not 2 <= racks <= hosts:
+            raise ValueError("racks: between 2 and the number of hosts (0: one bridge for all)")
+        if uplink_mbit is not None and (not racks or uplink_mbit <= 0):
+            raise ValueError("uplink_mbit: a positive rate, and only with racks")
         self.tag = tag or uuid.uuid4().hex[:6]
         self.workdir = Path(workdir or (ROOT / "var" / f"testbed-{self.tag}"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -146,6 +152,11 @@ class TestBed:
             for i in range(hosts)
         ]
         self.second_interface = second_interface
+        # Two tiers: rack k (0-based) is bridge r<k+1>, its hosts the k-th contiguous share; each rack's uplink
+        # is one veth pair u<k+1> (on the rack's bridge) - s<k+1> (on the spine bridge), tbf-shaped both ways.
+        self.racks = racks
+        self.uplink_mbit = uplink_mbit
+        self.rack_of: dict[str, int] = {h.name: h.index * racks // hosts for h in self.hosts} if racks else {}
         self.broker_url: str | None = None  # what restart_detached_agent starts agents with
         self.agent_env: dict[str, str] = {}
         self._built = False
@@ -161,6 +172,8 @@ class TestBed:
             self._in(self.bridge_ns, "ip", "link", "set", "lo", "up")
             self._in(self.bridge_ns, "ip", "link", "add", "br0", "type", "bridge")
             self._in(self.bridge_ns, "ip", "link", "set", "br0", "up")
+            if self.racks:
+                self._build_racks()
             for host in self.hosts:
                 self._build_host(host)
             self._built = True
@@ -172,7 +185,7 @@ class TestBed:
     def _build_host(self, host: Host) -> None:
         sh("ip", "netns", "add", host.ns)
         self._in(host.ns, "ip", "link", "set", "lo", "up")
-        self._plug(host, "eth0", f"v{host.index}", "br0", host.address)
+        self._plug(host, "eth0", f"v{host.index}", self._bridge_of(host.name), host.address)
         if host.dead_address:
             self.add_dead_interface(host.name)
         self.write_hosts_file(host)
@@ -183,6 +196,55 @@ class TestBed:
         self._in(self.bridge_ns, "ip", "link", "set", port, "master", bridge, "up")
         self._in(host.ns, "ip", "addr", "add", f"{address}/24", "dev", ifname)
         self._in(host.ns, "ip", "link", "set", ifname, "up")
+
+    def _build_racks(self) -> None:
+        """The rack bridges and the spine (bridge ``br0``, which then holds no host), each rack joined to it by
+        its uplink, shaped to ``uplink_mbit`` where given."""
+        for k in range(1, self.racks + 1):
+            self._in(self.bridge_ns, "ip", "link", "add", f"r{k}", "type", "bridge")
+            self._in(self.bridge_ns, "ip", "link", "set", f"r{k}", "up")
+            self._in(self.bridge_ns, "ip", "link", "add", f"u{k}", "type", "veth", "peer", "name", f"s{k}")
+            self._in(self.bridge_ns, "ip", "link", "set", f"u{k}", "master", f"r{k}", "up")
+            self._in(self.bridge_ns, "ip", "link", "set", f"s{k}", "master", "br0", "up")
+            if self.uplink_mbit is not None:
+                for port in (f"u{k}", f"s{k}"):  # each direction's egress: out of the rack, and into it
+                    self._tbf(self.bridge_ns, port, self.uplink_mbit)
+
+    def _tbf(self, ns: str, dev: str, rate_mbit: float, burst_kb: int = 64, latency_ms: int = 50) -> None:
+        self._in(
+            ns,
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            dev,
+            "root",
+            "tbf",
+            "rate",
+            f"{rate_mbit}mbit",
+            "burst",
+            f"{burst_kb}kb",
+            "latency",
+            f"{latency_ms}ms",
+        )
+
+    def _bridge_of(self, name: str) -> str:
+        return f"r{self.rack_of[name] + 1}" if self.racks else "br0"
+
+    def rack_name(self, name: str) -> str:
+        """The rack a host is cabled to now: ``rack1`` ... (a moved host's new one)."""
+        return f"rack{self.rack_of[name] + 1}"
+
+    def move_host(self, name: str, rack: int) -> None:
+        """Move the host's cable to rack ``rack`` (1-based) of a two-tier bed: its port joins that rack's bridge.
+
+        Its address and name stay, so whatever labels it (a declared topology) now says the wrong rack.
+        """
+        if not self.racks or not 1 <= rack <= self.racks:
+            raise ValueError(f"rack: 1 to {self.racks} on a bed built with racks")
+        host = self.host(name)
+        self._in(self.bridge_ns, "ip", "link", "set", f"v{host.index}", "master", f"r{rack}")
+        self.rack_of[name] = rack - 1
 
     def write_hosts_file(self, host: Host, self_address: str | None = None) -> None:
         """The host's /etc/hosts: every test host by name, its own name on its own address."""
@@ -324,23 +386,7 @@ class TestBed:
 
     def shape(self, name: str, rate_mbit: float, burst_kb: int = 64, latency_ms: int = 50) -> None:
         """Limit the host's egress with a token bucket filter (tc tbf)."""
-        h = self.host(name)
-        self._in(
-            h.ns,
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            "eth0",
-            "root",
-            "tbf",
-            "rate",
-            f"{rate_mbit}mbit",
-            "burst",
-            f"{burst_kb}kb",
-            "latency",
-            f"{latency_ms}ms",
-        )
+        self._tbf(self.host(name).ns, "eth0", rate_mbit, burst_kb, latency_ms)
 
     def unshape(self, name: str) -> None:
         self._in(self.host(name).ns, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)

@@ -368,7 +368,7 @@ def _figures(latency: float | None, busbw: float | None) -> str:
     if latency is not None:
         parts.append(f"{latency:.0f} us")
     if busbw is not None:
-        parts.append(f"{busbw:.2f} GB/s")
+        parts.append(f"{busbw:.3g} GB/s")
     return ", ".join(parts) or "no figure"
 
 
