@@ -112,10 +112,11 @@ def attempted(step) -> dict:
 
 def staged(system, fault, after: bool) -> dict:
     """one_fault, or its fault's name and what stopped it (the fault is cleared again)."""
-    figures = attempted(lambda: one_fault(system, *fault, after=after))
+    what, inject, clear, culprit = fault
+    figures = attempted(lambda: one_fault(system, what, inject, clear, culprit, after=after))
     if "error" in figures:
-        attempted(lambda: fault[2](system, [h.name for h in system.bed.hosts]))
-        figures = {"fault": fault[0], **figures}
+        attempted(lambda: clear(system, [h.name for h in system.bed.hosts]))
+        figures = {"fault": what, **figures}
     return figures
 
 
