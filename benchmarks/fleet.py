@@ -11,9 +11,9 @@ of one real Gloo probe run on loopback with the agent's own code before the swee
 versions, stage times, evidence and all, with each command's probe, node and rank put
 in; ``--halves synthetic``: the contract's minimal half, as figures before 2026-11-23
 were taken), one ``server.result`` message per
-half on queue ``server.ingest``, the text Celery writes for it as the agents send it
-(``dispatch.task_message``, pushed in one pipeline a turn), and sends every node's heartbeat
-(on the same queue) every ``--heartbeat-s``. Every node is enrolled with a key of its own, and every
+half on its node's own ingest list ``server.ingest.<node>``, the text Celery writes for it as
+the agents send it (``dispatch.task_message``, pushed in one pipeline a turn), and sends every
+node's heartbeat (on the same list) every ``--heartbeat-s``. Every node is enrolled with a key of its own, and every
 heartbeat and half is signed with it, as agents sign them: the server checks
 each signature (and refuses unsigned messages) as it does in production. Then it requests one sweep and reads the rows it wrote.
 
@@ -25,7 +25,10 @@ commands, sending halves) is measured beside it (``simulator_s_per_round``): on 
 real fleet that work is spread over N machines.
 
     .venv/bin/python benchmarks/fleet.py --nodes 256 \
-        --database postgres://postgres@127.0.0.1:5432/fleet --json [--workers 2] [--probe-s 0]
+        --database postgres://postgres@127.0.0.1:5432/fleet --json [--workers 2] [--consumers 2] [--probe-s 0]
+
+``--consumers N`` runs N ingest consumers: each server worker's own, and standalone ones
+(``manage.py ingest_consumer``) for the rest, as an operator adds them (docs/OPERATIONS.md).
 
 ``--database`` is used as given (migrated first); without it, a scratch SQLite file.
 
@@ -250,7 +253,7 @@ class Fleet(LoopThread):
             self.take_commands(max(0.0, min(wait, 0.2)))
 
     def push(self, out: list) -> None:
-        """This turn's messages onto queue server.ingest, as the server sends its own: the text Celery's
+        """This turn's messages onto the nodes' ingest lists, as the server sends its own: the text Celery's
         ``send_task`` writes, in one pipeline (``dispatch._redis_send``; a real fleet sends from N machines)."""
         from cluster_health.queues import dispatch
 
@@ -286,7 +289,7 @@ class Fleet(LoopThread):
     def to_server(self, out: list, task: str, name: str, body: dict, expires_s: float | None = None) -> None:
         """``task`` with ``body`` as its argument ``name``, signed by its node, added to this turn's messages."""
         kwargs = {name: body, "auth": signing.sign(body, self.keys[body["node"]], name)}
-        out.append((task, contract.INGEST_QUEUE, kwargs, expires_s))
+        out.append((task, contract.ingest_queue(body["node"]), kwargs, expires_s))
 
     def send_due(self, out: list) -> None:
         from devtools.sweep_driver import result_for
@@ -412,8 +415,10 @@ class ServerStack:
         database_url: str,
         redis_server: RedisServer,
         heartbeat_s: float = HEARTBEAT_S,
+        consumers: int = 0,
     ):
         self.workdir, self.workers, self.heartbeat_s = workdir, workers, heartbeat_s
+        self.extra_consumers = max(0, consumers - workers)  # standalone, beside the workers' own
         self.redis = redis_server
         self.database_url = database_url
         self.sup: devstack.Supervisor | None = None
@@ -435,6 +440,10 @@ class ServerStack:
         web = self.sup.start("web", devstack.web_args("127.0.0.1", port))
         for k in range(self.workers):
             self.sup.start(f"worker{k}", devstack.server_worker_args(f"server{k}@fleet"))
+        for k in range(self.extra_consumers):
+            self.sup.start(
+                f"consumer{k}", [sys.executable, "manage.py", "ingest_consumer", "--name", f"extra{k}@fleet"]
+            )
         self.sup.start("beat", devstack.beat_args(self.workdir))
         devstack.wait_for_port("127.0.0.1", port, 60, web)
         sup = self.sup  # a local, so that the lambdas below see it is set
@@ -680,6 +689,7 @@ def measure(
     redis_server: RedisServer,
     halves: str = "real",
     watch: bool = False,
+    consumers: int = 0,
 ) -> dict:
     """Start the stack, bring N simulated agents online, run one sweep, read its rows; Django is set up."""
     import secrets
@@ -688,7 +698,7 @@ def measure(
 
     from cluster_health.models import Node
 
-    stack = ServerStack(workdir, workers, database_url, redis_server, heartbeat_s)
+    stack = ServerStack(workdir, workers, database_url, redis_server, heartbeat_s, consumers)
     fleet = watcher = None
     try:
         stack.start()
@@ -717,7 +727,7 @@ def measure(
         figures = _sweep_figures(outcome, fleet, nodes, workers, kind, probe_s, timeout_s, dead, failing)
         if watcher is not None:
             figures["while_ingested"] = watcher.figures()
-        return {**figures, "halves_content": halves}
+        return {**figures, "halves_content": halves, "consumers": max(consumers, workers)}
     finally:
         try:
             if watcher is not None:
@@ -809,6 +819,12 @@ def main(argv: list[str] | None = None) -> int:
         help="--database names a PostgreSQL server: use a scratch database on it, dropped after",
     )
     parser.add_argument("--workers", type=int, default=1, help="server workers (celery -Q server), 2 processes each")
+    parser.add_argument(
+        "--consumers",
+        type=int,
+        default=0,
+        help="ingest consumers in all (default: one per worker); extra ones standalone",
+    )
     parser.add_argument("--probe-s", type=float, default=0.0, help="simulated seconds per probe")
     parser.add_argument("--kind", default="connectivity", choices=vocabulary.SWEEP_KINDS)
     parser.add_argument("--heartbeat-s", type=float, default=HEARTBEAT_S)
@@ -858,11 +874,11 @@ def main(argv: list[str] | None = None) -> int:
                 from benchmarks.scratch import scratch_database
 
                 with scratch_database(opts.database) as url:
-                    figures = measure(*args, url, workdir, redis_server, opts.halves, opts.watch)
+                    figures = measure(*args, url, workdir, redis_server, opts.halves, opts.watch, opts.consumers)
             else:
                 url = opts.database or f"sqlite:///{workdir}/fleet.sqlite3"
                 setup_django(url, workdir)
-                figures = measure(*args, url, workdir, redis_server, opts.halves, opts.watch)
+                figures = measure(*args, url, workdir, redis_server, opts.halves, opts.watch, opts.consumers)
         finally:
             redis_server.stop()
             if opts.logs:
