@@ -35,3 +35,4 @@ def register_after_sweep() -> None:
         return []
 
     tasks.AFTER_SWEEP[:] = [record_coverage, operator_states.after_sweep, release_hold]
+    tasks.AFTER_ENDED[:] = [release_hold]

@@ -38,6 +38,15 @@ def sweep_finished(sweep_id: int) -> None:
     transaction.on_commit(lambda: _send_actions(ActionOutbox.objects.filter(sweep_id=sweep_id, sent__isnull=True)))
 
 
+def sweep_ended(sweep: Sweep) -> None:
+    """A sweep that ended without finishing (failed, cancelled) in this transaction: when it held something
+    (an idle sweep's Slurm hold), record its after-sweep action, sent after the commit, to give that back."""
+    if not (sweep.params or {}).get("idle_hold"):
+        return
+    ActionOutbox.objects.get_or_create(sweep_id=sweep.pk, task=vocabulary.TASK_AFTER_SWEEP)
+    transaction.on_commit(lambda: _send_actions(ActionOutbox.objects.filter(sweep_id=sweep.pk, sent__isnull=True)))
+
+
 def _send_actions(rows) -> int:
     sent = 0
     for row in rows:
@@ -78,8 +87,13 @@ def resend_lost(now=None) -> int:
 
 @shared_task(name=vocabulary.TASK_AFTER_SWEEP, ignore_result=True)
 def after_sweep(sweep_id):
-    sweep = Sweep.objects.filter(pk=sweep_id, status="finished").first()
+    sweep = Sweep.objects.filter(pk=sweep_id, status__in=("finished", *ENDED_UNFINISHED)).first()
     if sweep is None:
+        return 0
+    if sweep.status in ENDED_UNFINISHED:  # nothing measured to act on: only what it held is given back
+        for step in AFTER_ENDED:
+            step(sweep)
+        _acted(sweep_id, vocabulary.TASK_AFTER_SWEEP)
         return 0
     bootstrap.ensure_env_channels()
     after_sweep_operations(sweep)  # before the alerts: a node back in service is alerted on again
@@ -95,6 +109,9 @@ def after_sweep(sweep_id):
 # (they request sweeps and read the Slurm actions), so they register here when the app is ready
 # (cluster_health/apps.py) instead of being imported from below.
 AFTER_SWEEP: list[Callable[[Sweep], list[str]]] = []
+# The steps that also run for a sweep that ended without finishing: an idle sweep's hold released.
+AFTER_ENDED: list[Callable[[Sweep], list[str]]] = []
+ENDED_UNFINISHED = ("failed", "cancelled")
 
 
 def after_sweep_operations(sweep: Sweep) -> list[str]:

@@ -42,6 +42,7 @@ def _fail(sweep: Sweep, error: str) -> None:
     )
     sweep.refresh_from_db()
     broadcast.sweep_update(sweep)
+    actions_tasks.sweep_ended(sweep)  # an idle sweep's hold given back now, not at its Duration
     transaction.on_commit(start_queued)  # its nodes are free for the sweeps queued behind it
     log.warning("sweep %s failed: %s", sweep.pk, error)
 
@@ -362,6 +363,7 @@ def cancel(sweep_id: int) -> bool:
         sweep = Sweep.objects.get(pk=sweep_id)
         confirming.drop_pass(sweep)  # cut short: its pairs keep their first outcome, each shown once
         broadcast.sweep_update(sweep)
+        actions_tasks.sweep_ended(sweep)
         transaction.on_commit(start_queued)
     return True
 

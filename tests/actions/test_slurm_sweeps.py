@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 import pytest
 from django.core.management import call_command
 
-from cluster_health import sweeps
+from cluster_health import sweeps, vocabulary
 from cluster_health.actions import tasks
 from cluster_health.core import planner
 from cluster_health.models import PairCoverage, PairProbe, Sweep
 from cluster_health.queues import dispatch
-from cluster_health.sweeps import idle, waiting
+from cluster_health.sweeps import idle, lifecycle, waiting
 from devtools.sweep_driver import heartbeat, result_for
 from tests.support.action_fixtures import SlurmCluster
 
@@ -159,3 +159,20 @@ def test_a_killed_worker_leaves_the_nodes_held_no_longer_than_the_reservations_d
     assert idle.release_hold(sweep) == [f"released {hold['reservation']}"]
     assert hold["reservation"] not in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")
     assert idle.release_hold(sweep) == []
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+def test_an_idle_sweep_that_ends_unfinished_gives_its_hold_back_at_once(slurm_bed, driver, ending):
+    sweep = driver.run(idle.start, 2)
+    hold = sweep.params["idle_hold"]
+    driver.run(sweeps.start_sweep, sweep.pk)
+    if ending == "cancelled":
+        assert driver.run(lifecycle.cancel, sweep.pk)
+    else:
+        driver.run(lifecycle._fail, Sweep.objects.get(pk=sweep.pk), "planning broke")
+    sent = [kw["sweep_id"] for task, kw in driver.server_tasks if task == vocabulary.TASK_AFTER_SWEEP]
+    assert sent == [sweep.pk], driver.server_tasks  # sent through the outbox, as a finished sweep's actions
+    assert hold["reservation"] in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")
+    tasks.after_sweep(sweep.pk)
+    assert hold["reservation"] not in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")
+    assert Sweep.objects.get(pk=sweep.pk).status == ending
