@@ -16,11 +16,16 @@ else measures pairs: no nightly sweep, no gang check.
 
 Reported per busy share: the days until all 523,776 pairs were measured at least once (or the share
 measured by the end of the simulated time), the shares measured within the first day and week, the idle
-sweeps run, the share of node-time held by them, and the busy share actually reached. The simulation
+sweeps run, the share of node-time held by them, the busy share actually reached, and the gang checks run
+with the pairs they measured. ``run()`` (what ``benchmarks/run.py`` calls) simulates each busy share twice, with
+the gang check and without it (under ``without_gang_check``), on the same seed. The simulation
 runs in this process with Django set up on a scratch SQLite file that is never written: the selection
 gets the coverage as a dictionary, as ``choose(..., measured=...)`` takes it.
 
-    .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 64] [--json]
+    .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 64] [--no-gang-check | --compare] [--json]
+
+Run time on a loaded 2-core machine: the 50 % share dominates (``choose`` sorts the pairs of about 500 idle
+nodes every 15 minutes, about 0.7 s each); 80 and 90 % take a minute or two each.
 """
 
 from __future__ import annotations
@@ -70,7 +75,9 @@ def _job(rng: random.Random) -> tuple[int, float]:
     return size, min(max(minutes, JOB_MIN_MIN), JOB_MAX_MIN)
 
 
-def simulate(busy: float, max_nodes: int, seed: int = 1, nodes: int = NODES, max_days: int = MAX_DAYS) -> dict:
+def simulate(
+    busy: float, max_nodes: int, seed: int = 1, nodes: int = NODES, max_days: int = MAX_DAYS, gang_check: bool = True
+) -> dict:
     """One simulated fleet at ``busy`` share; returns its figures (see the module's docstring)."""
     from cluster_health.core import planner
     from cluster_health.models import pair_key
@@ -86,7 +93,7 @@ def simulate(busy: float, max_nodes: int, seed: int = 1, nodes: int = NODES, max
     held: list[tuple[float, int, list[str], list[tuple[str, str]]]] = []  # idle sweeps running
     sweeps = held_node_min = busy_node_min = 0
     first_day = first_week = None
-    job_id = 0
+    job_id = gang_checks = gang_pairs = 0
     choose_s = 0.0
     covered_at = None
     minute = 0.0
@@ -108,8 +115,14 @@ def simulate(busy: float, max_nodes: int, seed: int = 1, nodes: int = NODES, max
         while busy_now < busy * nodes and free:
             size, minutes = _job(rng)
             size = min(size, len(free), math.ceil(busy * nodes) - busy_now)
-            taken = rng.sample(sorted(free), size)
+            taken = sorted(rng.sample(sorted(free), size))  # Slurm's hostlist order, as the prolog reads it
             free.difference_update(taken)
+            if gang_check and size >= 2:
+                for probes in planner.plan("quick", taken).rounds:
+                    for a, b in probes:
+                        measured[pair_key(a, b)] = now
+                    gang_pairs += len(probes)
+                gang_checks += 1
             job_id += 1
             heapq.heappush(jobs, (minute + minutes, job_id, taken))
             busy_now += size
@@ -141,11 +154,22 @@ def simulate(busy: float, max_nodes: int, seed: int = 1, nodes: int = NODES, max
         "idle_sweeps": sweeps,
         "held_share": round(held_node_min / ran, 4),
         "choose_s_mean": round(choose_s / max(sweeps, 1), 4),
+        "gang_check": gang_check,
+        "gang_checks": gang_checks,
+        "gang_check_pairs": gang_pairs,
     }
 
 
-def run(busy=(0.5, 0.8, 0.9), max_nodes: int = 64, seed: int = 1, nodes: int = NODES) -> dict:
-    """The figures for each busy share: one simulated fleet each, the same seed."""
+def run(
+    busy=(0.5, 0.8, 0.9),
+    max_nodes: int = 64,
+    seed: int = 1,
+    nodes: int = NODES,
+    gang_check: bool = True,
+    compare: bool = True,
+) -> dict:
+    """The figures for each busy share: one simulated fleet each, the same seed; with ``compare`` (and the gang
+    check on), each again without the gang check, under ``without_gang_check``."""
     _setup_django()
     t0 = time.perf_counter()
     out: dict = {
@@ -157,7 +181,11 @@ def run(busy=(0.5, 0.8, 0.9), max_nodes: int = 64, seed: int = 1, nodes: int = N
         "seed": seed,
     }
     for share in busy:
-        out[f"busy_{round(share * 100)}"] = simulate(share, max_nodes, seed, nodes)
+        out[f"busy_{round(share * 100)}"] = simulate(share, max_nodes, seed, nodes, gang_check=gang_check)
+    if compare and gang_check:
+        out["without_gang_check"] = {
+            f"busy_{round(share * 100)}": simulate(share, max_nodes, seed, nodes, gang_check=False) for share in busy
+        }
     out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
 
@@ -168,13 +196,19 @@ def main() -> int:
     parser.add_argument("--max-nodes", type=int, default=64, help="each idle sweep's --max-nodes")
     parser.add_argument("--nodes", type=int, default=NODES)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--no-gang-check", action="store_true", help="no gang check before jobs: only idle-gap sweeps measure pairs"
+    )
+    parser.add_argument("--compare", action="store_true", help="each busy share also without the gang check")
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args()
     if not all(0 <= b < 1 for b in opts.busy):
         parser.error("--busy: shares from 0 up to (not including) 1")
+    if opts.no_gang_check and opts.compare:
+        parser.error("--compare runs with the gang check and without it: not with --no-gang-check")
     if not 2 <= opts.max_nodes <= 4096 or opts.nodes < 2:
         parser.error("--max-nodes: 2..4096; --nodes: at least 2")
-    figures = run(opts.busy, opts.max_nodes, opts.seed, opts.nodes)
+    figures = run(opts.busy, opts.max_nodes, opts.seed, opts.nodes, not opts.no_gang_check, opts.compare)
     print(json.dumps(figures, indent=None if opts.json else 2))
     return 0
 
