@@ -145,11 +145,18 @@ class SystemBed:
 
 
 @contextmanager
-def system_bed(hosts: int, limit_s: float, database: str | None = None, agent_env: dict | None = None):
+def system_bed(
+    hosts: int,
+    limit_s: float,
+    database: str | None = None,
+    agent_env: dict | None = None,
+    bed_options: dict | None = None,
+):
     """Scratch database, private Redis, server worker, beat, a bed and one agent per host, all online.
 
     ``database``: a postgres:// server URL for the scratch database (default: the
-    ``BENCH_DATABASE_URL`` environment variable, else a scratch SQLite file).
+    ``BENCH_DATABASE_URL`` environment variable, else a scratch SQLite file). ``bed_options``:
+    more ``TestBed`` arguments (a two-tier bed's ``racks`` and ``uplink_mbit``).
     """
     require_bed()
     from benchmarks.scratch import scratch_database
@@ -175,7 +182,7 @@ def system_bed(hosts: int, limit_s: float, database: str | None = None, agent_en
             sup.env = devstack.python_env()  # now with the scratch DATABASE_URL
             sup.start("worker", devstack.server_worker_args("server@bench"), restart=True)
             sup.start("beat", devstack.beat_args(work), restart=True)
-            bed = testbed.TestBed(hosts, workdir=work / "bed")
+            bed = testbed.TestBed(hosts, workdir=work / "bed", **(bed_options or {}))
             stack.callback(bed.close)
             bed.build()
             env = devstack.python_env(**(agent_env or {}))

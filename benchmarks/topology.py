@@ -1,0 +1,134 @@
+"""Topology from the matrix on two-tier namespace beds: are the racks found, and the moved host named?
+
+    flock /tmp/netns.lock .venv/bin/python benchmarks/topology.py [--shape 2x4|3x3] [--runs 5] [--uplink-mbit 100]
+        [--database URL]
+
+Method. For a bed shape (2 racks x 4 hosts, or 3 racks x 3 hosts; one per run of this script), the whole system on a
+two-tier bed (``benchmarks/bed.py`` ``system_bed`` with ``racks`` and ``uplink_mbit``: each rack a
+bridge, joined to a spine bridge by one veth per rack shaped with tc tbf). Every host is
+declared in its rack (``nodes.declare_topology``, as ``manage.py nodes topology FILE`` does),
+then the last host of rack 1 is moved to rack 2 (``TestBed.move_host``: its cable, not its
+label) and ``runs`` full sweeps run one after another (64 KiB and 1 MiB, 3 iterations, no
+baseline). After them the host is moved back and one more full sweep runs with every label
+right. Per sweep: the inferred groups against the racks as cabled (``ari``: adjusted Rand
+index, 1.0 when equal), the answer, the nodes named by a ``topology_mismatch`` finding, each
+node's lowest confidence, the medians of busbw inside and across racks, and the sweep's seconds.
+Targets (issue 43): ARI 1.0 and the moved host named in every run; nothing named when the labels
+are right. Not measured here: uplink figures (no topology round yet) and busy loops.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from math import comb
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bed import main_for, median, pair_rows, system_bed  # noqa: E402
+
+SHAPES = ((2, 4), (3, 3))  # racks x hosts per rack
+SWEEP_TIMEOUT_S = 400.0
+REQUEST = {"kind": "full", "sizes": [65536, 1048576], "iterations": 3, "baseline": "none"}
+
+
+def ari(found: list[list[str]], truth: list[list[str]]) -> float:
+    """The adjusted Rand index of two partitions of the same nodes (1.0: the same partition)."""
+    nodes = [n for g in truth for n in g]
+    where = {n: i for i, g in enumerate(found) for n in g}
+    table = [[sum(1 for n in t if where.get(n) == i) for i in range(len(found))] for t in truth]
+    index = sum(comb(c, 2) for row in table for c in row)
+    rows = sum(comb(sum(row), 2) for row in table)
+    cols = sum(comb(sum(row[i] for row in table), 2) for i in range(len(found)))
+    total = comb(len(nodes), 2)
+    expected = rows * cols / total if total else 0.0
+    top = (rows + cols) / 2
+    return 1.0 if top == expected else round((index - expected) / (top - expected), 4)
+
+
+def one_sweep(system, truth: list[list[str]]) -> dict:
+    from cluster_health.models import Finding
+    from cluster_health.shapes import topology_report
+
+    started = time.monotonic()
+    sweep = system.sweep(timeout=SWEEP_TIMEOUT_S, **REQUEST)
+    seconds = round(time.monotonic() - started, 1)
+    rack = {n: i for i, g in enumerate(truth) for n in g}
+    inside: list[float] = []
+    across: list[float] = []
+    for r in pair_rows(sweep):
+        if r.busbw_gbps:
+            (inside if rack[r.node_a.name] == rack[r.node_b.name] else across).append(r.busbw_gbps)
+    out = {
+        "sweep": sweep.pk,
+        "verdict": sweep.verdict,
+        "seconds": seconds,
+        "busbw_inside": median(inside),
+        "busbw_across": median(across),
+        "named": sorted(
+            Finding.objects.filter(sweep=sweep, code="topology_mismatch").values_list("subject", flat=True)
+        ),
+    }
+    try:
+        inferred, report, _ = topology_report.infer(sweep)
+    except topology_report.NoMatrix as exc:
+        return {**out, "answer": f"none: {exc}", "ari": 0.0}
+    lowest = min((c for c in inferred.confidence.values() if c is not None), default=None)
+    return {
+        **out,
+        "answer": inferred.answer,
+        "metrics": inferred.metrics,
+        "groups": inferred.groups,
+        "ari": ari(inferred.groups, truth),
+        "lowest_confidence": None if lowest is None else round(lowest, 3),
+    }
+
+
+def one_shape(racks: int, per_rack: int, runs: int, uplink_mbit: float, database: str | None) -> dict:
+    hosts = racks * per_rack
+    limit_s = 300.0 + SWEEP_TIMEOUT_S * (runs + 1)
+    options = {"racks": racks, "uplink_mbit": uplink_mbit}
+    with system_bed(hosts, limit_s, database=database, bed_options=options) as system:
+        from cluster_health.nodes import declare_topology  # Django is set up by now
+
+        bed = system.bed
+        names = [h.name for h in bed.hosts]
+        declare_topology({n: bed.rack_name(n) for n in names})
+        moved = next(n for n in reversed(names) if bed.rack_of[n] == 0)
+        bed.move_host(moved, 2)
+        cabled = [[n for n in names if bed.rack_of[n] == k] for k in range(racks)]
+        moved_runs = [one_sweep(system, cabled) for _ in range(runs)]
+        bed.move_host(moved, 1)
+        right = one_sweep(system, [[n for n in names if bed.rack_of[n] == k] for k in range(racks)])
+    return {
+        "shape": f"{racks} racks x {per_rack} hosts",
+        "moved": moved,
+        "ari_1_runs": sum(r["ari"] == 1.0 for r in moved_runs),
+        "moved_named_runs": sum(r["named"] == [moved] for r in moved_runs),
+        "runs": moved_runs,
+        "labels_right": right,
+        "labels_right_named": right["named"],
+    }
+
+
+def run(shape: str = "2x4", runs: int = 5, uplink_mbit: float = 100.0, database: str | None = None) -> dict:
+    """One bed shape per process: Django keeps the first scratch database it was set up with."""
+    racks, per_rack = (int(v) for v in shape.split("x"))
+    return {"uplink_mbit": uplink_mbit, **one_shape(racks, per_rack, runs, uplink_mbit, database)}
+
+
+if __name__ == "__main__":
+    sys.exit(
+        main_for(
+            run,
+            __doc__,
+            {
+                "--shape": {"choices": [f"{k}x{m}" for k, m in SHAPES], "default": "2x4", "help": "racks x hosts"},
+                "--runs": {"type": int, "default": 5, "help": "full sweeps with the moved host, per bed shape"},
+                "--uplink-mbit": {"type": float, "default": 100.0, "dest": "uplink_mbit"},
+                "--database": {"help": "a postgres:// server URL for the scratch database (default SQLite)"},
+            },
+        )
+    )
