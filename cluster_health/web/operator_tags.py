@@ -3,6 +3,8 @@ reading them: a node's state and its maintenance form, a finding's acknowledgeme
 
 from __future__ import annotations
 
+import hashlib
+
 from django import template
 from django.core.cache import cache
 
@@ -38,7 +40,11 @@ def acknowledge_panel(context, finding) -> dict:
 
 @register.inclusion_tag("cluster_health/_coverage_panel.html")
 def coverage_panel() -> dict:
-    summary = cache.get_or_set("cluster-health:coverage-summary", coverage.summary, COVERAGE_CACHE_S)
+    """The coverage summary, one a minute for every viewer of the same fleet: keyed by the nodes in service
+    (one query), so a node put in maintenance, returned, retired or added changes the panel at once."""
+    names = "\n".join(coverage.fleet()).encode()
+    key = f"cluster-health:coverage-summary:{hashlib.sha256(names).hexdigest()[:24]}"
+    summary = cache.get_or_set(key, coverage.summary, COVERAGE_CACHE_S)
     return {"c": summary, "stalest": summary["stalest"][:COVERAGE_PANEL_PAIRS]}
 
 
