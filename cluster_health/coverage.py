@@ -84,10 +84,12 @@ def stalest_first(names: list[str], measured: dict | None = None) -> list[tuple[
     )
 
 
-def summary(now=None, listed: int = STALEST_LISTED) -> dict:
-    """The fleet's coverage: pairs measured within a day and a week, the stalest, each node's last full measurement."""
+def summary(now=None, listed: int = STALEST_LISTED, names: list[str] | None = None) -> dict:
+    """The fleet's coverage: pairs measured within a day and a week, the stalest, each node's last full measurement.
+
+    ``names``: the fleet (``fleet()``) where the caller has already read it."""
     now = now or timezone.now()
-    names = fleet()
+    names = fleet() if names is None else names
     measured = last_measured(names)
     total = len(names) * (len(names) - 1) // 2
     day, week = now - timedelta(days=1), now - timedelta(days=7)

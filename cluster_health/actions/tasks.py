@@ -35,7 +35,7 @@ def sweep_finished(sweep_id: int) -> None:
     """Record the actions of a sweep finished in this transaction, and send them after its commit."""
     tasks = [vocabulary.TASK_AFTER_SWEEP] + ([vocabulary.TASK_SLURM] if settings.SLURM_ACTIONS != "off" else [])
     ActionOutbox.objects.bulk_create([ActionOutbox(sweep_id=sweep_id, task=task) for task in tasks])
-    transaction.on_commit(lambda: _send_actions(ActionOutbox.objects.filter(sweep_id=sweep_id, sent__isnull=True)))
+    _send_after_commit(sweep_id)
 
 
 def sweep_ended(sweep: Sweep) -> None:
@@ -44,7 +44,12 @@ def sweep_ended(sweep: Sweep) -> None:
     if not (sweep.params or {}).get("idle_hold"):
         return
     ActionOutbox.objects.get_or_create(sweep_id=sweep.pk, task=vocabulary.TASK_AFTER_SWEEP)
-    transaction.on_commit(lambda: _send_actions(ActionOutbox.objects.filter(sweep_id=sweep.pk, sent__isnull=True)))
+    _send_after_commit(sweep.pk)
+
+
+def _send_after_commit(sweep_id: int) -> None:
+    """Send a sweep's recorded actions not yet sent, once this transaction commits."""
+    transaction.on_commit(lambda: _send_actions(ActionOutbox.objects.filter(sweep_id=sweep_id, sent__isnull=True)))
 
 
 def _send_actions(rows) -> int:

@@ -42,9 +42,9 @@ def acknowledge_panel(context, finding) -> dict:
 def coverage_panel() -> dict:
     """The coverage summary, one a minute for every viewer of the same fleet: keyed by the nodes in service
     (one query), so a node put in maintenance, returned, retired or added changes the panel at once."""
-    names = "\n".join(coverage.fleet()).encode()
-    key = f"cluster-health:coverage-summary:{hashlib.sha256(names).hexdigest()[:24]}"
-    summary = cache.get_or_set(key, coverage.summary, COVERAGE_CACHE_S)
+    names = coverage.fleet()
+    key = f"cluster-health:coverage-summary:{hashlib.sha256(chr(10).join(names).encode()).hexdigest()[:24]}"
+    summary = cache.get_or_set(key, lambda: coverage.summary(names=names), COVERAGE_CACHE_S)
     return {"c": summary, "stalest": summary["stalest"][:COVERAGE_PANEL_PAIRS]}
 
 
