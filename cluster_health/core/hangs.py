@@ -16,6 +16,7 @@ the culprits, most likely first, each with the evidence it rests on and a hint.
   between two of the job's nodes fails, or a connection between ranks holds unacknowledged
   bytes it retransmits);
 - ``progressing``: no rank is stuck in a collective: not hung;
+- ``slow``: progressing, but held back by one rank every other waits for (``core.stragglers``);
 - ``unknown``: no rank was found, or nothing above holds (and why).
 
 Ranks are matched collective by collective: by the operation, process group and sequence number of
@@ -29,7 +30,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-EXIT_CODES = {"progressing": 0, "network": 2, "application": 2, "node": 2, "unknown": 3}
+from cluster_health.core import stragglers
+
+EXIT_CODES = {"progressing": 0, "slow": 1, "network": 2, "application": 2, "node": 2, "unknown": 3}
 BAD_PAIR_STATUSES = ("failed", "timeout", "offline")
 DEAD_STATES = ("stopped", "zombie", "gone", "disk wait")
 
@@ -243,8 +246,8 @@ def diagnose(
         }
     ranks = [{**r, "where": position(r)} for r in ranks if not r.get("stack_error")]
     stuck = _stuck(ranks)
-    if not stuck:
-        return {"hung": False, "verdict": "progressing", "culprits": []}
+    if not stuck:  # progressing, or held back by one rank (core/stragglers.py)
+        return stragglers.assess(ranks, pairs) or {"hung": False, "verdict": "progressing", "culprits": []}
     # Matched by op alone unless every stuck rank's Flight Recorder names its group and sequence number.
     recorded = all(r["where"].get("source") == "flight recorder" for r in stuck)
     ops = Counter(_label(r["where"]) if recorded else f"`{r['where']['collective']}`" for r in stuck)

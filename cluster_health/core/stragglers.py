@@ -1,0 +1,272 @@
+"""A job that progresses, held back by one rank: the straggler everyone waits for. Pure: no Django.
+
+Called by ``core.hangs.diagnose`` where its verdict would be ``progressing`` (no rank stuck). Two
+sources of the steps, the first that speaks wins:
+
+- **Flight Recorder** (each rank's ``flight.recent``: its last completed collectives with the time it
+  enqueued each, ``agents/hangs/flight.py``): for one collective (process group, sequence number) every
+  rank enqueues it, and the one that enqueues last is the one the others wait for. Per step, the
+  lateness is the time from the latest other rank's enqueue to that rank's;
+- **sampled stacks** (each rank's ``samples``: where it was in each of the inspect's samples): in every
+  sample, the same one rank is in the job's own code while every other rank waits in a collective.
+  The lateness per step is not measured then.
+
+Quiet when healthy: a rank is named only when it is last in at least ``LAST_SHARE`` of at least
+``MIN_STEPS`` steps recorded by every rank, and its median lateness is at least ``MIN_LATENESS_S`` and
+``JITTER_FACTOR`` times the spread of the other ranks' arrivals (the job's own jitter). Flight Recorder's
+enqueue times are each node's wall clock: ranks on different nodes compare only as well as their clocks
+agree (NTP keeps them within milliseconds; ``MIN_LATENESS_S`` is well above that); where entries carry
+completion times (NCCL), the named rank must also be the one that waits least.
+
+With the live probe's pairs between the job's nodes, what holds the rank back: its node's link (the
+node's pairs well below the pairs that do not touch it, in busbw or latency) or its node (the node's CPU
+busy while the probe measured, from the halves' ``load``, and heavier than the other nodes), else its own
+code. A rank whose node's link is slow may not be the last to enqueue (in a ring the rank after it is),
+so a node whose every pair is far below the others' is named too, when the steps show a straggler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from statistics import median
+from typing import Any
+
+from cluster_health.core import judging
+
+RECENT_STEPS = 64  # the steps compared (the last ones every rank recorded)
+MIN_STEPS = 8
+LAST_SHARE = 0.75
+MIN_LATENESS_S = 0.05
+JITTER_FACTOR = 3.0
+MIN_SAMPLES = 2
+SLOW_LINK_SHARE = 0.5  # a node's pairs below this share of the other pairs' median busbw
+SLOW_LATENCY_FACTOR = 3.0  # or above this many times their median latency
+CPU_PARTS = ("cpu_pressure", "sched_wait", "cpu_steal")
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62 else None
+
+
+def _steps(rank: dict[str, Any]) -> dict[tuple[int, int, str], tuple[int, int | None]]:
+    """A rank's recent completed collectives: (pg, seq, op) -> (enqueued ns, completed ns or None)."""
+    flight = rank.get("flight")
+    recent = flight.get("recent") if isinstance(flight, dict) else None
+    out: dict[tuple[int, int, str], tuple[int, int | None]] = {}
+    for e in recent if isinstance(recent, list) else []:
+        if not isinstance(e, dict):
+            continue
+        pg, seq, created = _int(e.get("pg")), _int(e.get("seq")), _int(e.get("created_ns"))
+        if pg is None or seq is None or not created:
+            continue
+        out[(pg, seq, str(e.get("op"))[:80])] = (created, _int(e.get("completed_ns")) or None)
+    return out
+
+
+def from_flight(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The straggler the Flight Recorders show: {"rank", "lateness_s", "last_in", "steps", "jitter_s",
+    "source"}, or None (too few steps every rank recorded, no consistent last rank)."""
+    per_rank: dict[int, dict[tuple[int, int, str], tuple[int, int | None]]] = {
+        r["rank"]: _steps(r) for r in ranks if isinstance(r.get("rank"), int)
+    }
+    if len(per_rank) < 2 or not all(per_rank.values()):
+        return None
+    shared = set.intersection(*(set(s) for s in per_rank.values()))
+    keys = sorted(shared, key=lambda k: max(per_rank[r][k][0] for r in per_rank))[-RECENT_STEPS:]
+    if len(keys) < MIN_STEPS:
+        return None
+    last = [max(per_rank, key=lambda r: per_rank[r][k][0]) for k in keys]
+    culprit, _ = max(((r, last.count(r)) for r in set(last)), key=lambda x: x[1])
+    others = [r for r in per_rank if r != culprit]
+    margins, spreads = [], []
+    for k in keys:
+        times = [per_rank[r][k][0] for r in others]
+        margins.append((per_rank[culprit][k][0] - max(times)) / 1e9)
+        spreads.append((max(times) - min(times)) / 1e9)
+    share = last.count(culprit) / len(keys)
+    lateness, jitter = median(margins), median(spreads)
+    found: dict[str, Any] = {
+        "rank": culprit,
+        "lateness_s": round(lateness, 4),
+        "last_in": last.count(culprit),
+        "steps": len(keys),
+        "jitter_s": round(jitter, 4),
+        "source": "flight recorder",
+    }
+    if share < LAST_SHARE or lateness < MIN_LATENESS_S or lateness < JITTER_FACTOR * jitter:
+        return None
+    waits = {r: [c - e for k in keys if (c := per_rank[r][k][1]) and c >= (e := per_rank[r][k][0])] for r in per_rank}
+    if all(len(w) == len(keys) for w in waits.values()):  # completion times (NCCL): it must wait least
+        wait = {r: round(median(w) / 1e9, 4) for r, w in waits.items()}
+        found["wait_s"] = wait
+        if min(wait, key=lambda r: wait[r]) != culprit:
+            return None
+    return found
+
+
+def from_stacks(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The straggler the sampled stacks show: in each of at least MIN_SAMPLES samples the same one rank in
+    its own code while every other rank waits in a collective; None otherwise."""
+    samples: dict[int, list[Any]] = {
+        r["rank"]: s for r in ranks if isinstance(r.get("rank"), int) and isinstance(s := r.get("samples"), list)
+    }
+    if len(samples) < 2 or len(samples) < len(ranks) or not all(len(s) >= MIN_SAMPLES for s in samples.values()):
+        return None
+    count = min(len(s) for s in samples.values())
+    outside = []
+    for i in range(count):
+        out = [r for r, s in samples.items() if not (isinstance(s[i], dict) and s[i].get("collective"))]
+        if len(out) != 1:
+            return None
+        outside.append(out[0])
+    if len(set(outside)) != 1:
+        return None
+    culprit = outside[0]
+    frame = samples[culprit][-1].get("frame") if isinstance(samples[culprit][-1], dict) else None
+    return {"rank": culprit, "lateness_s": None, "last_in": count, "steps": count, "frame": frame, "source": "stacks"}
+
+
+def _cpu(node: str, pairs: Sequence[Mapping[str, Any]]) -> float | None:
+    """The node's heaviest CPU load score over the probe's halves it measured (None without any)."""
+    scores = []
+    for p in pairs:
+        ev = p.get("evidence") or {}
+        for role in ("a", "b"):
+            side = ev.get(role) if isinstance(ev, Mapping) else None
+            if isinstance(side, Mapping) and (side.get("node") or p.get(role)) == node:
+                parts = judging.side_parts(side.get("load"), side.get("interface"))
+                scores += [v for name, v in parts.items() if name in CPU_PARTS]
+    return max(scores) if scores else None
+
+
+def _figure(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else None
+
+
+def slow_link(node: str, pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The node's pairs against the pairs that do not touch it: {"busbw_gbps", "others_busbw_gbps",
+    "latency_us", "others_latency_us"} when every pair of the node is far below (busbw) or far above
+    (latency) the others' median; None otherwise, or with no other pair to compare with."""
+    measured = [p for p in pairs if p.get("status") in judging.MEASURED]
+    mine = [p for p in measured if node in (p.get("a"), p.get("b"))]
+    rest = [p for p in measured if node not in (p.get("a"), p.get("b"))]
+    if not mine or not rest:
+        return None
+
+    def figures(ps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+        return [v for p in ps if (v := _figure(p.get(key))) is not None]
+
+    mb, rb = figures(mine, "busbw_gbps"), figures(rest, "busbw_gbps")
+    ml, rl = figures(mine, "latency_us"), figures(rest, "latency_us")
+    slow_bw = len(mb) == len(mine) and rb and max(mb) < SLOW_LINK_SHARE * median(rb)
+    slow_lat = len(ml) == len(mine) and rl and min(ml) > SLOW_LATENCY_FACTOR * median(rl)
+    if not (slow_bw or slow_lat):
+        return None
+    return {
+        "busbw_gbps": round(median(mb), 4) if mb else None,
+        "others_busbw_gbps": round(median(rb), 4) if rb else None,
+        "latency_us": round(median(ml), 1) if ml else None,
+        "others_latency_us": round(median(rl), 1) if rl else None,
+    }
+
+
+def _busy_node(node: str, nodes: Sequence[str], pairs: Sequence[Mapping[str, Any]]) -> float | None:
+    """The node's CPU load score when it was busy and heavier than every other node's, else None."""
+    mine = _cpu(node, pairs)
+    others = [s for n in nodes if n != node and (s := _cpu(n, pairs)) is not None]
+    if mine is None or mine < judging.BUSY or any(mine < s + judging.HEAVIER for s in others):
+        return None
+    return mine
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def assess(ranks: Sequence[dict[str, Any]], pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The ``slow`` answer ({"hung": False, "verdict": "slow", "culprits"}) for a progressing job held back by
+    one rank, with what holds it back from the live probe; None when no rank is consistently waited for."""
+    found = from_flight(ranks) or from_stacks(ranks)
+    if found is None:
+        return None
+    by_rank = {r.get("rank"): r for r in ranks}
+    rank = by_rank.get(found["rank"]) or {}
+    node = str(rank.get("node") or "?")
+    nodes = sorted({str(r.get("node")) for r in ranks if r.get("node")})
+    if found["lateness_s"] is not None:
+        late = (
+            f"enqueues last in {found['last_in']} of the last {found['steps']} collectives, "
+            f"{_seconds(found['lateness_s'])} after the others a step (median; their own spread "
+            f"{_seconds(found['jitter_s'])}, Flight Recorder)"
+        )
+    else:
+        late = (
+            f"is in its own code in each of {found['steps']} samples while every other rank waits in a "
+            "collective (stacks; enable the Flight Recorder for its lateness per step)"
+        )
+    link = {n: figures for n in nodes if (figures := slow_link(n, pairs))}
+    evidence: dict[str, Any] = {"steps": found, "where": rank.get("where")}
+    culprits: list[dict[str, Any]] = []
+    # The node whose every link is far below the others holds the whole job back, whoever enqueues last.
+    for slow_node, figures in sorted(link.items()):
+        on_it = [r.get("rank") for r in ranks if r.get("node") == slow_node]
+        culprits.append(
+            {
+                "kind": "link",
+                "subject": f"{slow_node}'s link",
+                "nodes": [slow_node],
+                "ranks": sorted(r for r in on_it if isinstance(r, int)),
+                "text": f"the job progresses slowly: {slow_node}'s link is slow in the live probe ("
+                + _link_words(figures)
+                + f"); rank {found['rank']} on {node} {late}",
+                "hint": "the path of that node: its NIC, cable, switch port, a rate limit or a shaped queue; "
+                "move the job off it or fix the link",
+                "evidence": {**evidence, "link": figures},
+            }
+        )
+    busy = _busy_node(node, nodes, pairs)
+    if busy is not None:
+        held, hint = (
+            f"its node {node} is CPU-busy ({busy:.0%} load while the live probe measured, more than the others)",
+            "other work on that node takes the rank's CPU: find it (top, the node's other jobs) or move the rank",
+        )
+        evidence["cpu_load"] = round(busy, 3)
+    elif node not in link:
+        held, hint = (
+            "its node's links and CPU look like the others' in the live probe: its own code is slower "
+            + (f"(now in {_frame(found.get('frame') or (rank.get('where') or {}).get('frame'))})"),
+            "that rank does more work, or waits on its own input (a data loader, storage, a lock): profile it",
+        )
+    else:
+        held, hint = f"its node {node}'s link is slow", "see the link culprit"
+    culprits.insert(
+        0 if node not in link else len(culprits),
+        {
+            "kind": "rank",
+            "subject": f"rank {found['rank']}",
+            "nodes": [node],
+            "ranks": [found["rank"]],
+            "text": f"the job progresses, held back by rank {found['rank']} on {node}: it {late}; {held}",
+            "hint": hint,
+            "evidence": evidence,
+        },
+    )
+    return {"hung": False, "verdict": "slow", "culprits": culprits}
+
+
+def _link_words(f: Mapping[str, Any]) -> str:
+    words = []
+    if f.get("busbw_gbps") is not None and f.get("others_busbw_gbps") is not None:
+        words.append(f"busbw {f['busbw_gbps']:.3g} GB/s against {f['others_busbw_gbps']:.3g} GB/s between the others")
+    if f.get("latency_us") is not None and f.get("others_latency_us") is not None:
+        words.append(f"latency {f['latency_us']:.0f} us against {f['others_latency_us']:.0f} us")
+    return ", ".join(words)
+
+
+def _frame(frame: Any) -> str:
+    if not isinstance(frame, Mapping):
+        return "code py-spy could not read"
+    name = str(frame.get("file", "?")).rsplit("/", 1)[-1]
+    return f"`{frame.get('function')}` ({name}:{frame.get('line')})"
