@@ -166,6 +166,25 @@ LINK_CUT = {
 }
 
 
+class Phases:
+    """Wall time of each step before the sweep (``setup``), each reported on stderr as it ends, with the load
+    average: a run stopped from outside (a time limit) still shows how far it got and where the time went."""
+
+    def __init__(self) -> None:
+        self.t0 = self.last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.seconds[step] = round(now - self.last, 2)
+        self.last = now
+        load = os.getloadavg()[0]
+        print(f"[fleet {now - self.t0:7.1f} s] {step}: {self.seconds[step]:.1f} s (load {load:.1f})", file=sys.stderr)
+
+
+PHASES = Phases()
+
+
 def node_names(n: int) -> list[str]:
     return [f"f{i:04d}" for i in range(n)]
 
@@ -702,9 +721,13 @@ def measure(
     fleet = watcher = None
     try:
         stack.start()
+        PHASES.done("server stack started")
         names = node_names(nodes)
         template = real_template(kind, redis_server.url) if halves == "real" else None
-        fleet = Fleet(stack.redis.url, names, probe_s, heartbeat_s, dead, failing, enroll(names), template)
+        PHASES.done("a real probe's halves taken as the template")
+        keys = enroll(names)
+        PHASES.done(f"{nodes} nodes enrolled")
+        fleet = Fleet(stack.redis.url, names, probe_s, heartbeat_s, dead, failing, keys, template)
         fleet.start()
         wait_until(
             lambda: Node.objects.filter(Node.online_q(), name__in=names).count() == nodes,
@@ -712,6 +735,9 @@ def measure(
             interval=0.5,
             message=f"{nodes} simulated agents online",
         )
+        PHASES.done(f"{nodes} simulated agents online")
+        setup_s = round(time.monotonic() - PHASES.t0, 2)
+        load_before = os.getloadavg()
         if watch:
             from django.contrib.auth.models import User
 
@@ -724,9 +750,17 @@ def measure(
         outcome = _run_sweep(broker, fleet, names, kind, timeout_s, watcher)
         if watcher is not None:
             watcher.stop()
+        PHASES.done(f"the sweep ({outcome.sweep.status})")
         figures = _sweep_figures(outcome, fleet, nodes, workers, kind, probe_s, timeout_s, dead, failing)
         if watcher is not None:
             figures["while_ingested"] = watcher.figures()
+        # Setup (scratch database, stack, template, keys, agents online) apart from the sweep's own time
+        # (sweep_s: created to finished), and the machine's load around the sweep: on a shared machine the
+        # wall-clock figures move with it.
+        load_after = os.getloadavg()
+        figures["setup_s"] = setup_s
+        figures["setup_steps_s"] = dict(PHASES.seconds)
+        figures["load_average"] = f"{load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end"
         return {**figures, "halves_content": halves, "consumers": max(consumers, workers)}
     finally:
         try:
@@ -768,6 +802,7 @@ def setup_django(database_url: str, workdir: Path) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    PHASES.done("database migrated")
 
 
 def run(
@@ -858,6 +893,7 @@ def main(argv: list[str] | None = None) -> int:
         redis_server = RedisServer(workdir / "redis")
         redis_server.workdir.mkdir(parents=True)
         redis_server.start()
+        PHASES.done("redis-server started")
         os.environ.update(REDIS_URL=redis_server.url, CLUSTER_HEALTH_BROKER_URL=redis_server.url)
         args = (
             opts.nodes,
@@ -874,6 +910,7 @@ def main(argv: list[str] | None = None) -> int:
                 from benchmarks.scratch import scratch_database
 
                 with scratch_database(opts.database) as url:
+                    PHASES.done("scratch database made and migrated")
                     figures = measure(*args, url, workdir, redis_server, opts.halves, opts.watch, opts.consumers)
             else:
                 url = opts.database or f"sqlite:///{workdir}/fleet.sqlite3"
