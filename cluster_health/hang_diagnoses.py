@@ -25,7 +25,7 @@ from django.utils import timezone
 from agents.hangs import contract as hangs_contract
 from cluster_health import sweeps
 from cluster_health.actions import slurm
-from cluster_health.core import hangs
+from cluster_health.core import hangs, init_hangs
 from cluster_health.models import HangDiagnosis, HangReport, Node, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents
@@ -245,10 +245,12 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
     if diagnosis.sweep_id:
         sweep = Sweep.objects.get(pk=diagnosis.sweep_id)
         pairs = documents.pair_dicts(sweep) if not sweep.is_open else []
-    world = max((r.get("world_size") or 0 for r in ranks), default=0) or None
+    entries = ranks  # with torchrun's launchers, other-master ranks and port holders (core/init_hangs.py)
+    ranks = init_hangs.split(entries)["ranks"]
+    world = max((r.get("world_size") or 0 for r in entries), default=0) or None
     # Silent nodes blame missing ranks only when some ranks are missing: a node the job never ran on is silent too.
-    answer = hangs.diagnose(ranks, world, pairs, silent_nodes=silent if ranks else [])
-    if not ranks and silent:
+    answer = hangs.diagnose(entries, world, pairs, silent_nodes=silent if entries else [], nodes=diagnosis.nodes)
+    if not entries and silent:
         answer["why"] = f"{answer['why']} (no answer from: {', '.join(silent[:20])})"
     if waiting:
         answer["why"] = f"{answer.get('why') or ''} ({_held_text(waiting)})".strip()
@@ -266,6 +268,7 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
         "culprits": answer["culprits"],
         "why": answer.get("why"),
         "ranks": [_shown_rank(r) for r in ranks],
+        "init": answer.get("init"),
         "pairs": pairs,
         "looked": {
             "asked": diagnosis.nodes,

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from agents.hangs import flight, procs, ras, sockets, stacks
+from agents.hangs import flight, listeners, procs, ras, sockets, stacks
 
 MAX_OUTPUT_BYTES = 512 * 1024
 DEAD_STATES = ("stopped", "zombie", "gone", "disk wait")
@@ -39,21 +39,75 @@ def _flight(r: procs.RankProcess, state: str, until: float) -> dict[str, Any] | 
 
 def _sample(ranks: list[procs.RankProcess]) -> dict[int, dict[str, Any]]:
     conns = sockets.connections({r.pid for r in ranks})
+    held = listeners.listening() if ranks else []
+    addresses = listeners.interfaces() if ranks else {}
     out = {}
     until = time.monotonic() + FLIGHT_BUDGET_S
     for r in ranks:
         state = procs.process_state(r.pid)
         dumped = stacks.dump(r.pid)
         threads = dumped.get("threads") or []
-        out[r.pid] = {
+        sample: dict[str, Any] = {
             "state": state,
             "threads": threads,
             "stack_error": dumped.get("error"),
             "where": stacks.where(threads),
             "connections": conns.get(r.pid, []),
-            "flight": _flight(r, state, until),
+            "flight": _flight(r, state, until) if r.role is None else None,
         }
+        init = _init(r, threads, conns.get(r.pid, []), [h for h in held if h["pid"] == r.pid], addresses)
+        if init is not None:
+            sample["init"] = init
+        out[r.pid] = sample
     return out
+
+
+def _master_of(r: procs.RankProcess) -> tuple[str, int | None]:
+    """The store (or rendezvous endpoint) a rank or launcher connects to."""
+    if r.role == "launcher":
+        host, _, port = r.launch.get("endpoint", "").rpartition(":")
+        return host, int(port) if port.isdigit() else None
+    port = r.launch.get("MASTER_PORT", "")
+    return r.launch.get("MASTER_ADDR", ""), int(port) if port.isdigit() else None
+
+
+def _init(
+    r: procs.RankProcess,
+    threads: list[dict[str, Any]],
+    conns: list[dict[str, Any]],
+    held: list[dict[str, Any]],
+    addresses: dict[str, str],
+) -> dict[str, Any] | None:
+    """Where a rank (or launcher) waits at init, when it does: {"stage": store_connect | store_wait |
+    pair_connect | rendezvous, "function", "peer": the address it tries, "peer_state": syn-sent |
+    established | none, "listening": the addresses it listens on, "interface": the one its connection to
+    the store leaves by}. The stack gives the stage, the sockets the store's side and the peer."""
+    found = stacks.init_stage(threads)
+    if found is None:
+        return None
+    master, port = _master_of(r)
+    listening = sorted({f"{h['address']}:{h['port']}" for h in held})[:16]
+    serves_store = any(h["port"] == port for h in held)
+    to_store = [c for c in conns if c["peer"].rpartition(":")[2] == str(port)]
+    stage, peer = found["stage"], None
+    if stage == "store":
+        stage = "store_wait" if serves_store else "store_connect"
+    if stage in ("store_connect", "rendezvous") and not serves_store:
+        peer = f"{master}:{port}"
+    elif stage == "pair_connect":
+        trying = [c for c in conns if c["state"] == "syn-sent" and c not in to_store]
+        peer = trying[0]["peer"] if trying else None
+    mine = [c for c in conns if peer is not None and c["peer"] == peer] or (to_store if peer else [])
+    local = next((c["local"].rpartition(":")[0] for c in to_store if c["state"] == "estab"), None)
+    return {
+        "stage": stage,
+        "function": found["function"],
+        "peer": peer,
+        "peer_state": mine[0]["state"] if mine else ("none" if peer else None),
+        "serves_store": serves_store,
+        "listening": listening,
+        "interface": addresses.get(local or ""),
+    }
 
 
 def _completed(summary: dict[str, Any] | None) -> Any:
@@ -66,6 +120,8 @@ def _moved(first: dict[str, Any], second: dict[str, Any]) -> bool:
     # A sample whose stack could not be read says nothing of where the rank is (it is not a move).
     if first["where"] != second["where"] and not (first.get("stack_error") or second.get("stack_error")):
         return True
+    if first.get("init") and (first.get("init") or {}).get("stage") == (second.get("init") or {}).get("stage"):
+        return False  # at one init stage in both: a store's keep-alive traffic is not progress
     done = _completed(first.get("flight")), _completed(second.get("flight"))
     if None not in done and done[0] != done[1]:  # read both times (one failed read is not a move)
         return True
@@ -78,25 +134,83 @@ def _moved(first: dict[str, Any], second: dict[str, Any]) -> bool:
 
 
 def inspect(selector: procs.JobSelector, interval_s: float = 2.0) -> dict[str, Any]:
-    """This node's ranks of the job: identity, state, stacks, connections, and whether each moved."""
-    return _inspect_ranks(procs.find_ranks(selector), interval_s)
+    """This node's ranks of the job: identity, state, stacks, connections, and whether each moved; and at
+    init, its launchers, ranks pointing at another master, and who else holds the master's port."""
+    return _inspect_ranks(procs.find_ranks(selector), interval_s, selector)
 
 
-def _inspect_ranks(ranks: list[procs.RankProcess], interval_s: float) -> dict[str, Any]:
-    first = _sample(ranks)
-    time.sleep(interval_s if ranks else 0)
-    second = _sample(ranks)
+def _job_processes(selector: procs.JobSelector | None) -> list[procs.RankProcess]:
+    """The job's launchers and the ranks with its MASTER_PORT and another MASTER_ADDR (none without a master)."""
+    if selector is None or selector.master_addr is None:
+        return []
+    return procs.find_launchers(selector) + procs.find_ranks(selector, other_master=True)
+
+
+def _port_holders(
+    selector: procs.JobSelector | None, job_pids: set[int], held: list[dict[str, Any]], mine: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Listeners on the job's MASTER_PORT at its master's address on this node that are no process of the
+    job (the port in use by another program), each with its owner's pid, name and uid."""
+    if selector is None or selector.master_addr is None:
+        return []
+    master = procs._addresses(selector.master_addr)
+    local = set(mine) | {a for a in master if listeners.is_loopback(a)}
+    if not master & local:
+        return []  # the master is another node: its agent looks
     out = []
-    for r in ranks:
+    for h in held:
+        if h["port"] != selector.master_port or h["pid"] in job_pids:
+            continue
+        if not (listeners.is_wildcard(h["address"]) or h["address"] in master):
+            continue
+        out.append({**h, "role": "listener", "uid": listeners.owner_uid(h["pid"]) if h["pid"] else None})
+    return out[:8]
+
+
+def _inspect_ranks(
+    ranks: list[procs.RankProcess],
+    interval_s: float,
+    selector: procs.JobSelector | None = None,
+    only_uid: int | None = None,
+) -> dict[str, Any]:
+    """With ``only_uid`` (a caller that is neither root nor the agent), the launchers, other-master ranks
+    and port holders of other users are left out: it reads only its own processes."""
+    others = [r for r in _job_processes(selector) if only_uid is None or procs.owner(r.pid) == only_uid]
+    everyone = ranks + others
+    first = _sample(everyone)
+    time.sleep(interval_s if everyone else 0)
+    second = _sample(everyone)
+    out = []
+    for r in everyone:
         a, b = first[r.pid], second[r.pid]
-        out.append({**r.as_dict(), **b, "state": b["state"], "moved": _moved(a, b) if b["state"] != "gone" else False})
+        moved = _moved(a, b) if b["state"] != "gone" else False
+        # Where it was in each sample: a straggler is the one rank in its own code in every sample (core/stragglers.py).
+        out.append({**r.as_dict(), **b, "state": b["state"], "moved": moved, "samples": [a["where"], b["where"]]})
     # NCCL RAS, once per port the ranks name (it answers for the whole job), when something answers there.
     pids = {r.pid for r in ranks}
     ports = {port for r in ranks if (port := ras.port_of(r.launch)) is not None}
     views: dict[int | None, dict[str, Any] | None] = {port: ras.query(port, pids) for port in ports}
-    for rank, r in zip(out, ranks, strict=True):
+    for rank, r in zip(out, ranks, strict=False):
         rank["ras"] = views.get(ras.port_of(r.launch))
-    return {"ranks": out, "interval_s": interval_s}
+    job_pids = {r.pid for r in everyone} | {c for r in everyone if r.role for c in procs.children(r.pid)}
+    holders = _port_holders(selector, job_pids, listeners.listening(), listeners.interfaces())
+    holders = [h for h in holders if only_uid is None or h["uid"] == only_uid]
+    report: dict[str, Any] = {"ranks": out[: len(ranks)], "interval_s": interval_s}
+    report["launchers"] = [e for e in out[len(ranks) :] if e.get("role") == "launcher"]
+    report["other_master"] = [e for e in out[len(ranks) :] if e.get("role") is None]
+    report["listeners"] = holders
+    return report
+
+
+def entries(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """A node's report as the agent sends it: its ranks, then its launchers ("role": "launcher"), the ranks
+    with another master ("master_differs") and the other holders of the master's port ("role": "listener")."""
+    return [
+        *report.get("ranks", []),
+        *report.get("launchers", []),
+        *report.get("other_master", []),
+        *report.get("listeners", []),
+    ]
 
 
 HELPER_TIMEOUT_S = 60.0
@@ -173,8 +287,7 @@ def inspect_job(cmd: dict[str, Any]) -> list[dict[str, Any]]:
     )
     if run.returncode != 0:
         raise ValueError((run.stderr.strip().splitlines() or ["the inspect helper failed"])[-1][:500])
-    ranks: list[dict[str, Any]] = json.loads(run.stdout)["ranks"]
-    return ranks
+    return entries(json.loads(run.stdout))
 
 
 def _ask_socket(path: str, request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -193,8 +306,7 @@ def _ask_socket(path: str, request: dict[str, Any]) -> list[dict[str, Any]]:
     answer = json.loads(b"".join(chunks) or b"{}")
     if "error" in answer:
         raise ValueError(str(answer["error"])[:500])
-    ranks: list[dict[str, Any]] = answer["ranks"]
-    return ranks
+    return entries(answer)
 
 
 def _answer(line: bytes, caller_uid: int | None = None, agent_user: str | None = None) -> str:
@@ -211,7 +323,8 @@ def _answer(line: bytes, caller_uid: int | None = None, agent_user: str | None =
             raise ValueError("interval_s: between 0 and 10")
         ranks = procs.find_ranks(selector)
         _authorize(caller_uid, agent_user, ranks)
-        return _bounded_text(_inspect_ranks(ranks, interval))
+        trusted = caller_uid is None or trusted_caller(caller_uid, agent_user)
+        return _bounded_text(_inspect_ranks(ranks, interval, selector, None if trusted else caller_uid))
     except CallerRefused as exc:
         return json.dumps({"error": f"refused: {exc}"})
     except (ValueError, TypeError, KeyError) as exc:
@@ -286,7 +399,7 @@ def _serve_one(conn: socket.socket, slots: threading.BoundedSemaphore, agent_use
 def _bounded_text(report: dict[str, Any]) -> str:
     text = json.dumps(report, separators=(",", ":"))
     if len(text) > MAX_OUTPUT_BYTES:  # stacks of many threads: keep identities, states and places
-        for rank in report["ranks"]:
+        for rank in [*report["ranks"], *report.get("launchers", []), *report.get("other_master", [])]:
             rank["threads"] = [t for t in rank["threads"] if t["thread"] == "MainThread"]
         text = json.dumps(report, separators=(",", ":"))[:MAX_OUTPUT_BYTES]
     return text

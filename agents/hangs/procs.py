@@ -27,6 +27,9 @@ LAUNCH_VARIABLES = (
     "TORCH_FR_DUMP_TEMP_FILE",
     "NCCL_RAS_ENABLE",
     "NCCL_RAS_ADDR",
+    "GLOO_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "TORCHELASTIC_USE_AGENT_STORE",
 )
 MAX_VALUE = 256  # characters of one launch variable kept
 MAX_RANKS = 256  # rank processes reported per node (a node runs a handful)
@@ -73,9 +76,13 @@ class RankProcess:
     world_size: int | None
     state: str
     launch: dict[str, str] = field(default_factory=dict)
+    # "launcher": torchrun's elastic agent of the job (its options in ``launch``); a rank's role is left out.
+    role: str | None = None
+    # A rank or launcher whose MASTER_PORT is the job's and whose MASTER_ADDR names another host.
+    master_differs: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "pid": self.pid,
             "rank": self.rank,
             "local_rank": self.local_rank,
@@ -83,6 +90,11 @@ class RankProcess:
             "state": self.state,
             "launch": self.launch,
         }
+        if self.role:
+            out["role"] = self.role
+        if self.master_differs:
+            out["master_differs"] = True
+        return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -132,22 +144,32 @@ def _number(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
-def find_ranks(selector: JobSelector, proc_root: str = "/proc") -> list[RankProcess]:
-    """The processes of the job on this node that carry a RANK: its ranks (the launcher has none)."""
+def _pids(proc_root: str) -> list[int]:
+    entries = [int(e) for e in os.listdir(proc_root) if e.isdigit()]
+    return sorted(e for e in entries if e != os.getpid())
+
+
+def find_ranks(selector: JobSelector, proc_root: str = "/proc", other_master: bool = False) -> list[RankProcess]:
+    """The processes of the job on this node that carry a RANK: its ranks (the launcher has none).
+
+    With ``other_master``, instead the ranks whose MASTER_PORT is the job's and whose MASTER_ADDR names
+    another host (``master_differs``): a rank launched with a wrong MASTER_ADDR waits at a master that
+    is not the job's, and the diagnosis names it when its RANK is one the job misses."""
     wanted_addrs = _addresses(selector.master_addr) if selector.master_addr else frozenset()
+    if other_master and selector.slurm_job is not None:
+        return []
     found = []
-    for entry in sorted(os.listdir(proc_root), key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0)):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
+    for pid in _pids(proc_root):
+        entry = str(pid)
         launch = launch_variables(int(entry), proc_root)
         if not launch or "RANK" not in launch:
             continue
         if selector.slurm_job is not None:
             if launch.get("SLURM_JOB_ID") != selector.slurm_job:
                 continue
-        elif _number(launch.get("MASTER_PORT")) != selector.master_port or not (
-            _addresses(launch.get("MASTER_ADDR", "")) & wanted_addrs
-        ):
+        elif _number(launch.get("MASTER_PORT")) != selector.master_port:
+            continue
+        elif bool(_addresses(launch.get("MASTER_ADDR", "")) & wanted_addrs) == other_master:
             continue
         found.append(
             RankProcess(
@@ -157,8 +179,119 @@ def find_ranks(selector: JobSelector, proc_root: str = "/proc") -> list[RankProc
                 world_size=_number(launch.get("WORLD_SIZE")),
                 state=process_state(int(entry), proc_root),
                 launch=launch,
+                master_differs=other_master,
             )
         )
         if len(found) >= MAX_RANKS:
             break
     return found
+
+
+# torchrun's options a launcher is known by; nothing else of its command line leaves the node (the job's
+# own arguments may hold anything).
+LAUNCHER_OPTIONS = {
+    "master-addr": "master_addr",
+    "master-port": "master_port",
+    "rdzv-endpoint": "rdzv_endpoint",
+    "rdzv-backend": "rdzv_backend",
+    "nnodes": "nnodes",
+    "node-rank": "node_rank",
+    "nproc-per-node": "nproc_per_node",
+}
+MAX_ARGV_BYTES = 64 * 1024
+
+
+def _cmdline(pid: int, proc_root: str) -> list[str]:
+    try:
+        raw = Path(proc_root, str(pid), "cmdline").read_bytes()[:MAX_ARGV_BYTES]
+    except OSError:
+        return []
+    return [a.decode("utf-8", errors="replace") for a in raw.split(b"\0") if a]
+
+
+def launcher_options(argv: list[str]) -> dict[str, str] | None:
+    """torchrun's job options from a command line (None when it is not torchrun's): its master or
+    rendezvous endpoint, nnodes, node rank and processes per node, with torchrun's defaults, and
+    ``endpoint`` (HOST:PORT), where its static or c10d rendezvous meets."""
+    names = [a.rsplit("/", 1)[-1] for a in argv[:3]]
+    if "torchrun" in names:
+        start = names.index("torchrun") + 1
+    elif len(argv) > 2 and argv[1] == "-m" and argv[2] in ("torch.distributed.run", "torch.distributed.launch"):
+        start = 3
+    else:
+        return None
+    out: dict[str, str] = {}
+    i = start
+    while i < len(argv):
+        arg = argv[i]
+        if not arg.startswith("--"):
+            break  # the training script: its arguments are the job's own
+        name, sep, value = arg[2:].replace("_", "-").partition("=")
+        if name in ("standalone", "no-python", "run-path", "module", "virtual-local-rank") or sep:
+            i += 1
+        else:
+            value = argv[i + 1] if i + 1 < len(argv) else ""
+            i += 2
+        if name in LAUNCHER_OPTIONS:
+            out[LAUNCHER_OPTIONS[name]] = value[:MAX_VALUE]
+        elif name == "standalone":
+            out["standalone"] = "1"
+    out.setdefault("rdzv_backend", "static")
+    out.setdefault("nnodes", "1")
+    out.setdefault("node_rank", "0")
+    if out.get("rdzv_endpoint") and out["rdzv_backend"] != "static":
+        host, sep, port = out["rdzv_endpoint"].rpartition(":")
+        out["endpoint"] = out["rdzv_endpoint"] if sep and port.isdigit() else f"{out['rdzv_endpoint']}:29400"
+    else:
+        out["endpoint"] = f"{out.get('master_addr', '127.0.0.1')}:{out.get('master_port', '29500')}"
+    return out
+
+
+def _world_of(options: dict[str, str]) -> int | None:
+    nodes = _number(options.get("nnodes", "1").rpartition(":")[2])  # "1:4": elastic, at most 4
+    per_node = _number(options.get("nproc_per_node", "1"))
+    return nodes * per_node if nodes and per_node else None
+
+
+def find_launchers(selector: JobSelector, proc_root: str = "/proc") -> list[RankProcess]:
+    """torchrun's launchers (elastic agents) of the job on this node: the job before its ranks exist, at
+    its rendezvous. Matched by the port of their rendezvous endpoint (--master-port, --rdzv-endpoint);
+    one whose host names another master is kept too, ``master_differs``."""
+    if selector.master_addr is None:
+        return []
+    wanted_addrs = _addresses(selector.master_addr)
+    found = []
+    for pid in _pids(proc_root):
+        options = launcher_options(_cmdline(pid, proc_root))
+        if options is None:
+            continue
+        host, _, port = options["endpoint"].rpartition(":")
+        if _number(port) != selector.master_port:
+            continue
+        found.append(
+            RankProcess(
+                pid=pid,
+                rank=None,
+                local_rank=None,
+                world_size=_world_of(options),
+                state=process_state(pid, proc_root),
+                launch=options,
+                role="launcher",
+                master_differs=not (_addresses(host) & wanted_addrs),
+            )
+        )
+        if len(found) >= MAX_RANKS:
+            break
+    return found
+
+
+def children(pid: int, proc_root: str = "/proc") -> list[int]:
+    """A process's children (a launcher's: the ranks it started)."""
+    out: list[int] = []
+    try:
+        for task in os.listdir(Path(proc_root, str(pid), "task")):
+            text = Path(proc_root, str(pid), "task", task, "children").read_text()
+            out += [int(c) for c in text.split() if c.isdigit()]
+    except OSError:
+        pass
+    return out[:MAX_RANKS]

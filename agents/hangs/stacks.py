@@ -109,3 +109,30 @@ def where(threads: list[dict[str, Any]]) -> dict[str, Any]:
     collective = next((f["function"] for f in main["frames"] if f["function"] in COLLECTIVES and not _ours(f)), None)
     own = next((f for f in main["frames"] if _ours(f)), None)
     return {"collective": collective, "frame": own}
+
+
+# Where init_process_group, new_group and torchrun's agent wait, by the Python frame each shows (the
+# native call below it, TCPStore's constructor, store.get or the process group's constructor, is not
+# a Python frame): the init stage a rank or a launcher is at.
+INIT_FRAMES = (
+    ("next_rendezvous", "rendezvous"),  # torchrun's agent: static or c10d rendezvous
+    ("_create_c10d_store", "store"),  # TCPStore's constructor: connect, or as the master wait for workers
+    ("_store_based_barrier", "store_wait"),
+    ("eager_connect_single_device", "pair_connect"),  # NCCL's eager communicator init (device_id)
+    ("_new_process_group_helper", "pair_connect"),  # ProcessGroupGloo/NCCL's constructor: connectFullMesh
+)
+
+
+def init_stage(threads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The init stage the main thread is at, from its stack: {"stage", "function"}, or None when it
+    is past init (or the stack is unread). "store" is told apart (connect or wait) by the sockets."""
+    main = next((t for t in threads if t["thread"] == "MainThread"), threads[0] if threads else None)
+    if main is None:
+        return None
+    for frame in main["frames"]:  # innermost first: the innermost init frame says the stage
+        if _ours(frame):
+            continue
+        for function, stage in INIT_FRAMES:
+            if frame["function"] == function or frame["function"].endswith(f".{function}"):
+                return {"stage": stage, "function": frame["function"]}
+    return None

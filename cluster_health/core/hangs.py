@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from cluster_health.core import stragglers
+from cluster_health.core import init_hangs, stragglers
 
 EXIT_CODES = {"progressing": 0, "slow": 1, "network": 2, "application": 2, "node": 2, "unknown": 3}
 BAD_PAIR_STATUSES = ("failed", "timeout", "offline")
@@ -66,6 +66,8 @@ def position(rank: dict[str, Any]) -> dict[str, Any]:
     the collective from it instead (the first it entered and has not completed: "group", "seq"; none
     when it completed all it entered) with "last_completed" and "source": "flight recorder"."""
     where = dict(rank.get("where") or {"collective": None, "frame": None})
+    if isinstance(rank.get("init"), dict):  # at init_process_group or its rendezvous (core/init_hangs.py)
+        where["init"] = rank["init"]
     flight = rank.get("flight")
     if not isinstance(flight, dict) or "error" in flight or not isinstance(flight.get("groups"), list):
         return where
@@ -76,6 +78,8 @@ def position(rank: dict[str, Any]) -> dict[str, Any]:
         where["collective"] = None
     where["last_completed"] = _collective(flight.get("last_completed"))
     where["source"] = "flight recorder"
+    if pending and where["last_completed"] is None and "init" not in where:
+        where["init"] = {"stage": "first_collective", "peer": None}  # past init, in the job's first collective
     return where
 
 
@@ -224,9 +228,17 @@ def diagnose(
     world_size: int | None = None,
     pairs: list[dict[str, Any]] | None = None,
     silent_nodes: list[str] | None = None,
+    nodes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """{"hung", "verdict", "culprits"} for one job, from its ranks' evidence and the live probe's pairs."""
+    """{"hung", "verdict", "culprits"} for one job, from its ranks' evidence and the live probe's pairs;
+    with "init" (core/init_hangs.py) when it waits at init_process_group or its rendezvous. ``ranks`` may
+    hold a report's other entries too (launchers, other-master ranks, port holders); ``nodes``: the nodes
+    asked, where a missing rank is looked for."""
     pairs, silent_nodes = pairs or [], silent_nodes or []
+    parts = init_hangs.split(ranks)
+    ranks = parts["ranks"]
+    if not _dead_ranks(ranks) and init_hangs.at_init(parts):
+        return init_hangs.diagnose(parts, world_size, pairs, nodes, silent_nodes)
     if not ranks:
         why = "no rank of the job was found on any node"
         why += f" (nodes not heard from: {', '.join(silent_nodes)})" if silent_nodes else ""
