@@ -3,7 +3,11 @@
 - ``loader``: rank 1 never reaches the second all_reduce (its data loader loops);
 - ``collective``: every rank waits in a second all_reduce that rank 1 never joins... by sleeping
   inside it after its peers entered (a stopped rank is made by the test, with SIGSTOP);
-- ``train``: all ranks keep calling all_reduce (progressing);
+- ``train``: all ranks keep calling all_reduce (progressing), 50 ms apart;
+- ``straggler``: all ranks keep calling all_reduce, and one rank (``HUNG_JOB_SLOW_RANK``, default the
+  last) sleeps ``HUNG_JOB_SLOW_S`` (default 0.3 s) before each: the slow rank everyone waits for.
+  In both, ``HUNG_JOB_FLOATS`` sets the all_reduce's size (default 4 floats; a large one makes a
+  shaped link hold each step back);
 - ``mismatch``: rank 1 calls broadcast where rank 0 calls all_reduce;
 - ``groups``: two process groups of both ranks ("data", "experts") entered in different orders: rank 0
   all_reduces on "data" first, rank 1 on "experts" first (the multi-group hang).
@@ -13,6 +17,7 @@ rank its own ``TORCH_WORKER_SERVER_SOCKET``: the job runs under torchelastic's `
 job that wants its worker server does (without that variable it changes nothing).
 """
 
+import os
 import sys
 import time
 
@@ -24,6 +29,18 @@ from torch.distributed.elastic.control_plane import worker_main
 def load_batch():
     while True:  # a data loader that never returns
         time.sleep(0.2)
+
+
+def train(mode: str, rank: int, world: int) -> None:
+    slow = float(os.environ.get("HUNG_JOB_SLOW_S", "0.3")) if mode == "straggler" else 0.0
+    slow_rank = int(os.environ.get("HUNG_JOB_SLOW_RANK", str(world - 1)))
+    t = torch.ones(int(os.environ.get("HUNG_JOB_FLOATS", "4")))
+    while True:
+        if not slow:
+            time.sleep(0.05)
+        elif rank == slow_rank:
+            time.sleep(slow)  # the straggler's own slower step; the others go straight on and wait for it
+        dist.all_reduce(t)
 
 
 def main(mode: str) -> None:
@@ -41,10 +58,8 @@ def main(mode: str) -> None:
         experts = dist.new_group([0, 1], group_desc="experts")
         for group in (data, experts) if rank == 0 else (experts, data):
             dist.all_reduce(t, group=group)
-    if mode == "train":
-        while True:
-            dist.all_reduce(t)
-            time.sleep(0.05)
+    if mode in ("train", "straggler"):
+        train(mode, rank, dist.get_world_size())
     dist.all_reduce(t)  # "collective": rank 1 is stopped here by the test
     time.sleep(3600)
 

@@ -1,6 +1,7 @@
 """A rank's Flight Recorder entries (``TORCH_FR_BUFFER_SIZE``), read from outside, validated and summed
 up to what the diagnosis matches ranks by: per process group, the last collective enqueued and the last
-completed (sequence numbers), and the first one the rank entered and has not completed.
+completed (sequence numbers), the first one the rank entered and has not completed, and its last completed
+collectives with when it enqueued each (a straggler is the rank that enqueues last: core/stragglers.py).
 
 Where torch 2.13 lets another process read them (it records Gloo as well as NCCL):
 
@@ -32,6 +33,7 @@ DUMP_VARIABLE = "TORCH_FR_DUMP_TEMP_FILE"
 MAX_BYTES = 4 * 1024 * 1024  # one rank's dump (a ring buffer of a few thousand entries)
 MAX_ENTRIES = 20000
 MAX_GROUPS = 256
+RECENT = 64  # completed collectives kept per rank, with their times (a straggler's steps: core/stragglers.py)
 DEADLINE_S = 5.0
 _OP_CHARS = 80
 
@@ -157,13 +159,18 @@ def _entry(raw: Any) -> dict[str, Any]:
         "op": op,
         "sizes": _text(json.dumps(sizes), 120) if isinstance(sizes, list) else None,
         "completed": raw.get("state") == "completed" or raw.get("retired") is True,
+        "created_ns": _int(raw.get("time_created_ns", 0), "time_created_ns"),
+        # NCCL's watchdog notes when it saw the work complete; Gloo leaves it 0 (None here).
+        "completed_ns": _int(raw.get("time_discovered_completed_ns", 0), "time_discovered_completed_ns") or None,
     }
 
 
 def summarize(doc: Any) -> dict[str, Any]:
     """Flight Recorder's JSON dump (``fr_trace_json``, version 2.x) as {"version", "groups": [{"pg", "group",
-    "last_enqueued", "last_completed"}], "pending": entry | None, "last_completed": entry | None}: what the
-    rank entered and did not finish (the first such), and the last collective it finished."""
+    "last_enqueued", "last_completed"}], "pending": entry | None, "last_completed": entry | None, "recent":
+    [{"pg", "seq", "op", "created_ns", "completed_ns"}]}: what the rank entered and did not finish (the first
+    such), the last collective it finished, and the last RECENT collectives it finished (not point-to-point)
+    with when it enqueued each and, where torch noted it, when it completed."""
     if not isinstance(doc, dict) or not isinstance(doc.get("entries", []), list):
         raise FlightError("not a Flight Recorder dump (an object with entries)")
     raw_entries = doc.get("entries") or []
@@ -194,6 +201,9 @@ def summarize(doc: Any) -> dict[str, Any]:
         "groups": groups,
         "pending": pending,
         "last_completed": done[-1] if done else None,
+        "recent": [{k: e[k] for k in ("pg", "seq", "op", "created_ns", "completed_ns")} for e in done if not e["p2p"]][
+            -RECENT:
+        ],
     }
 
 

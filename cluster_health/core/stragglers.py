@@ -117,7 +117,8 @@ def from_stacks(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     outside = []
     for i in range(count):
         out = [r for r, s in samples.items() if not (isinstance(s[i], dict) and s[i].get("collective"))]
-        if len(out) != 1:
+        seen = samples[out[0]][i] if len(out) == 1 else None
+        if not (isinstance(seen, dict) and seen.get("frame")):  # one rank, seen in its own code
             return None
         outside.append(out[0])
     if len(set(outside)) != 1:
@@ -187,73 +188,96 @@ def _seconds(s: float) -> str:
 
 def assess(ranks: Sequence[dict[str, Any]], pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The ``slow`` answer ({"hung": False, "verdict": "slow", "culprits"}) for a progressing job held back by
-    one rank, with what holds it back from the live probe; None when no rank is consistently waited for."""
+    one rank, with what holds it back from the live probe; None when no rank is consistently waited for.
+
+    The culprit, most likely first: a node whose every link is far below the others' (``link``: whoever
+    enqueues last, a ring waits for that link), else the rank's node when its CPU was busy (``node``), else
+    the rank itself (``rank``: its own code is slower)."""
     found = from_flight(ranks) or from_stacks(ranks)
     if found is None:
         return None
-    by_rank = {r.get("rank"): r for r in ranks}
-    rank = by_rank.get(found["rank"]) or {}
+    rank = next((r for r in ranks if r.get("rank") == found["rank"]), {})
     node = str(rank.get("node") or "?")
     nodes = sorted({str(r.get("node")) for r in ranks if r.get("node")})
+    who = f"rank {found['rank']} on {node}"
     if found["lateness_s"] is not None:
         late = (
-            f"enqueues last in {found['last_in']} of the last {found['steps']} collectives, "
+            f"{who} enqueues last in {found['last_in']} of the last {found['steps']} collectives, "
             f"{_seconds(found['lateness_s'])} after the others a step (median; their own spread "
-            f"{_seconds(found['jitter_s'])}, Flight Recorder)"
+            f"{_seconds(found['jitter_s'])}; Flight Recorder)"
         )
     else:
         late = (
-            f"is in its own code in each of {found['steps']} samples while every other rank waits in a "
+            f"{who} is in its own code in each of {found['steps']} samples while every other rank waits in a "
             "collective (stacks; enable the Flight Recorder for its lateness per step)"
         )
-    link = {n: figures for n in nodes if (figures := slow_link(n, pairs))}
     evidence: dict[str, Any] = {"steps": found, "where": rank.get("where")}
     culprits: list[dict[str, Any]] = []
-    # The node whose every link is far below the others holds the whole job back, whoever enqueues last.
-    for slow_node, figures in sorted(link.items()):
-        on_it = [r.get("rank") for r in ranks if r.get("node") == slow_node]
+    for slow_node in nodes:
+        figures = slow_link(slow_node, pairs)
+        if figures is None:
+            continue
+        on_it = sorted(r["rank"] for r in ranks if r.get("node") == slow_node and isinstance(r.get("rank"), int))
         culprits.append(
-            {
-                "kind": "link",
-                "subject": f"{slow_node}'s link",
-                "nodes": [slow_node],
-                "ranks": sorted(r for r in on_it if isinstance(r, int)),
-                "text": f"the job progresses slowly: {slow_node}'s link is slow in the live probe ("
-                + _link_words(figures)
-                + f"); rank {found['rank']} on {node} {late}",
-                "hint": "the path of that node: its NIC, cable, switch port, a rate limit or a shaped queue; "
-                "move the job off it or fix the link",
-                "evidence": {**evidence, "link": figures},
-            }
+            _culprit(
+                "link",
+                f"{slow_node}'s link",
+                slow_node,
+                on_it,
+                f"the job progresses slowly, held back by {slow_node}'s link: in the live probe "
+                f"{_link_words(figures)}; {late}",
+                "that node's path: its NIC, cable or switch port, a rate limit or a shaped queue; fix it or move "
+                "the job off the node",
+                {**evidence, "link": figures},
+            )
         )
+    if culprits:
+        return {"hung": False, "verdict": "slow", "culprits": culprits}
     busy = _busy_node(node, nodes, pairs)
     if busy is not None:
-        held, hint = (
-            f"its node {node} is CPU-busy ({busy:.0%} load while the live probe measured, more than the others)",
-            "other work on that node takes the rank's CPU: find it (top, the node's other jobs) or move the rank",
-        )
-        evidence["cpu_load"] = round(busy, 3)
-    elif node not in link:
-        held, hint = (
-            "its node's links and CPU look like the others' in the live probe: its own code is slower "
-            + (f"(now in {_frame(found.get('frame') or (rank.get('where') or {}).get('frame'))})"),
-            "that rank does more work, or waits on its own input (a data loader, storage, a lock): profile it",
+        culprits.append(
+            _culprit(
+                "node",
+                node,
+                node,
+                [found["rank"]],
+                f"the job progresses slowly, held back by {node}: its CPU was busy ({busy:.0%} load while the "
+                f"live probe measured, more than the other nodes'); {late}",
+                "other work on that node takes the rank's CPU: find it (top, the node's other jobs) or move the rank",
+                {**evidence, "cpu_load": round(busy, 3)},
+            )
         )
     else:
-        held, hint = f"its node {node}'s link is slow", "see the link culprit"
-    culprits.insert(
-        0 if node not in link else len(culprits),
-        {
-            "kind": "rank",
-            "subject": f"rank {found['rank']}",
-            "nodes": [node],
-            "ranks": [found["rank"]],
-            "text": f"the job progresses, held back by rank {found['rank']} on {node}: it {late}; {held}",
-            "hint": hint,
-            "evidence": evidence,
-        },
-    )
+        looked = "its node's links and CPU look like the others' in the live probe" if len(nodes) > 1 else ""
+        where = _frame(found.get("frame") or (rank.get("where") or {}).get("frame"))
+        culprits.append(
+            _culprit(
+                "rank",
+                f"rank {found['rank']}",
+                node,
+                [found["rank"]],
+                f"the job progresses, held back by {late}; "
+                + (f"{looked}: " if looked else "")
+                + f"its own code is slower (now in {where})",
+                "that rank does more work, or waits on its own input (a data loader, storage, a lock): profile it",
+                evidence,
+            )
+        )
     return {"hung": False, "verdict": "slow", "culprits": culprits}
+
+
+def _culprit(
+    kind: str, subject: str, node: str, ranks: list[int], text: str, hint: str, evidence: Any
+) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "subject": subject,
+        "nodes": [node],
+        "ranks": ranks,
+        "text": text,
+        "hint": hint,
+        "evidence": evidence,
+    }
 
 
 def _link_words(f: Mapping[str, Any]) -> str:
