@@ -27,8 +27,14 @@ def declared_groups(names: Iterable[str]) -> dict[str, str]:
 
 
 def groups_of(names: list[str]) -> dict[str, str]:
-    """Each node's group now: declared, else from CLUSTER_HEALTH_GROUP_PATTERN."""
-    placed = culprits.node_groups(names, settings.GROUP_PATTERN, declared_groups(names))
+    """Each node's group now: declared, else from CLUSTER_HEALTH_GROUP_PATTERN where it is set, else the group the
+    latest full sweep's measurements place it in (docs/TOPOLOGY.md), else from the default hostname pattern."""
+    declared = declared_groups(names)
+    if not settings.GROUP_PATTERN and len(declared) < len(names):
+        from cluster_health.shapes.topology_report import inferred_groups
+
+        declared = {**inferred_groups([n for n in names if n not in declared]), **declared}
+    placed = culprits.node_groups(names, settings.GROUP_PATTERN, declared)
     return {n: group for n, (group, _) in placed.items()}
 
 

@@ -7,8 +7,10 @@ Pairs are oriented so that ``a`` comes before ``b`` in the node order; ``a`` is
 rank 0 of the probe and hosts the store.
 
 For large fleets, three kinds cover the nodes in far fewer rounds (docs/CONTROL_PLANE.md,
-"Large fleets"): ``sampled`` draws some of the circle rounds over a seeded shuffle,
-``topology`` runs every pair inside each group and one between every two groups, and
+"Large fleets"): ``sampled`` draws some of the circle rounds over a seeded shuffle (with
+groups: half its rounds inside the groups, half across, every group's uplink in each of those),
+``topology`` runs every pair inside each group, one between every two groups and one uplink
+round per group (several of its nodes sending out at once: docs/TOPOLOGY.md, "Uplinks"), and
 ``bisect`` starts as ``quick`` and adds rounds around the suspects (``bisect_pairs``).
 """
 
@@ -27,6 +29,9 @@ QUICK_ROUNDS = 2  # two circle rounds put every node in at least one pair, also 
 # rule wants MIN_SUPPORT (2) pairs behind a node, and two agreeing partners tell a node from a link.
 BISECT_PARTNERS = 2
 BISECT_MAX_PHASES = 3  # the quick phase, then at most two rounds of partners around the suspects
+# A topology sweep's uplink round for a group: this many of its nodes each probe a node of another group at
+# once, so that the group's uplink, not one node's link, limits what they sum to.
+UPLINK_SENDERS = 4
 
 
 class PlanError(ValueError):
@@ -41,6 +46,7 @@ class Plan:
     rounds: list[list[tuple[str, str]]] = field(default_factory=list)
     group: bool = False
     gpu_checks: bool = False
+    uplinks: dict[int, str] = field(default_factory=dict)  # a topology sweep's: round index (0-based) -> group
 
     @property
     def pair_count(self) -> int:
@@ -142,20 +148,105 @@ def sampled_rounds(nodes: Sequence[str], rounds: int, seed: int) -> list[list[tu
     return out
 
 
+def _members(names: Sequence[str], groups: Mapping[str, str], kind: str) -> dict[str, list[str]]:
+    members: dict[str, list[str]] = {}
+    for n in names:
+        if n not in groups:
+            raise PlanError(f"{kind}: {n} has no group")
+        members.setdefault(groups[n], []).append(n)
+    return members
+
+
+def grouped_sampled_rounds(
+    nodes: Sequence[str], groups: Mapping[str, str], rounds: int, seed: int
+) -> list[list[tuple[str, str]]]:
+    """``rounds`` rounds drawn from the groups' tree, the same for the same seed: half inside, half across.
+
+    The inside rounds (the first ``ceil(rounds / 2)``) each draw one circle round over every group's shuffled
+    members, all groups side by side; the across rounds each draw one circle round over the shuffled groups and
+    match the members of each two groups it pairs (the ones left over, from groups of unequal size, are matched
+    across any two other groups; with fewer group rounds than across rounds, each comes again with its members
+    matched anew), so every group sends across its uplink in each across round (but the one group sitting out
+    when their count is odd) and a few nights of sampled sweeps reach every two groups. Every node is in each
+    round but for byes; no pair comes twice.
+    With fewer than two groups it is ``sampled_rounds``.
+    """
+    names = list(nodes)
+    members = _members(names, groups, "sampled")
+    if len(members) < 2:
+        return sampled_rounds(names, rounds, seed)
+    position = {n: i for i, n in enumerate(names)}
+    rng = random.Random(seed)
+    shuffled = {g: rng.sample(m, len(m)) for g, m in members.items()}
+    labels = sorted(members, key=lambda g: position[members[g][0]])
+    rng.shuffle(labels)
+    across = rounds // 2
+    inside = rounds - across
+    seen: set[tuple[str, str]] = set()
+    out: list[list[tuple[str, str]]] = []
+    picks = {
+        g: rng.sample(range(circle_round_count(len(m))), min(inside, circle_round_count(len(m))))
+        for g, m in shuffled.items()
+        if len(m) > 1
+    }
+    for k in range(inside):
+        out.append([p for g, r in picks.items() if k < len(r) for p in circle_round(shuffled[g], r[k], position)])
+    group_rounds = rng.sample(range(circle_round_count(len(labels))), circle_round_count(len(labels)))
+    for k in range(across):  # fewer group rounds than across rounds (few groups): each again, matched anew
+        r, turn = group_rounds[k % len(group_rounds)], k // len(group_rounds)
+        pairs: list[tuple[str, str]] = []
+        left: list[tuple[str, str]] = []  # (node, its group) not matched by its group's partner
+        for ga, gb in circle_round(labels, r, {g: i for i, g in enumerate(labels)}):
+            a, b = shuffled[ga], _rotated(shuffled[gb], turn)
+            pairs += [_orient(x, y, position) for x, y in zip(a, b, strict=False)]
+            longer, g = (a, ga) if len(a) > len(b) else (b, gb)
+            left += [(n, g) for n in longer[min(len(a), len(b)) :]]
+        sitting = {g for pair in circle_round(labels, r, {g: i for i, g in enumerate(labels)}) for g in pair}
+        left += [(n, g) for g in labels if g not in sitting for n in shuffled[g]]  # the bye group
+        while len(left) > 1:
+            n, g = left.pop(0)
+            other = next((i for i, (_, h) in enumerate(left) if h != g), None)
+            if other is None:
+                break
+            pairs.append(_orient(n, left.pop(other)[0], position))
+        out.append(pairs)
+    kept: list[list[tuple[str, str]]] = []
+    for drawn in out:
+        fresh = [p for p in drawn if p not in seen]
+        seen.update(fresh)
+        if fresh:
+            kept.append(fresh)
+    return kept
+
+
+def _rotated(items: list[str], k: int) -> list[str]:
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
 def topology_rounds(nodes: Sequence[str], groups: Mapping[str, str]) -> list[list[tuple[str, str]]]:
-    """Every pair inside each group, then one pair between every two groups.
+    """Every pair inside each group, then one pair between every two groups, then each group's uplink round.
 
     The groups' own rounds run side by side (they share no node), so the inside part takes
     as many rounds as the largest group needs. Between groups i and j the pair is member
     ``j mod |group i|`` with member ``i mod |group j|``: a group of at least G members sends
-    a different node to each of the G-1 others, and those pairs then share a round.
+    a different node to each of the G-1 others, and those pairs then share a round. The
+    uplink rounds come last, one a group (``topology_uplinks`` says which).
     """
+    return topology_plan(nodes, groups)[0]
+
+
+def topology_uplinks(nodes: Sequence[str], groups: Mapping[str, str]) -> dict[int, str]:
+    """Which rounds of ``topology_rounds`` are uplink rounds: round index (0-based) -> the group sending out."""
+    return topology_plan(nodes, groups)[1]
+
+
+def topology_plan(
+    nodes: Sequence[str], groups: Mapping[str, str]
+) -> tuple[list[list[tuple[str, str]]], dict[int, str]]:
+    """``topology_rounds`` and ``topology_uplinks`` together."""
     names = list(nodes)
-    members: dict[str, list[str]] = {}
-    for n in names:
-        if n not in groups:
-            raise PlanError(f"topology: {n} has no group")
-        members.setdefault(groups[n], []).append(n)
+    members = _members(names, groups, "topology")
     inside = [circle_rounds(m) for m in members.values()]
     depth = max((len(r) for r in inside), default=0)
     out = [[p for g in inside if k < len(g) for p in g[k]] for k in range(depth)]
@@ -165,7 +256,38 @@ def topology_rounds(nodes: Sequence[str], groups: Mapping[str, str]) -> list[lis
         for j in range(i + 1, len(labels)):
             a, b = members[gi], members[labels[j]]
             between.append((a[j % len(a)], b[i % len(b)]))
-    return out + schedule_pairs(between, names)
+    out += schedule_pairs(between, names)
+    taken = {frozenset(p) for r in out for p in r}
+    uplinks: dict[int, str] = {}
+    for i, g in enumerate(labels):
+        pairs = _uplink_round(members, labels, i, taken, {n: k for k, n in enumerate(names)})
+        if pairs:
+            uplinks[len(out)] = g
+            out.append(pairs)
+    return out, uplinks
+
+
+def _uplink_round(
+    members: Mapping[str, list[str]], labels: list[str], i: int, taken: set[frozenset[str]], position: dict[str, int]
+) -> list[tuple[str, str]]:
+    """Group ``labels[i]``'s uplink round: up to UPLINK_SENDERS of its nodes, each with a node of another group,
+    the partners dealt round-robin over the other groups (so no other group's uplink carries more than its share)
+    and no pair the sweep already probes. Adds its pairs to ``taken``."""
+    others = [labels[(i + d) % len(labels)] for d in range(1, len(labels))]
+    queues = [_rotated(members[g], i) for g in others]
+    partners = [q[k] for k in range(max((len(q) for q in queues), default=0)) for q in queues if k < len(q)]
+    pairs: list[tuple[str, str]] = []
+    used: set[str] = set()
+    for sender in members[labels[i]]:
+        if len(pairs) == UPLINK_SENDERS:
+            break
+        partner = next((p for p in partners if p not in used and frozenset((sender, p)) not in taken), None)
+        if partner is None:
+            continue
+        used.add(partner)
+        taken.add(frozenset((sender, partner)))
+        pairs.append(_orient(sender, partner, position))
+    return pairs
 
 
 def bisect_suspects(outcomes: Mapping[tuple[str, str], bool]) -> set[str]:
@@ -230,7 +352,8 @@ def plan(
 ) -> Plan:
     """The probes of one sweep of ``kind`` over ``nodes`` (in matrix order).
 
-    ``rounds`` and ``seed``: a sampled sweep's; ``groups``: node -> group, a topology sweep's.
+    ``rounds`` and ``seed``: a sampled sweep's; ``groups``: node -> group, a topology sweep's (a sampled
+    sweep's too, where the fleet's groups are known: its rounds are then drawn inside and across them).
     A bisect sweep is planned as its quick phase; the phases after it depend on its results
     (``bisect_pairs``).
     """
@@ -254,9 +377,13 @@ def plan(
     if kind in ("quick", "bisect"):
         return Plan(names, circle_rounds(names, limit=QUICK_ROUNDS))
     if kind == "sampled":
-        return Plan(names, sampled_rounds(names, SAMPLED_ROUNDS if rounds is None else rounds, seed))
+        count = SAMPLED_ROUNDS if rounds is None else rounds
+        if groups is not None:
+            return Plan(names, grouped_sampled_rounds(names, groups, count, seed))
+        return Plan(names, sampled_rounds(names, count, seed))
     if kind == "topology":
         if groups is None:
             raise PlanError("topology: a topology sweep needs each node's group")
-        return Plan(names, topology_rounds(names, groups))
+        found, uplinks = topology_plan(names, groups)
+        return Plan(names, found, uplinks=uplinks)
     return Plan(names, circle_rounds(names), group=kind in vocabulary.GROUP_SWEEP_KINDS)

@@ -464,5 +464,49 @@ def report(inference: Inference, declared: Mapping[str, str], sweep: int | None 
     }
 
 
+def uplink_figures(
+    groups: Mapping[str, Sequence[str]], uplink_rounds: Mapping[int, str], pairs: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each group's uplink from a topology sweep: what its uplink round's pairs, all probed at once, summed to.
+
+    ``groups``: group -> its nodes, as the sweep planned; ``uplink_rounds``: round -> the group sending out in it;
+    ``pairs``: the sweep's pairs (round, a, b, busbw_gbps; None where one measured nothing). Per group: its
+    ``senders`` (pairs that measured a bandwidth, of ``pairs`` in the round), ``uplink_gbps`` (their busbw summed:
+    the rate the group sustained to the rest with that many of its nodes sending at once) and ``uplink_mbit``,
+    ``inside_gbps`` (the median busbw of its pairs inside, the same sweep) and ``oversubscription``: what the
+    senders move inside the group over what they moved out together (``inside_gbps * senders / uplink_gbps``;
+    above 1 the uplink, not the nodes, limits them). None where nothing was measured.
+    """
+    group_of = {n: g for g, members in groups.items() for n in members}
+    inside: dict[str, list[float]] = {}
+    rounds: dict[str, list[float | None]] = {}
+    for p in pairs:
+        a, b, bw = p["a"], p["b"], p.get("busbw_gbps")
+        g = uplink_rounds.get(int(p["round"]))
+        if g is not None:
+            rounds.setdefault(g, []).append(bw)
+        elif group_of.get(a) is not None and group_of.get(a) == group_of.get(b) and bw:
+            inside.setdefault(group_of[a], []).append(float(bw))
+    out = []
+    for g in dict.fromkeys(uplink_rounds.values()):
+        figures = [float(v) for v in rounds.get(g, []) if v]
+        total = sum(figures) if figures else None
+        median_in = float(np.median(inside[g])) if inside.get(g) else None
+        over = median_in * len(figures) / total if total and median_in is not None else None
+        out.append(
+            {
+                "group": g,
+                "nodes": len(groups.get(g, ())),
+                "senders": len(figures),
+                "pairs": len(rounds.get(g, [])),
+                "uplink_gbps": None if total is None else round(total, 6),
+                "uplink_mbit": None if total is None else round(total * 8000, 1),
+                "inside_gbps": None if median_in is None else round(median_in, 6),
+                "oversubscription": None if over is None else round(over, 2),
+            }
+        )
+    return out
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)

@@ -12,7 +12,7 @@ import numpy as np
 from scipy.cluster import hierarchy
 
 from cluster_health.core import topology_inference
-from cluster_health.models import Sweep
+from cluster_health.models import PairProbe, Sweep
 from cluster_health.nodes import declared_groups
 from cluster_health.shapes.matrices import sweep_arrays
 
@@ -50,7 +50,52 @@ def infer(sweep: Sweep) -> tuple[topology_inference.Inference, dict[str, Any], d
     except topology_inference.InferenceError as exc:
         raise NoMatrix(f"sweep {sweep.pk}: {exc}") from None
     declared = declared_groups(arrays.nodes)
-    return inferred, topology_inference.report(inferred, declared, sweep.pk), declared
+    report = topology_inference.report(inferred, declared, sweep.pk)
+    report["uplinks"], report["uplinks_sweep"] = uplinks()
+    return inferred, report, declared
+
+
+def uplinks(pk: int | None = None) -> tuple[list[dict[str, Any]], int | None]:
+    """Each group's uplink figure from topology sweep ``pk`` (default: the latest finished one that ran uplink
+    rounds), and its id; ([], None) when there is none. core/topology_inference.uplink_figures says what each is."""
+    found = Sweep.objects.filter(kind="topology", status="finished", params__has_key="uplink_rounds")
+    sweep = found.filter(pk=pk).first() if pk is not None else found.order_by("-pk").first()
+    if sweep is None:
+        return [], None
+    params = sweep.params or {}
+    rounds = {int(k): str(g) for k, g in (params.get("uplink_rounds") or {}).items()}
+    groups = {str(g): list(m) for g, m in (params.get("groups") or {}).items()}
+    rows = PairProbe.objects.filter(sweep=sweep).values_list("round", "node_a__name", "node_b__name", "busbw_gbps")
+    pairs = [{"round": r, "a": a, "b": b, "busbw_gbps": bw} for r, a, b, bw in rows]
+    return topology_inference.uplink_figures(groups, rounds, pairs), sweep.pk
+
+
+_inferred: dict[tuple, dict[str, str]] = {}  # full sweep id -> node -> inferred group, for the last few sweeps read
+_INFERRED_KEPT = 4
+
+
+def inferred_groups(names: list[str]) -> dict[str, str]:
+    """Node -> the group the latest finished full sweep's measurements place it in, for those of ``names`` it
+    places, when that sweep's answer is ``groups`` (sure); else nothing. What stands in for labels where none
+    are declared: a topology or sampled sweep plans with it and the group view sums by it (nodes.groups_of).
+    Each group is named as the page names it (the label most of its members carry, else group-N)."""
+    sweep = Sweep.objects.filter(kind__in=KINDS, status="finished").order_by("-pk").first()
+    if sweep is None:
+        return {}
+    key = (sweep.pk, sweep.finished)  # a test database reuses ids
+    if key not in _inferred:
+        try:
+            inferred, report, _ = infer(sweep)
+        except NoMatrix:
+            report = {"answer": topology_inference.ONE_GROUP, "groups": []}
+        found = {}
+        if report["answer"] == topology_inference.GROUPS:
+            found = {n: g["name"] for g in report["groups"] for n in g["nodes"]}
+        while len(_inferred) >= _INFERRED_KEPT:
+            _inferred.pop(next(iter(_inferred)))
+        _inferred[key] = found
+    placed = _inferred[key]
+    return {n: placed[n] for n in names if n in placed}
 
 
 FIGURE_MAX_NODES = 512  # past this the page lists the groups without the node matrix and tree

@@ -72,7 +72,7 @@ def start_sweep(sweep_id: int) -> bool:
             return False
         sweep.status, sweep.started = "running", now
         try:
-            groups = groups_of(names) if sweep.kind == "topology" else None
+            groups = groups_of(names) if sweep.kind in ("topology", "sampled") else None
             plan = planner.plan(
                 sweep.kind,
                 names,
@@ -101,6 +101,8 @@ def start_sweep(sweep_id: int) -> bool:
             for n in names:
                 members.setdefault(groups[n], []).append(n)
             sweep.params["groups"] = members
+        if plan.uplinks:  # a topology sweep's uplink rounds (1-based, as probes count them) -> the group sending
+            sweep.params["uplink_rounds"] = {str(k + 1): g for k, g in plan.uplinks.items()}
         if sweep.kind == "bisect":
             sweep.params["bisect_phase"] = 1
         if sweep.kind in vocabulary.BANDWIDTH_SWEEP_KINDS or params.get("baseline"):

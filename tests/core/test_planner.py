@@ -142,7 +142,8 @@ def test_a_topology_plan_covers_each_group_fully_and_every_two_groups_once():
     nodes = sorted(groups)
     rounds = planner.topology_rounds(nodes, groups)
     assert_disjoint_rounds(rounds)
-    pairs = [p for r in rounds for p in r]
+    uplinks = planner.topology_uplinks(nodes, groups)
+    pairs = [p for k, r in enumerate(rounds) if k not in uplinks for p in r]
     inside = [p for p in pairs if groups[p[0]] == groups[p[1]]]
     between = [frozenset((groups[a], groups[b])) for a, b in pairs if groups[a] != groups[b]]
     for g in {*groups.values()}:
@@ -154,11 +155,12 @@ def test_a_topology_plan_covers_each_group_fully_and_every_two_groups_once():
     assert "lone" in {x for p in pairs for x in p}  # a group of one still meets every other group
 
 
-def test_a_topology_plan_takes_32_rounds_at_1024_nodes_in_32_groups_of_32():
+def test_a_topology_plan_takes_64_rounds_at_1024_nodes_in_32_groups_of_32():
     groups = groups_of(32, 32)
     rounds = planner.plan("topology", sorted(groups), groups=groups).rounds
-    assert len(rounds) == 32  # 31 inside, side by side, and the 496 pairs between groups in one
-    assert sum(len(r) for r in rounds) == 32 * (32 * 31 // 2) + 32 * 31 // 2
+    assert len(rounds) == 64  # 31 inside, side by side, the 496 pairs between groups in one, 32 uplink rounds
+    uplink_pairs = 32 * planner.UPLINK_SENDERS
+    assert sum(len(r) for r in rounds) == 32 * (32 * 31 // 2) + 32 * 31 // 2 + uplink_pairs
 
 
 def test_a_topology_plan_refuses_a_node_without_a_group():
@@ -212,3 +214,70 @@ def test_bisect_asks_again_when_a_suspect_s_partners_disagree():
     assert all("n0000" in p for p in pairs) and len(pairs) == 2 * planner.BISECT_PARTNERS - 2, pairs
     partners = {x for p in pairs for x in p} - {"n0000"}
     assert partners.isdisjoint({"n0001", "n0002", "n0004"})
+
+
+def test_a_topology_plan_ends_with_one_uplink_round_a_group_of_its_nodes_sending_out_at_once():
+    groups = groups_of(3, 5)
+    nodes = sorted(groups)
+    plan = planner.plan("topology", nodes, groups=groups)
+    assert_disjoint_rounds(plan.rounds)
+    assert sorted(plan.uplinks.values()) == ["g00", "g01", "g02"]
+    assert sorted(plan.uplinks) == list(range(len(plan.rounds) - 3, len(plan.rounds)))  # the last three rounds
+    all_pairs = [frozenset(p) for r in plan.rounds for p in r]
+    assert len(all_pairs) == len(set(all_pairs))  # an uplink pair is none the sweep probes already
+    for k, g in plan.uplinks.items():
+        senders = [x for p in plan.rounds[k] for x in p if groups[x] == g]
+        partners = [x for p in plan.rounds[k] for x in p if groups[x] != g]
+        assert len(senders) == planner.UPLINK_SENDERS and len(set(partners)) == planner.UPLINK_SENDERS
+        assert all(groups[a] != groups[b] for a, b in plan.rounds[k])  # every pair crosses the group's uplink
+        assert {groups[x] for x in partners} == {"g00", "g01", "g02"} - {g}  # dealt over both other groups
+    assert planner.topology_uplinks(nodes, groups) == plan.uplinks
+
+
+def test_a_small_group_sends_what_it_has_and_one_group_has_no_uplink_round():
+    groups = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "b3": "b", "b4": "b", "b5": "b"}
+    plan = planner.plan("topology", sorted(groups), groups=groups)
+    by_group = {g: plan.rounds[k] for k, g in plan.uplinks.items()}
+    assert len(by_group["a"]) == 2 and len(by_group["b"]) == planner.UPLINK_SENDERS - 2  # b: 2 of its partners taken
+    assert planner.plan("topology", ["x1", "x2", "x3"], groups=dict.fromkeys(["x1", "x2", "x3"], "x")).uplinks == {}
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (3, 3), (5, 7), (16, 16)])
+def test_a_sampled_plan_with_groups_draws_half_its_rounds_inside_them_and_half_across(shape):
+    groups = groups_of(*shape)
+    nodes = sorted(groups)
+    rounds = planner.plan("sampled", nodes, rounds=8, seed=11, groups=groups).rounds
+    assert_disjoint_rounds(rounds)
+    pairs = [frozenset(p) for r in rounds for p in r]
+    assert len(pairs) == len(set(pairs))  # no pair twice
+    inside = [r for r in rounds if all(groups[a] == groups[b] for a, b in r)]
+    across = [r for r in rounds if all(groups[a] != groups[b] for a, b in r)]
+    assert len(inside) + len(across) == len(rounds)
+    assert len(inside) == min(4, planner.circle_round_count(shape[1]))
+    assert len(across) == 4
+    for r in across:  # each group's uplink is crossed in each across round, but a bye group's (odd count)
+        crossing = {groups[x] for p in r for x in p}
+        assert len(crossing) >= shape[0] - (shape[0] % 2)
+    assert len(pairs) <= 8 * len(nodes) // 2  # O(N) a night
+
+
+def test_a_sampled_plan_with_groups_is_the_same_for_its_seed_and_plain_without_two_groups():
+    groups = groups_of(4, 6)
+    nodes = sorted(groups)
+    first = planner.plan("sampled", nodes, rounds=6, seed=3, groups=groups).rounds
+    assert planner.plan("sampled", nodes, rounds=6, seed=3, groups=groups).rounds == first
+    assert planner.plan("sampled", nodes, rounds=6, seed=4, groups=groups).rounds != first
+    one = dict.fromkeys(nodes, "all")
+    assert planner.plan("sampled", nodes, rounds=6, seed=3, groups=one).rounds == planner.sampled_rounds(nodes, 6, 3)
+
+
+def test_a_nightly_sampled_plan_over_the_tree_meets_every_two_groups_within_a_week():
+    groups = groups_of(8, 8)
+    nodes = sorted(groups)
+    met: set[frozenset[str]] = set()
+    nights = 0
+    while len(met) < 8 * 7 // 2:
+        rounds = planner.plan("sampled", nodes, rounds=8, seed=nights, groups=groups).rounds
+        met |= {frozenset((groups[a], groups[b])) for r in rounds for a, b in r if groups[a] != groups[b]}
+        nights += 1
+    assert nights <= 7

@@ -72,6 +72,13 @@ def _text(sweep: int, report: dict) -> str:
             lines.append(f"  {node}" + ("" if c is None else f"  confidence {c:.2f}"))
     if report["unplaced"]:
         lines.append(f"unplaced (too few pairs measured): {', '.join(report['unplaced'])}")
-    lines.append("uplinks: not measured yet (a topology round of concurrent cross-group pairs: docs/TOPOLOGY.md)")
+    if not report.get("uplinks"):
+        lines.append("uplinks: not measured yet (a topology sweep runs a round of them: docs/TOPOLOGY.md, 'Uplinks')")
+    else:
+        lines.append(f"uplinks (topology sweep {report['uplinks_sweep']}):")
+        for u in report["uplinks"]:
+            figure = "nothing measured" if u["uplink_gbps"] is None else f"{u['uplink_gbps']:.3g} GB/s"
+            over = "" if u["oversubscription"] is None else f", oversubscription {u['oversubscription']:.3g}:1"
+            lines.append(f"  {u['group']}: {figure} with {u['senders']} of its nodes sending at once{over}")
     lines += [m["text"] for m in report["mismatches"]] or ["mismatches: none"]
     return "\n".join(lines)
