@@ -56,3 +56,39 @@ def stop(ranks: list[subprocess.Popen[Any]]) -> None:
         except ProcessLookupError:
             pass
         p.wait(10)
+
+
+def start_init_on_bed(
+    bed: TestBed,
+    ranks: dict[int, str],
+    world_size: int,
+    master: str,
+    port: int,
+    log: Path,
+    env: dict[int, dict[str, str]] | None = None,
+) -> list[subprocess.Popen[Any]]:
+    """``hung_job.py init`` ranks as srun launches them: rank r on host ``ranks[r]`` (a rank left out is
+    one never started), every rank's MASTER_ADDR ``master``, its GLOO_SOCKET_IFNAME its host's interface,
+    ``env[r]`` over that (another MASTER_ADDR, GLOO_SOCKET_IFNAME=lo). Returns once each rank's process
+    is up (they hang at init: nothing to wait for); RuntimeError when one exits within that time."""
+    out = log.open("wb")
+    started = []
+    for rank, host in sorted(ranks.items()):
+        launch = {
+            "RANK": str(rank),
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": master,
+            "MASTER_PORT": str(port),
+            "GLOO_SOCKET_IFNAME": bed.interface_of(host),
+            "OMP_NUM_THREADS": "1",
+            **(env or {}).get(rank, {}),
+        }
+        argv = ["env", *(f"{k}={v}" for k, v in launch.items()), sys.executable, str(JOB), "init"]
+        started.append(bed.start_in(host, argv, stdout=out, stderr=out))
+    out.close()
+    time.sleep(3.0)  # into init_process_group (torch's import takes most of it)
+    if any(p.poll() is not None for p in started):
+        stop(started)
+        raise RuntimeError("a rank exited at once: " + log.read_text(errors="replace")[-2000:])
+    return started

@@ -9,6 +9,8 @@
   In both, ``HUNG_JOB_FLOATS`` sets the all_reduce's size (default 4 floats; a large one makes a
   shaped link hold each step back);
 - ``mismatch``: rank 1 calls broadcast where rank 0 calls all_reduce;
+- ``init``: init_process_group (HUNG_JOB_BACKEND: gloo, or nccl with device_id) and one all_reduce: what the
+  init-time hang tests start with a rank missing, a wrong MASTER_ADDR, a held or firewalled port;
 - ``groups``: two process groups of both ranks ("data", "experts") entered in different orders: rank 0
   all_reduces on "data" first, rank 1 on "experts" first (the multi-group hang).
 
@@ -43,7 +45,27 @@ def train(mode: str, rank: int, world: int) -> None:
         dist.all_reduce(t)
 
 
+def init() -> None:
+    """``init``: init_process_group and one all_reduce, the backend from HUNG_JOB_BACKEND (gloo, or nccl
+    on the rank's GPU with device_id, so NCCL connects at init): the init-time hangs (a rank missing,
+    another master, the store's port held or firewalled, an address peers cannot reach) wait in here."""
+    backend = os.environ.get("HUNG_JOB_BACKEND", "gloo")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl", device_id=device)
+        t = torch.ones(4, device=device)
+    else:
+        dist.init_process_group(backend)
+        t = torch.ones(4)
+    dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} ready", flush=True)
+    time.sleep(3600)
+
+
 def main(mode: str) -> None:
+    if mode == "init":
+        init()
+        return
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     t = torch.ones(4)
