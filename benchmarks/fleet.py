@@ -600,12 +600,16 @@ def _run_sweep(
     if watcher is not None:
         watcher.sweep_id = sweep.pk
     peak = redis_before
-    while True:
+    try:
+        while True:
+            sweep.refresh_from_db()
+            peak = max(peak, broker.info("memory")["used_memory"])
+            if sweep.status not in Sweep.OPEN_STATUSES or time.monotonic() - t0 > timeout_s:
+                break
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:  # stopped from outside (Ctrl-C, a time limit's SIGTERM): the figures so far
+        print(f"[fleet] interrupted {time.monotonic() - t0:.0f} s into the sweep: figures so far", file=sys.stderr)
         sweep.refresh_from_db()
-        peak = max(peak, broker.info("memory")["used_memory"])
-        if sweep.status not in Sweep.OPEN_STATUSES or time.monotonic() - t0 > timeout_s:
-            break
-        time.sleep(POLL_S)
     wall_s = time.monotonic() - t0
     return SweepRun(sweep, wall_s, redis_before, peak, db_before, busy_before, cpu_before, cpu_by_role())
 
@@ -676,7 +680,7 @@ def _sweep_figures(
             for p in pairs.exclude(status="ok").select_related("node_a", "node_b")[:20]
         }
     if sweep.status in Sweep.OPEN_STATUSES:
-        figures["error"] = f"sweep still {sweep.status} after {timeout_s:.0f} s (round {sweep.current_round})"
+        figures["error"] = f"sweep still {sweep.status} after {wall_s:.0f} s (round {sweep.current_round})"
     figures["measured"] = timezone.now().isoformat(timespec="seconds")
     return figures
 
