@@ -78,7 +78,7 @@ def _keep_as_template(admin: str, name: str, template: str) -> None:
 def scratch_database(server_url: str | None):
     """``server_url``: a postgres:// URL whose server gets a scratch database, or None for SQLite."""
     workdir = tempfile.mkdtemp(prefix="ch-bench-")
-    name = admin = template = None
+    name = admin = template = ""
     copied = False
     if server_url:
         import psycopg
