@@ -32,6 +32,8 @@ from cluster_health.shapes import documents
 from cluster_health.sweeps import turns
 
 MAX_FRAMES_SHOWN = 12  # per rank in the answer: where it is, innermost first
+MAX_SUSPECT_PAIRS = 32  # pairs probed first, the ones the ranks' connections point at
+STRAGGLER_PROBE_BYTES = 256 * 1024  # a progressing job held back by a rank: each pair's busbw at this size
 HELD_MARGIN_S = 4.0  # a held-back inspect is sent only if its interval and this much collecting time remain
 
 
@@ -209,12 +211,47 @@ def rank_nodes(diagnosis: HangDiagnosis) -> list[str]:
     return sorted({r["node"] for r in _ranks(diagnosis)})
 
 
-def start_live_probe(diagnosis: HangDiagnosis) -> Sweep | None:
-    """A connectivity sweep between the nodes that hold the job's ranks (none for fewer than two)."""
+def suspect_pairs(diagnosis: HangDiagnosis) -> list[list[str]]:
+    """The node pairs the reports point at, both ends reported: a rank's connection that holds bytes its peer
+    never acknowledged and retransmits them (``core.hangs``' evidence of a path fault), peer by address."""
+    done = reported(diagnosis)
+    by_address: dict[str, set[str]] = {}
+    for name, address in Node.objects.filter(name__in=diagnosis.nodes).values_list("name", "address"):
+        by_address.setdefault(address, set()).add(name)
+    found: set[tuple[str, str]] = set()
+    for rank in _ranks(diagnosis):
+        for c in rank.get("connections") or []:
+            if not isinstance(c, dict) or not _positive(c.get("unacked_bytes")) or not _positive(c.get("retransmits")):
+                continue
+            peers = by_address.get(str(c.get("peer", "")).rsplit(":", 1)[0].strip("[]"), set())
+            if len(peers) == 1 and (peer := next(iter(peers))) != rank["node"] and {peer, rank["node"]} <= done:
+                found.add((min(peer, rank["node"]), max(peer, rank["node"])))
+    return [list(p) for p in sorted(found)][:MAX_SUSPECT_PAIRS]
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def start_suspect_probe(diagnosis: HangDiagnosis, pairs: list[list[str]]) -> Sweep:
+    """A pairs sweep of the pairs the evidence points at, sent as soon as both ends reported (while the other
+    nodes' inspects still run): the first answer about the likeliest fault."""
+    sweep = sweeps.request_sweep(kind="pairs", pairs=pairs, last_stage="collective", baseline="none", source="hang")
+    HangDiagnosis.objects.filter(pk=diagnosis.pk).update(sweep=sweep, status="probing")
+    diagnosis.sweep, diagnosis.status = sweep, "probing"
+    return sweep
+
+
+def start_live_probe(diagnosis: HangDiagnosis, measure: bool = False) -> Sweep | None:
+    """A connectivity sweep between the nodes that hold the job's ranks (none for fewer than two); with
+    ``measure``, each pair's bandwidth too (one message size: a straggler's link against the others)."""
     nodes = rank_nodes(diagnosis)
     if len(nodes) < 2:
         return None
-    sweep = sweeps.request_sweep(kind="connectivity", nodes=nodes, source="hang")
+    extra: dict[str, Any] = (
+        {"last_stage": "bandwidth", "sizes": [STRAGGLER_PROBE_BYTES], "iterations": 3, "warmup": 1} if measure else {}
+    )
+    sweep = sweeps.request_sweep(kind="connectivity", nodes=nodes, source="hang", **extra)
     HangDiagnosis.objects.filter(pk=diagnosis.pk).update(sweep=sweep, status="probing")
     diagnosis.sweep, diagnosis.status = sweep, "probing"
     return sweep
@@ -285,25 +322,55 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
     return result
 
 
-POLL_S = 0.5
+POLL_S = 0.2
+
+
+def _bad_pairs(sweep: Sweep) -> bool:
+    return any(p.get("status") in hangs.BAD_PAIR_STATUSES for p in documents.pair_dicts(sweep))
+
+
+def _slow_candidate(diagnosis: HangDiagnosis) -> bool:
+    """Whether the reports alone show a progressing job held back by a rank (its probe then measures busbw)."""
+    ranks = _ranks(diagnosis)
+    world = max((r.get("world_size") or 0 for r in ranks), default=0) or None
+    return bool(ranks) and hangs.diagnose(ranks, world, [])["verdict"] == "slow"
 
 
 def run(diagnosis: HangDiagnosis, timeout_s: float) -> dict[str, Any]:
-    """Drive a requested diagnosis to its answer within ``timeout_s``: wait for the nodes' reports
-    (all of them, or half the time), run the live probe, conclude. The command and the API's task use it."""
+    """Drive a requested diagnosis to its answer within ``timeout_s`` (the command and the API's task use it):
+
+    1. wait for the nodes' reports (all of them, or half the time); as soon as both ends of a pair the
+       reports point at (a connection retransmitting unacknowledged bytes) have reported, probe that pair,
+       while the other nodes' inspects still run (``suspect_pairs``; a node is probed only once its own
+       inspect reported: the turns rule);
+    2. when that probe finds the pair failing, conclude on it: the likeliest fault, confirmed;
+    3. else probe every pair of the nodes that hold ranks (with each pair's busbw when the reports show a
+       straggler), and conclude.
+    """
     from cluster_health.sweeps import waiting
 
     started = time.monotonic()
     deadline = started + timeout_s
     collect_until = started + max(diagnosis.interval_s + 8.0, timeout_s / 2)
+    first: Sweep | None = None
     while time.monotonic() < min(collect_until, deadline) and reported(diagnosis) != set(diagnosis.nodes):
         if min(collect_until, deadline) - time.monotonic() > diagnosis.interval_s + HELD_MARGIN_S:
             send_held(diagnosis)
+        if first is None and (suspects := suspect_pairs(diagnosis)):
+            first = start_suspect_probe(diagnosis, suspects)
         time.sleep(POLL_S)
-    sweep = start_live_probe(diagnosis)
+    if first is None and (suspects := suspect_pairs(diagnosis)):
+        first = start_suspect_probe(diagnosis, suspects)
+    sweep = None
+    if first is not None:
+        waiting.wait_or_cancel(first, max(1.0, deadline - time.monotonic()))
+        first.refresh_from_db()
+    if first is None or not _bad_pairs(first):
+        sweep = start_live_probe(diagnosis, measure=_slow_candidate(diagnosis))
     if sweep is not None:
         waiting.wait_or_cancel(sweep, max(1.0, deadline - time.monotonic()))
     answer = conclude(HangDiagnosis.objects.get(pk=diagnosis.pk))
     answer["seconds"] = round(time.monotonic() - started, 1)
+    answer["probed"] = "every pair" if sweep is not None else "suspect pairs" if first is not None else "none"
     HangDiagnosis.objects.filter(pk=diagnosis.pk).update(result=answer)
     return answer
