@@ -49,6 +49,7 @@ MIN_SEPARATION = 3.0  # the gap between groups in units of the noise inside them
 SPREAD_FLOOR = 0.02  # the smallest spread assumed inside a group: a 2 % measurement resolution
 CANDIDATE_CUTS = 8  # cuts tried: at the largest gaps between merge distances
 MAX_MISMATCH_FINDINGS = 50
+MIN_OVERLAP = 0.8  # an uplink round's pairs measured together at least this share of their time: a sum of rates
 
 GROUPS, ONE_GROUP, LOW_CONFIDENCE = "groups", "one group", "low confidence"
 
@@ -470,21 +471,28 @@ def uplink_figures(
     """Each group's uplink from a topology sweep: what its uplink round's pairs, all probed at once, summed to.
 
     ``groups``: group -> its nodes, as the sweep planned; ``uplink_rounds``: round -> the group sending out in it;
-    ``pairs``: the sweep's pairs (round, a, b, busbw_gbps; None where one measured nothing). Per group: its
+    ``pairs``: the sweep's pairs (round, a, b, busbw_gbps; None where one measured nothing; ``window``: the wall
+    clock seconds its bandwidth stage began and ended, where known). Per group: its
     ``senders`` (pairs that measured a bandwidth, of ``pairs`` in the round), ``uplink_gbps`` (their busbw summed:
     the rate the group sustained to the rest with that many of its nodes sending at once) and ``uplink_mbit``,
     ``inside_gbps`` (the median busbw of its pairs inside, the same sweep) and ``oversubscription``: what the
     senders move inside the group over what they moved out together (``inside_gbps * senders / uplink_gbps``;
-    above 1 the uplink, not the nodes, limits them). None where nothing was measured.
+    above 1 the uplink, not the nodes, limits them). None where nothing was measured. A sum of rates is the
+    uplink's only if the pairs ran at once: ``overlap`` is the time all of them measured together over their
+    mean measuring time (None without windows), and ``concurrent`` says whether it reached MIN_OVERLAP (a pair
+    that measured alone while the others waited to start would count the uplink twice).
     """
     group_of = {n: g for g, members in groups.items() for n in members}
     inside: dict[str, list[float]] = {}
     rounds: dict[str, list[float | None]] = {}
+    windows: dict[str, list[tuple[float, float]]] = {}
     for p in pairs:
         a, b, bw = p["a"], p["b"], p.get("busbw_gbps")
         g = uplink_rounds.get(int(p["round"]))
         if g is not None:
             rounds.setdefault(g, []).append(bw)
+            if bw and p.get("window"):
+                windows.setdefault(g, []).append(p["window"])
         elif group_of.get(a) is not None and group_of.get(a) == group_of.get(b) and bw:
             inside.setdefault(group_of[a], []).append(float(bw))
     out = []
@@ -493,6 +501,7 @@ def uplink_figures(
         total = sum(figures) if figures else None
         median_in = float(np.median(inside[g])) if inside.get(g) else None
         over = median_in * len(figures) / total if total and median_in is not None else None
+        overlap = _overlap(windows.get(g, [])) if len(windows.get(g, [])) == len(figures) else None
         out.append(
             {
                 "group": g,
@@ -503,9 +512,23 @@ def uplink_figures(
                 "uplink_mbit": None if total is None else round(total * 8000, 1),
                 "inside_gbps": None if median_in is None else round(median_in, 6),
                 "oversubscription": None if over is None else round(over, 2),
+                "overlap": None if overlap is None else round(overlap, 3),
+                "concurrent": None if overlap is None else overlap >= MIN_OVERLAP,
             }
         )
     return out
+
+
+def _overlap(windows: Sequence[tuple[float, float]]) -> float | None:
+    """The time every window covers, over their mean length (1.0: all at once; 0: one after another)."""
+    if not windows:
+        return None
+    lengths = [end - start for start, end in windows]
+    mean = sum(lengths) / len(lengths)
+    if mean <= 0:
+        return None
+    together = min(end for _, end in windows) - max(start for start, _ in windows)
+    return max(together, 0.0) / mean
 
 
 def _rounded(value: float | None) -> float | None:

@@ -67,7 +67,27 @@ def uplinks(pk: int | None = None) -> tuple[list[dict[str, Any]], int | None]:
     groups = {str(g): list(m) for g, m in (params.get("groups") or {}).items()}
     rows = PairProbe.objects.filter(sweep=sweep).values_list("round", "node_a__name", "node_b__name", "busbw_gbps")
     pairs = [{"round": r, "a": a, "b": b, "busbw_gbps": bw} for r, a, b, bw in rows]
+    halves = PairProbe.objects.filter(sweep=sweep, round__in=list(rounds)).values_list(
+        "node_a__name", "node_b__name", "half_a", "half_b"
+    )
+    windows = {(a, b): _window(ha, hb) for a, b, ha, hb in halves}
+    for p in pairs:
+        p["window"] = windows.get((p["a"], p["b"])) if p["round"] in rounds else None
     return topology_inference.uplink_figures(groups, rounds, pairs), sweep.pk
+
+
+def _window(*halves: Any) -> tuple[float, float] | None:
+    """When a pair's bandwidth stage ran (wall clock seconds, the two halves' span): it is a probe's last stage, so
+    it ended when the half finished; None where a half does not say (retention pruned it, or an older agent)."""
+    spans = []
+    for half in halves:
+        if not isinstance(half, dict):
+            return None
+        end, took = half.get("finished_at"), (half.get("stage_times") or {}).get("bandwidth")
+        if not isinstance(end, (int, float)) or not isinstance(took, (int, float)):
+            return None
+        spans.append((float(end) - float(took), float(end)))
+    return (min(s for s, _ in spans), max(e for _, e in spans)) if spans else None
 
 
 _inferred: dict[tuple, dict[str, str]] = {}  # full sweep id -> node -> inferred group, for the last few sweeps read

@@ -132,3 +132,35 @@ def test_a_figure_as_noisy_as_the_gap_does_not_hide_the_others_racks():
     found = ti.infer(nodes, lat, bw)
     assert found.answer == ti.GROUPS and found.metrics == ["busbw_gbps"]
     assert [m["node"] for m in ti.report(found, label)["mismatches"]] == ["gpu-003"]
+
+
+def uplink_pairs(windows):
+    """Group a (a1..a3) sends across to b1..b3 in round 9; a's inside pairs in round 1 measure 0.2 GB/s."""
+    pairs = [{"round": 1, "a": f"a{i}", "b": f"a{j}", "busbw_gbps": 0.2} for i, j in ((1, 2), (1, 3), (2, 3))]
+    for k, window in enumerate(windows, 1):
+        pairs.append({"round": 9, "a": f"a{k}", "b": f"b{k}", "busbw_gbps": 0.004, "window": window})
+    return pairs
+
+
+def test_an_uplink_is_what_its_round_of_pairs_sums_to_when_they_measured_at_once():
+    groups = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2", "b3"]}
+    (up,) = ti.uplink_figures(groups, {9: "a"}, uplink_pairs([(10.0, 13.3), (10.1, 13.4), (10.2, 13.2)]))
+    assert (up["group"], up["nodes"], up["senders"], up["pairs"]) == ("a", 3, 3, 3)
+    assert up["uplink_gbps"] == pytest.approx(0.012) and up["uplink_mbit"] == pytest.approx(96.0)
+    assert up["inside_gbps"] == pytest.approx(0.2) and up["oversubscription"] == pytest.approx(50.0)
+    assert up["overlap"] == pytest.approx(3.0 / 3.2, abs=1e-3) and up["concurrent"] is True
+
+
+def test_an_uplink_round_whose_pairs_ran_one_after_another_is_not_called_concurrent():
+    groups = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2", "b3"]}
+    staggered = uplink_pairs([(10.0, 13.0), (12.0, 15.0), (14.5, 17.5)])
+    (up,) = ti.uplink_figures(groups, {9: "a"}, staggered)
+    assert up["overlap"] == 0.0 and up["concurrent"] is False
+    (unknown,) = ti.uplink_figures(groups, {9: "a"}, uplink_pairs([None, None, None]))
+    assert unknown["overlap"] is None and unknown["concurrent"] is None  # no window: not said either way
+
+
+def test_an_uplink_round_that_measured_nothing_has_no_figure():
+    failed = [{"round": 9, "a": "a1", "b": "b1", "busbw_gbps": None}]
+    (up,) = ti.uplink_figures({"a": ["a1"], "b": ["b1"]}, {9: "a"}, failed)
+    assert (up["senders"], up["pairs"], up["uplink_gbps"], up["oversubscription"]) == (0, 1, None, None)
