@@ -47,6 +47,8 @@ UPLINK_REQUEST = {"kind": "topology", "sizes": [1048576], "iterations": 10, "bas
 def ari(found: list[list[str]], truth: list[list[str]]) -> float:
     """The adjusted Rand index of two partitions of the same nodes (1.0: the same partition)."""
     nodes = [n for g in truth for n in g]
+    placed = {n for g in found for n in g}
+    found = [*found, *([n] for n in nodes if n not in placed)]  # an unplaced node: a group of its own, never a match
     where = {n: i for i, g in enumerate(found) for n in g}
     table = [[sum(1 for n in t if where.get(n) == i) for i in range(len(found))] for t in truth]
     index = sum(comb(c, 2) for row in table for c in row)
@@ -96,6 +98,21 @@ def one_sweep(system, truth: list[list[str]]) -> dict:
         "ari": ari(inferred.groups, truth),
         "lowest_confidence": None if lowest is None else round(lowest, 3),
     }
+
+
+def move(bed, name: str, rack: int) -> None:
+    """Move the host's cable, then let it announce itself as a host coming up on a new port does (one ping to each
+    other host): the bridges' forwarding tables still point at its old port until it sends across them."""
+    bed.move_host(name, rack)
+    host = bed.host(name)
+    for other in bed.hosts:
+        if other.name != name:
+            subprocess.run(
+                ["ip", "netns", "exec", host.ns, "ping", "-c", "1", "-W", "1", other.address],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
 
 
 def uplink_sweep(system, truth: list[list[str]], uplink_mbit: float) -> dict:
@@ -170,10 +187,10 @@ def one_shape(racks: int, per_rack: int, runs: int, uplink_mbit: float, busy: in
         declare_topology({n: bed.rack_name(n) for n in names})
         moved = next(n for n in reversed(names) if bed.rack_of[n] == 0)
         with busy_loops(busy, limit_s):
-            bed.move_host(moved, 2)
+            move(bed, moved, 2)
             cabled = [[n for n in names if bed.rack_of[n] == k] for k in range(racks)]
             moved_runs = [one_sweep(system, cabled) for _ in range(runs)]
-            bed.move_host(moved, 1)
+            move(bed, moved, 1)
             truth = [[n for n in names if bed.rack_of[n] == k] for k in range(racks)]
             right = one_sweep(system, truth)
             uplinks = uplink_sweep(system, truth, uplink_mbit)
