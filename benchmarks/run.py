@@ -112,7 +112,7 @@ SOURCES = (
 )
 # The short run .ci/run reports: small enough for CI's budget, the same path as the fleet figures.
 CI_NODES, CI_SWEEP_S = 64, 45.0
-CI_FIGURES = ("overhead_per_round_s", "overhead_per_round_p95_s", "halves_per_s", "sweep_s")
+CI_FIGURES = ("overhead_per_round_s", "overhead_per_round_p95_s", "halves_per_s", "sweep_s", "setup_s")
 # The blocks of docs/BENCHMARKS.md this runner writes; everything outside them is kept as it is.
 BEGIN, END = "<!-- benchmarks/run.py writes from here -->", "<!-- benchmarks/run.py writes up to here -->"
 # A recorded table (docs/benchmarks.json, "tables"; a run by hand, one row per run) is placed on the page
