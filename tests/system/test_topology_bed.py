@@ -1,6 +1,8 @@
 """Topology from the matrix on a two-tier namespace bed: 2 racks of 3 hosts, each rack its own bridge joined to a
 spine bridge by one uplink shaped with tc tbf, and one host's cable moved to the other rack while its label stays.
-A full sweep through the real stack infers the racks as cabled and names the moved host."""
+A full sweep through the real stack infers the racks as cabled and names the moved host; with the labels then
+cleared, a topology sweep plans with the measured racks (not the hostname pattern's) and its uplink rounds measure
+each rack's shaped uplink."""
 
 import json
 
@@ -58,3 +60,30 @@ def test_a_full_sweep_infers_the_racks_and_names_the_host_cabled_to_the_other_on
     assert [m["node"] for m in topology["mismatches"]] == ["rack1-n3"]
     print(f"bed figures (status, latency us, busbw GB/s), uplinks at {UPLINK_MBIT} Mbit/s: {figures}")
     print(json.dumps(topology))
+
+    cleared = manage(stack, "nodes", "unlabel", *NAMES)
+    assert cleared.returncode == 0, cleared.stderr
+    uplinks = TimedSweep(
+        stack,
+        "--kind",
+        "topology",
+        "--nodes",
+        ",".join(NAMES),
+        "--baseline",
+        "none",
+        "--wait",
+        "--timeout",
+        "150",
+        *sweep_flags("1048576", 10, connect=5, init=10, bandwidth=20),
+    )
+    rc, report = uplinks.report(timeout=210)
+    (ARTIFACTS / "topology-bed-uplinks.json").write_text(json.dumps(report, indent=1))
+    assert report["plan"] == {"groups": {"group-1": 2, "group-2": 4}}, report["plan"]  # as measured, not by name
+    inferred = manage(stack, "topology", "infer", "--json")
+    assert inferred.returncode == 0, inferred.stderr
+    measured = {u["group"]: u for u in json.loads(inferred.stdout)["uplinks"]}
+    assert set(measured) == {"group-1", "group-2"}, measured
+    for u in measured.values():  # each rack's nodes sent across at once, and summed to about the shaping
+        assert u["senders"] == 2 and u["concurrent"] is True, measured
+        assert 0.8 * UPLINK_MBIT <= u["uplink_mbit"] <= 1.2 * UPLINK_MBIT, measured
+    print(json.dumps(measured))
