@@ -76,7 +76,14 @@ def _job(rng: random.Random) -> tuple[int, float]:
 
 
 def simulate(
-    busy: float, max_nodes: int, seed: int = 1, nodes: int = NODES, max_days: int = MAX_DAYS, gang_check: bool = True
+    busy: float,
+    max_nodes: int,
+    seed: int = 1,
+    nodes: int = NODES,
+    max_days: int = MAX_DAYS,
+    gang_check: bool = True,
+    power: float = 2.0,
+    catch: bool = True,
 ) -> dict:
     """One simulated fleet at ``busy`` share; returns its figures (see the module's docstring)."""
     from cluster_health.core import planner
@@ -91,7 +98,12 @@ def simulate(
     free = set(names)
     jobs: list[tuple[float, int, list[str]]] = []  # (end minute, id, nodes)
     held: list[tuple[float, int, list[str], list[tuple[str, str]]]] = []  # idle sweeps running
-    sweeps = held_node_min = busy_node_min = 0
+    sweeps = held_node_min = busy_node_min = caught_node_min = catches = caught_swept = 0
+    running: set[str] = set()  # nodes in a job
+    catching: dict[str, float] = {}  # busy nodes under a catch -> the minute it ends
+    caught: dict[str, float] = {}  # caught nodes whose job ended: held, idle, waiting for the next idle sweep
+    catch_limit = math.floor(idle.CATCH_SHARE * nodes) if catch else 0
+    catch_min = (max_nodes - 1) * ROUND_S / 60 + idle.CATCH_WAIT_MIN  # a full sweep of max_nodes, and the wait
     first_day = first_week = None
     job_id = gang_checks = gang_pairs = 0
     choose_s = 0.0
@@ -101,7 +113,17 @@ def simulate(
     while minute <= end:
         now = start + timedelta(minutes=minute)
         while jobs and jobs[0][0] <= minute:
-            free.update(heapq.heappop(jobs)[2])
+            for n in heapq.heappop(jobs)[2]:
+                running.discard(n)
+                if n in catching:
+                    caught[n] = catching.pop(n)
+                else:
+                    free.add(n)
+        for n in [n for n, until in catching.items() if until <= minute]:
+            del catching[n]  # its job outlived the catch: it never held the node
+        for n in [n for n, until in caught.items() if until <= minute]:
+            del caught[n]  # its catch ended before an idle sweep took it: jobs may have it again
+            free.add(n)
         while held and held[0][0] <= minute:
             _, _, swept_nodes, pairs = heapq.heappop(held)
             free.update(swept_nodes)
@@ -111,12 +133,13 @@ def simulate(
             covered_at = minute
             break
         # The scheduler fills free nodes until the busy share is reached (held nodes are not free).
-        busy_now = nodes - len(free) - sum(len(h[2]) for h in held)
+        busy_now = nodes - len(free) - len(caught) - sum(len(h[2]) for h in held)
         while busy_now < busy * nodes and free:
             size, minutes = _job(rng)
             size = min(size, len(free), math.ceil(busy * nodes) - busy_now)
             taken = sorted(rng.sample(sorted(free), size))  # Slurm's hostlist order, as the prolog reads it
             free.difference_update(taken)
+            running.update(taken)
             if gang_check and size >= 2:
                 for probes in planner.plan("quick", taken).rounds:
                     for a, b in probes:
@@ -126,17 +149,27 @@ def simulate(
             job_id += 1
             heapq.heappush(jobs, (minute + minutes, job_id, taken))
             busy_now += size
-        if minute % SCHEDULE_MIN == 0 and len(free) >= 2:
-            candidates = sorted(free)
+        if minute % SCHEDULE_MIN == 0 and len(free) + len(caught) >= 2:
+            candidates = sorted(free | caught.keys())
             t0 = time.perf_counter()
-            chosen, pairs = idle.choose(candidates, max_nodes, measured)
+            chosen, pairs = idle.choose(candidates, max_nodes, measured, now, power)
             choose_s += time.perf_counter() - t0
             rounds = len(planner.schedule_pairs(pairs, chosen))
             length = max(STEP_MIN, rounds * ROUND_S / 60)
             free.difference_update(chosen)
+            for n in chosen:
+                if caught.pop(n, None) is not None:
+                    caught_swept += 1
             sweeps += 1
+            room = catch_limit - len(catching) - len(caught)
+            if room > 0:
+                busy_now_list = sorted(running - catching.keys())
+                for n in idle.to_catch(busy_now_list, candidates, measured, now, room, power):
+                    catching[n] = minute + catch_min
+                    catches += 1
             heapq.heappush(held, (minute + length, sweeps, chosen, pairs))
         held_node_min += STEP_MIN * sum(len(h[2]) for h in held)
+        caught_node_min += STEP_MIN * len(caught)
         busy_node_min += STEP_MIN * sum(len(j[2]) for j in jobs)
         if first_day is None and minute >= 24 * 60:
             first_day = len(measured) / total
@@ -153,6 +186,11 @@ def simulate(
         "share_measured_day_7": round(first_week, 4) if first_week is not None else round(len(measured) / total, 4),
         "idle_sweeps": sweeps,
         "held_share": round(held_node_min / ran, 4),
+        "catch": catch,
+        "catches": catches,
+        "caught_swept": caught_swept,
+        "caught_share": round(caught_node_min / ran, 5),
+        "caught_node_hours_a_day": round(caught_node_min / 60 / (max(minute, STEP_MIN) / 1440), 1),
         "choose_s_mean": round(choose_s / max(sweeps, 1), 4),
         "gang_check": gang_check,
         "gang_checks": gang_checks,

@@ -3,7 +3,8 @@
 A pair is measured when a sweep gave it a final outcome that says something about the link
 (anything but ``offline`` and ``skipped``). ``record`` keeps the newest such time per pair
 (PairCoverage), after each sweep; ``summary`` is what ``GET /api/coverage`` and the
-dashboard's panel show; ``stalest_first`` orders pairs for the idle-gap sweeps.
+dashboard's panel show; ``staleness`` weighs pairs for the idle-gap sweeps' choice
+(``cluster_health.sweeps.idle.choose``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cluster_health.models import IN_SERVICE, Node, PairCoverage, PairProbe, Swe
 UNMEASURED = ("pending", "running", "offline", "skipped")
 WRITE_BATCH = 5000
 STALEST_LISTED = 20
+NEVER_AGE_S = 10 * 365 * 86400.0  # a pair never measured weighs as one measured ten years ago
 
 
 def record(sweep: Sweep) -> int:
@@ -82,6 +84,45 @@ def stalest_first(names: list[str], measured: dict | None = None) -> list[tuple[
     return sorted(
         pairs, key=lambda p: (measured.get(p) is not None, measured.get(p) or epoch, order[p[0]], order[p[1]])
     )
+
+
+def _weigher(measured: dict, now: datetime, power: float):
+    """A pair's weight by age (see ``staleness``), one function for every pair of a choice."""
+    never = NEVER_AGE_S**power
+    at = now.timestamp()
+    seconds: dict = {}  # many pairs share a sweep's time
+
+    def weight(a: str, b: str) -> float:
+        t = measured.get((a, b) if a <= b else (b, a))
+        if t is None:
+            return never
+        ts = seconds.get(t)
+        if ts is None:
+            ts = seconds[t] = t.timestamp()
+        return max(at - ts, 0.0) ** power
+
+    return weight
+
+
+def staleness(names: list[str], measured: dict, now: datetime, power: float = 2.0) -> list[list[float]]:
+    """The pairs among ``names`` weighed by how long ago each was measured: ``w[i][j]`` (= ``w[j][i]``) is its age
+    in seconds to the ``power`` (NEVER_AGE_S for one never measured, 0 on the diagonal). Squared, by default:
+    one pair twice as stale outweighs three half as stale, so a choice that sums the weights reaches the oldest
+    pairs first and the merely old ones with them."""
+    weight = _weigher(measured, now, power)
+    n = len(names)
+    w = [[0.0] * n for _ in range(n)]
+    for i, a in enumerate(names):
+        row = w[i]
+        for j in range(i + 1, n):
+            row[j] = w[j][i] = weight(a, names[j])
+    return w
+
+
+def staleness_to(names: list[str], others: list[str], measured: dict, now: datetime, power: float = 2.0) -> list[float]:
+    """Each of ``names``' pairs with ``others`` weighed as ``staleness`` does, summed: how far behind each is."""
+    weight = _weigher(measured, now, power)
+    return [sum(weight(a, b) for b in others if b != a) for a in names]
 
 
 def summary(now=None, listed: int = STALEST_LISTED, names: list[str] | None = None) -> dict:

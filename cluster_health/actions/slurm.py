@@ -141,26 +141,45 @@ def job_nodes(job_id: str, states: tuple[str, ...] = ("RUNNING",)) -> list[str]:
     return [n for n in _scontrol("show", "hostnames", nodes.group(1)).split() if _SLURM_NAME.match(n)]
 
 
-def idle_nodes() -> list[str]:
-    """The Slurm nodes idle now: no job, not drained, in no reservation (State exactly IDLE), as slurmctld says."""
+def node_states() -> dict[str, str]:
+    """Each Slurm node's State (``IDLE``, ``ALLOCATED``, ``IDLE+MAINTENANCE+RESERVED`` ...), as slurmctld says."""
     out = _scontrol("show", "nodes", "--oneliner")
-    idle = []
+    states = {}
     for line in out.splitlines():
         name, state = re.search(r"\bNodeName=(\S+)", line), re.search(r"\bState=(\S+)", line)
-        if name and state and state.group(1) == "IDLE" and _SLURM_NAME.match(name.group(1)):
-            idle.append(name.group(1))
-    return idle
+        if name and state and _SLURM_NAME.match(name.group(1)):
+            states[name.group(1)] = state.group(1)
+    return states
+
+
+def runs_nothing(state: str) -> bool:
+    """A node that runs no job, finishes none and is not drained or down: ``IDLE``, or ``IDLE`` held by a
+    MAINT reservation (``IDLE+MAINTENANCE+RESERVED``)."""
+    base, *flags = state.split("+")
+    return base == "IDLE" and set(flags) <= {"MAINTENANCE", "MAINT", "RESERVED"}
+
+
+def running_job(state: str) -> bool:
+    """A node a job runs on (ALLOCATED or MIXED, whatever else it is)."""
+    return state.split("+")[0] in ("ALLOCATED", "MIXED")
 
 
 HOLD_PREFIX = "cluster-health-idle-"
-_HOLD_NAME = re.compile(r"^cluster-health-idle-[a-z0-9]{1,32}$")
+CATCH_PREFIX = "cluster-health-catch-"
+_HOLD_NAME = re.compile(r"^cluster-health-(idle|catch)-[a-z0-9]{1,32}$")
 
 
-def hold(reservation: str, slurm_nodes: list[str], minutes: int, user: str) -> None:
+def hold(reservation: str, slurm_nodes: list[str], minutes: int, user: str, catch: bool = False) -> None:
     """Keep new jobs off idle nodes for ``minutes``: a MAINT reservation that slurmctld refuses if a job runs on
-    any of them, and that ends by itself when its time is up (a server killed mid-sweep holds nothing for long)."""
+    any of them, and that ends by itself when its time is up (a server killed mid-sweep holds nothing for long).
+
+    ``catch``: a busy node instead (one, named ``CATCH_PREFIX...``): ``IGNORE_JOBS`` lets slurmctld make it
+    over the running job, which goes on untouched; once that job ends no other starts there until the
+    reservation ends, so the node waits, idle, for the next idle sweep."""
     if not _HOLD_NAME.match(reservation) or not all(_SLURM_NAME.match(n) for n in slurm_nodes):
         raise SlurmError(f"not a hold cluster-health makes: {reservation} on {slurm_nodes}")
+    if catch != reservation.startswith(CATCH_PREFIX) or (catch and len(slurm_nodes) != 1):
+        raise SlurmError(f"a catch is one node under a {CATCH_PREFIX}... name: {reservation} on {slurm_nodes}")
     _scontrol(
         "create",
         "reservation",
@@ -169,12 +188,36 @@ def hold(reservation: str, slurm_nodes: list[str], minutes: int, user: str) -> N
         f"Duration={max(1, int(minutes))}",
         f"Nodes={','.join(slurm_nodes)}",
         f"Users={user}",
-        "Flags=MAINT",
+        "Flags=MAINT,IGNORE_JOBS" if catch else "Flags=MAINT",
     )
 
 
+def reservations() -> dict[str, list[str]]:
+    """Every reservation slurmctld has active now (an admin's, an idle sweep's hold, a catch): name -> its nodes.
+    slurmctld marks a reserved node's State (``+MAINTENANCE+RESERVED``) only some time after the reservation is
+    made, so what is reserved is read from the reservations themselves."""
+    out = _scontrol("show", "reservation", "--oneliner")
+    found = {}
+    for line in out.splitlines():
+        name, nodes = re.search(r"\bReservationName=(\S+)", line), re.search(r"\bNodes=(\S+)", line)
+        if name and nodes and "State=ACTIVE" in line and nodes.group(1) != "(null)":
+            expanded = _scontrol("show", "hostnames", nodes.group(1)).split()
+            found[name.group(1)] = [n for n in expanded if _SLURM_NAME.match(n)]
+    return found
+
+
+def catches(active: dict[str, list[str]] | None = None) -> dict[str, str]:
+    """Our catches among the ``active`` reservations (read when not given): reservation name -> its one node."""
+    active = reservations() if active is None else active
+    return {
+        name: nodes[0]
+        for name, nodes in active.items()
+        if name.startswith(CATCH_PREFIX) and _HOLD_NAME.match(name) and len(nodes) == 1
+    }
+
+
 def release(reservation: str) -> bool:
-    """End a hold; False if slurmctld has none by that name (ended by its time, or released already)."""
+    """End a hold or a catch; False if slurmctld has none by that name (ended by its time, or released already)."""
     if not _HOLD_NAME.match(reservation):
         raise SlurmError(f"not a hold cluster-health makes: {reservation}")
     try:

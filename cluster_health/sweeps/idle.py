@@ -17,6 +17,7 @@ import math
 import secrets
 
 from django.conf import settings
+from django.utils import timezone
 
 from cluster_health import coverage
 from cluster_health.actions import slurm
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 __all__ = ["MAX_NODES", "IdleSweepError", "release_hold", "schedule_max_nodes", "start"]
 DEFAULT_MAX_NODES = 32  # 496 pairs in about 32 rounds: a gap of an hour or so
 HOLD_MARGIN_S = 300.0  # on top of the estimate: planning, queueing, the confirmation pass's rounds
+CATCH_SHARE = 0.02  # at most this share of the fleet under a catch at once
+CATCH_WAIT_MIN = 30  # a catch lasts the sweep's length and this long
 
 
 class IdleSweepError(RuntimeError):
@@ -53,22 +56,47 @@ def schedule_max_nodes(params: dict) -> int | None:
 
 
 def choose(
-    candidates: list[str], max_nodes: int, measured: dict | None = None
+    candidates: list[str], max_nodes: int, measured: dict | None = None, now=None, power: float = 2.0
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """The nodes of the stalest pairs among ``candidates`` (at most ``max_nodes``), and every pair among them,
+    """At most ``max_nodes`` of ``candidates`` whose pairs among them are the stalest, and every pair among them,
     stalest first (at most MAX_PAIRS). ``measured``: each pair's last measured time, read from the database
-    when not given (benchmarks/coverage.py gives its simulated fleet's)."""
+    when not given (benchmarks/coverage.py gives its simulated fleet's); ``now``: the time ages count to.
+
+    The nodes are picked greedily by staleness (``coverage.staleness``: age squared, never measured heaviest):
+    first the candidate whose pairs with the other candidates weigh most, then each time the one whose pairs
+    with the nodes picked so far weigh most, so the sweep holds nodes that share many stale pairs, not just the ends of the few
+    stalest (once most of the fleet is covered, the stale pairs are scattered: one per two nodes held would
+    measure a few dozen of them a sweep). Ties go to the candidates' order."""
+    names = list(dict.fromkeys(candidates))
     if measured is None:
-        measured = coverage.last_measured(candidates)
-    chosen: dict[str, None] = {}
-    for a, b in coverage.stalest_first(candidates, measured):
-        wanted = [n for n in (a, b) if n not in chosen]
-        if len(chosen) + len(wanted) <= max_nodes:
-            chosen.update(dict.fromkeys(wanted))
-        if len(chosen) >= max_nodes:
-            break
-    names = list(chosen)
-    return names, coverage.stalest_first(names, measured)[:MAX_PAIRS]
+        measured = coverage.last_measured(names)
+    now = now or timezone.now()
+    if len(names) <= max_nodes:
+        chosen = names
+    else:
+        w = coverage.staleness(names, measured, now, power)
+        sums = [sum(row) for row in w]
+        first = max(range(len(names)), key=sums.__getitem__)
+        picked, taken, gain = [first], {first}, list(w[first])
+        while len(picked) < max_nodes:
+            k = max((i for i in range(len(names)) if i not in taken), key=gain.__getitem__)
+            picked.append(k)
+            taken.add(k)
+            gain = [g + x for g, x in zip(gain, w[k], strict=True)]
+        chosen = [names[i] for i in sorted(picked)]
+    return chosen, coverage.stalest_first(chosen, measured)[:MAX_PAIRS]
+
+
+def to_catch(busy: list[str], candidates: list[str], measured: dict, now, limit: int, power: float = 2.0) -> list[str]:
+    """At most ``limit`` of the ``busy`` nodes (those running a job) to catch: the ones whose pairs with the
+    idle ``candidates`` are stalest (``coverage.staleness_to``), so that the next idle sweep can pair them with
+    idle nodes as soon as their job ends, rather than wait for both ends of their stale pairs to be idle at
+    the same moment by chance. Ties go to ``busy``'s order."""
+    if limit <= 0 or not busy or not candidates:
+        return []
+    weight = coverage.staleness_to(busy, candidates, measured, now, power)
+    ranked = sorted(range(len(busy)), key=lambda i: -weight[i])
+    return [busy[i] for i in ranked[:limit]]
 
 
 def hold_minutes(pairs: list[tuple[str, str]], names: list[str]) -> int:
@@ -78,26 +106,51 @@ def hold_minutes(pairs: list[tuple[str, str]], names: list[str]) -> int:
     return math.ceil((2 * rounds * deadline + HOLD_MARGIN_S) / 60)
 
 
-def idle_candidates() -> list[str]:
-    """Our nodes Slurm reports idle now: active, in service, online; in Slurm's order."""
-    ours = slurm.ours_by_slurm_name(
+def catch_minutes(max_nodes: int) -> int:
+    """How long a catch lasts: one pass of a sweep of ``max_nodes`` nodes (every round's probe deadline), and
+    CATCH_WAIT_MIN for its job to end and the next idle sweep to come."""
+    deadline = dispatch.probe_settings({}, "bandwidth", kind="pair")["deadline_s"]
+    return math.ceil((max_nodes - 1) * deadline / 60) + CATCH_WAIT_MIN
+
+
+def idle_candidates(states: dict[str, str] | None = None, reserved: dict[str, list[str]] | None = None) -> list[str]:
+    """Our nodes Slurm has idle now: running no job and in no reservation but our catches (not in an admin's
+    maintenance, nor in another idle sweep's hold); active, in service, online; in Slurm's order."""
+    ours = _ours()
+    states = slurm.node_states() if states is None else states
+    reserved = slurm.reservations() if reserved is None else reserved
+    caught = set(slurm.catches(reserved).values())
+    elsewhere = {n for r, nodes in reserved.items() for n in nodes} - caught
+    return [
+        ours[n]
+        for n, state in states.items()
+        if n in ours and n not in elsewhere and slurm.runs_nothing(state) and (n in caught or state == "IDLE")
+    ]
+
+
+def _ours() -> dict[str, str]:
+    return slurm.ours_by_slurm_name(
         Node.objects.filter(Node.online_q(), active=True, state=IN_SERVICE).values_list("name", flat=True)
     )
-    return [ours[n] for n in slurm.idle_nodes() if n in ours]
 
 
 def start(max_nodes: int | None = None, source: str = "command", user=None) -> Sweep:
-    """Hold idle nodes, then request a ``pairs`` sweep of their stalest pairs; IdleSweepError if none can run."""
+    """Hold idle nodes (caught ones among them), request a ``pairs`` sweep of their stalest pairs, then catch
+    busy nodes for the next one; IdleSweepError if none can run."""
     max_nodes = max_nodes or DEFAULT_MAX_NODES
-    candidates = idle_candidates()
+    states, reserved = slurm.node_states(), slurm.reservations()
+    catches = slurm.catches(reserved)  # reservation -> Slurm node
+    candidates = idle_candidates(states, reserved)
     if len(candidates) < 2:
         raise IdleSweepError(f"{len(candidates)} node(s) idle in Slurm and online here: nothing to sweep")
-    names, pairs = choose(candidates, max_nodes)
+    measured = coverage.last_measured(candidates)
+    names, pairs = choose(candidates, max_nodes, measured)
     minutes = hold_minutes(pairs, names)
     reservation = f"{slurm.HOLD_PREFIX}{secrets.token_hex(6)}"
     to_slurm = {n: slurm.slurm_name(n) for n in names}
+    hold_user = settings.SLURM_HOLD_USER or getpass.getuser()
     try:
-        slurm.hold(reservation, list(to_slurm.values()), minutes, settings.SLURM_HOLD_USER or getpass.getuser())
+        slurm.hold(reservation, list(to_slurm.values()), minutes, hold_user)
     except slurm.SlurmError as exc:
         # A job took one of them since the list was read: slurmctld refused the whole hold. Never probe it.
         raise IdleSweepError(f"could not hold {', '.join(names)}: {exc}") from None
@@ -117,7 +170,36 @@ def start(max_nodes: int | None = None, source: str = "command", user=None) -> S
         minutes,
         len(pairs),
     )
+    held = set(to_slurm.values())
+    try:
+        _catch_more(states, catches, held, candidates, max_nodes, hold_user)
+    except slurm.SlurmError as exc:
+        log.warning("idle sweep %s: no catches made: %s", sweep.pk, exc)
     return sweep
+
+
+def _catch_more(states, catches, held, candidates, max_nodes, hold_user) -> list[str]:
+    """End the catches of the nodes this sweep holds now, then catch busy nodes with stale pairs, up to
+    IDLE_CATCH_SHARE of the fleet under a catch at once. Returns the reservations made."""
+    for reservation, node in catches.items():
+        if node in held:
+            slurm.release(reservation)
+    left = {r: n for r, n in catches.items() if n not in held}
+    ours = _ours()
+    limit = math.floor(settings.IDLE_CATCH_SHARE * len(ours)) - len(left)
+    caught = set(left.values())
+    busy = [ours[n] for n, state in states.items() if n in ours and n not in caught and slurm.running_job(state)]
+    if limit <= 0 or not busy:
+        return []
+    measured = coverage.last_measured(busy + candidates)
+    made = []
+    for name in to_catch(busy, candidates, measured, timezone.now(), limit):
+        reservation = f"{slurm.CATCH_PREFIX}{secrets.token_hex(6)}"
+        slurm.hold(reservation, [slurm.slurm_name(name)], catch_minutes(max_nodes), hold_user, catch=True)
+        made.append(reservation)
+    if made:
+        log.info("idle sweeps: %d busy node(s) caught for the next one", len(made))
+    return made
 
 
 def release_hold(sweep: Sweep) -> list[str]:

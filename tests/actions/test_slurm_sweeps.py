@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from cluster_health import sweeps, vocabulary
-from cluster_health.actions import tasks
+from cluster_health.actions import slurm, tasks
 from cluster_health.core import planner
 from cluster_health.models import PairCoverage, PairProbe, Sweep
 from cluster_health.queues import dispatch
@@ -176,3 +177,49 @@ def test_an_idle_sweep_that_ends_unfinished_gives_its_hold_back_at_once(slurm_be
     tasks.after_sweep(sweep.pk)
     assert hold["reservation"] not in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")
     assert Sweep.objects.get(pk=sweep.pk).status == ending
+
+
+def node_state(cluster, node: str) -> str:
+    line = cluster.run("scontrol", "show", "node", "--oneliner", node)
+    return re.search(r"\bState=(\S+)", line).group(1)
+
+
+def test_a_busy_node_with_stale_pairs_is_caught_and_swept_by_the_next_idle_sweep_once_idle(slurm_bed, driver, settings):
+    """A catch: a MAINT,IGNORE_JOBS reservation on a node that runs a job. The job goes on untouched and the
+    node is never probed or held for a sweep while it runs; once it runs nothing, no other job starts there
+    and the next idle sweep takes it with its stale pairs, ending the catch. (This bed's slurmd leaves an
+    ended job COMPLETING for good, so the job's end is played by a catch made on an idle node.)"""
+    settings.IDLE_CATCH_SHARE = 0.25  # one node of four
+    job = running_job(slurm_bed, "-N", "1", "-w", "n1")
+    for a, b in (("n2", "n3"), ("n2", "n4"), ("n3", "n4")):
+        PairCoverage.objects.create(node_a=a, node_b=b, last_measured=timezone.now(), status="ok")
+    first = driver.run(idle.start, 2)
+    assert all("n1" not in p for p in first.params["pairs"])
+    [(catch, node)] = slurm.catches().items()
+    line = slurm_bed.run("scontrol", "show", "reservation", catch, "--oneliner")
+    assert node == "n1" and "IGNORE_JOBS" in line and "MAINT" in line, line
+    assert f"Duration=00:{idle.catch_minutes(2):02d}:00" in line, line
+    assert "JobState=RUNNING" in slurm_bed.run("scontrol", "show", "job", "--oneliner", job)
+    # The catch is full (one node of four), the first sweep's nodes are in its hold and n1 still runs its job:
+    # one node left, nothing to sweep; and a hold over n1 is refused while the job runs, catch or not.
+    with pytest.raises(idle.IdleSweepError, match="1 node"):
+        idle.start(2)
+    with pytest.raises(slurm.SlurmError, match="busy"):
+        slurm.hold(f"{slurm.HOLD_PREFIX}probe", ["n1"], 5, "root")
+    assert [r for r in slurm.reservations() if r.startswith(slurm.CATCH_PREFIX)] == [catch]
+
+    idle.release_hold(first)
+    slurm.release(catch)
+    slurm_bed.run("scancel", job)
+    # n2 caught as n1 was, its job over: in the catch and running nothing, jobs wait for it and sweeps take it.
+    caught = f"{slurm.CATCH_PREFIX}played"
+    slurm.hold(caught, ["n2"], 30, "root", catch=True)
+    waiting_job = slurm_bed.run("sbatch", "--parsable", "-N", "1", "-w", "n2", "--wrap", "sleep 120").strip()
+    time.sleep(2)
+    assert "JobState=PENDING" in slurm_bed.run("scontrol", "show", "job", "--oneliner", waiting_job)
+    PairCoverage.objects.filter(node_a="n2").delete()  # n2's pairs are the stalest now
+    second = driver.run(idle.start, 2)
+    assert "n2" in second.params["idle_hold"]["slurm_nodes"], second.params
+    assert caught not in slurm_bed.run("scontrol", "show", "reservation", "--oneliner")  # the sweep's hold has n2
+    assert "JobState=PENDING" in slurm_bed.run("scontrol", "show", "job", "--oneliner", waiting_job)
+    idle.release_hold(second)
