@@ -30,7 +30,17 @@ real fleet that work is spread over N machines.
 ``--consumers N`` runs N ingest consumers: each server worker's own, and standalone ones
 (``manage.py ingest_consumer``) for the rest, as an operator adds them (docs/OPERATIONS.md).
 
-``--database`` is used as given (migrated first); without it, a scratch SQLite file.
+``--database`` is used as given (migrated first); without it, a scratch SQLite file. With
+``--scratch`` it names a PostgreSQL server, and the run gets a database of its own there,
+copied from a migrated template (``benchmarks/scratch.py``) and dropped afterwards.
+
+Setup is timed apart from the sweep: each step (the scratch database, the server stack, the
+real probe whose halves are the template, the nodes' keys, every simulated agent online) is
+printed on stderr as it ends, with the load average, and the figures hold ``setup_s`` and
+``setup_steps_s`` beside the sweep's own ``sweep_s`` (its row's started to finished),
+``start_to_first_round_s`` (the sweep's pair rows made before the first command went out)
+and ``load_average`` (at the sweep's start and end). A run stopped from outside (Ctrl-C, a
+time limit's SIGTERM) mid-sweep still prints its figures so far.
 
 What limits it on a 2-core machine (py-spy during 256-node sweeps on PostgreSQL). Agents'
 halves and heartbeats no longer cost a Celery task each: each server worker's ingest consumer
@@ -651,6 +661,8 @@ def _sweep_figures(
         if sweep.finished and sweep.started
         else None,
         "request_to_end_s": round(wall_s, 2),
+        # The sweep's start (its pair rows made, in one transaction) before the first round's commands went out.
+        "start_to_first_round_s": _start_to_first_round(sweep, pairs),
         "rounds_measured": len(overheads),  # fewer than rounds when the sweep outlived --timeout
         "overhead_per_round_s": round(statistics.median(overheads), 3) if overheads else None,
         "overhead_per_round_p95_s": round(sorted(overheads)[int(0.95 * (len(overheads) - 1))], 3)
@@ -683,6 +695,14 @@ def _sweep_figures(
         figures["error"] = f"sweep still {sweep.status} after {wall_s:.0f} s (round {sweep.current_round})"
     figures["measured"] = timezone.now().isoformat(timespec="seconds")
     return figures
+
+
+def _start_to_first_round(sweep, pairs) -> float | None:
+    """Seconds from the sweep's start to its first command sent: the sweep's pair rows being made."""
+    from django.db.models import Min
+
+    first = pairs.filter(round=1).aggregate(sent=Min("sent_at"))["sent"]
+    return round((first - sweep.started).total_seconds(), 2) if first and sweep.started else None
 
 
 def real_template(kind: str, broker_url: str) -> list[dict]:
