@@ -7,25 +7,34 @@ running a log-normal time (median 2 h, sigma 1, between 10 minutes and 48 hours)
 random among the free ones. An idle schedule fires every 15 minutes, as the admin's periodic task would:
 the nodes free at that moment (not busy, not held by an earlier idle sweep still running) are the
 candidates, and the product's own selection, ``cluster_health.sweeps.idle.choose`` (what ``manage.py
-sweep --idle`` and the ``idle`` schedule call), picks at most ``max_nodes`` of them and their pairs,
-stalest first, from the simulated fleet's coverage (each pair's last measured time). The sweep's rounds
-are the product's own packing of those pairs (``planner.schedule_pairs``); it holds its nodes (no job
-starts there) for its rounds times ``round_s`` (a modelled round: a bandwidth probe round of a pairs
-sweep, not measured here), and every pair it swept counts as measured when it ends. Nothing
-else measures pairs: no nightly sweep, no gang check.
+sweep --idle`` and the ``idle`` schedule call), picks at most ``max_nodes`` of them, those sharing the most
+stale pairs (age squared, ``--power``), and every pair among them, from the simulated fleet's coverage (each
+pair's last measured time). The sweep's rounds are the product's own packing of those pairs
+(``planner.schedule_pairs``); it holds its nodes (no job starts there) for its rounds times ``round_s`` (a
+modelled round: a bandwidth probe round of a pairs sweep, not measured here), and every pair it swept
+counts as measured when it ends. With ``--catch-share`` (0 by default, as CLUSTER_HEALTH_IDLE_CATCH_SHARE),
+each idle sweep then catches busy nodes, the product's ``idle.to_catch``, up to that share of the fleet
+at once, each for one pass of a ``max_nodes`` sweep plus ``idle.CATCH_WAIT_MIN``: a caught node whose job
+ends is held (no job starts there) and is a candidate of the next idle sweep; one whose catch ends first
+is free again. The gang check (unless ``--no-gang-check``) measures the pairs of the product's own
+``planner.plan("quick", ...)`` over each job's nodes as it starts. Nothing else measures pairs: no nightly
+sweep.
 
 Reported per busy share: the days until all 523,776 pairs were measured at least once (or the share
 measured by the end of the simulated time), the shares measured within the first day and week, the idle
-sweeps run, the share of node-time held by them, the busy share actually reached, and the gang checks run
-with the pairs they measured. ``run()`` (what ``benchmarks/run.py`` calls) simulates each busy share twice, with
-the gang check and without it (under ``without_gang_check``), on the same seed. The simulation
+sweeps run, the share of node-time held by them, the busy share actually reached, the gang checks run
+with the pairs they measured, and the catches made, those swept, and the caught nodes' idle wait
+(``caught_share`` of node-time, ``caught_node_hours_a_day``). ``run()`` (what ``benchmarks/run.py`` calls)
+simulates each busy share twice, with the gang check and without it (under ``without_gang_check``), on the same seed. The simulation
 runs in this process with Django set up on a scratch SQLite file that is never written: the selection
 gets the coverage as a dictionary, as ``choose(..., measured=...)`` takes it.
 
-    .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 64] [--no-gang-check | --compare] [--json]
+    .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 64] [--no-gang-check | --compare]
+        [--catch-share 0.02] [--power 2] [--seed 1] [--json]
 
-Run time on a loaded 2-core machine: the 50 % share dominates (``choose`` sorts the pairs of about 500 idle
-nodes every 15 minutes, about 0.7 s each); 80 and 90 % take a minute or two each.
+Run time on a loaded 2-core machine: a few minutes a busy share (``choose`` weighs the pairs of up to about
+500 idle nodes every 15 minutes, under 0.1 s each; with catches, ``to_catch`` weighs the busy nodes' pairs
+with the idle ones as well, 0.2 s more).
 """
 
 from __future__ import annotations
@@ -83,7 +92,7 @@ def simulate(
     max_days: int = MAX_DAYS,
     gang_check: bool = True,
     power: float = 2.0,
-    catch: bool = True,
+    catch_share: float = 0.0,
 ) -> dict:
     """One simulated fleet at ``busy`` share; returns its figures (see the module's docstring)."""
     from cluster_health.core import planner
@@ -102,7 +111,7 @@ def simulate(
     running: set[str] = set()  # nodes in a job
     catching: dict[str, float] = {}  # busy nodes under a catch -> the minute it ends
     caught: dict[str, float] = {}  # caught nodes whose job ended: held, idle, waiting for the next idle sweep
-    catch_limit = math.floor(idle.CATCH_SHARE * nodes) if catch else 0
+    catch_limit = math.floor(catch_share * nodes)
     catch_min = (max_nodes - 1) * ROUND_S / 60 + idle.CATCH_WAIT_MIN  # a full sweep of max_nodes, and the wait
     first_day = first_week = None
     job_id = gang_checks = gang_pairs = 0
@@ -186,7 +195,7 @@ def simulate(
         "share_measured_day_7": round(first_week, 4) if first_week is not None else round(len(measured) / total, 4),
         "idle_sweeps": sweeps,
         "held_share": round(held_node_min / ran, 4),
-        "catch": catch,
+        "catch_share": catch_share,
         "catches": catches,
         "caught_swept": caught_swept,
         "caught_share": round(caught_node_min / ran, 5),
@@ -205,6 +214,8 @@ def run(
     nodes: int = NODES,
     gang_check: bool = True,
     compare: bool = True,
+    catch_share: float = 0.0,
+    power: float = 2.0,
 ) -> dict:
     """The figures for each busy share: one simulated fleet each, the same seed; with ``compare`` (and the gang
     check on), each again without the gang check, under ``without_gang_check``."""
@@ -217,12 +228,19 @@ def run(
         "schedule_min": SCHEDULE_MIN,
         "round_s": ROUND_S,
         "seed": seed,
+        "catch_share": catch_share,
+        "power": power,
     }
     for share in busy:
-        out[f"busy_{round(share * 100)}"] = simulate(share, max_nodes, seed, nodes, gang_check=gang_check)
+        out[f"busy_{round(share * 100)}"] = simulate(
+            share, max_nodes, seed, nodes, gang_check=gang_check, power=power, catch_share=catch_share
+        )
     if compare and gang_check:
         out["without_gang_check"] = {
-            f"busy_{round(share * 100)}": simulate(share, max_nodes, seed, nodes, gang_check=False) for share in busy
+            f"busy_{round(share * 100)}": simulate(
+                share, max_nodes, seed, nodes, gang_check=False, power=power, catch_share=catch_share
+            )
+            for share in busy
         }
     out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
@@ -237,6 +255,13 @@ def main() -> int:
     parser.add_argument(
         "--no-gang-check", action="store_true", help="no gang check before jobs: only idle-gap sweeps measure pairs"
     )
+    parser.add_argument(
+        "--catch-share",
+        type=float,
+        default=0.0,
+        help="share of the fleet idle sweeps keep caught (CLUSTER_HEALTH_IDLE_CATCH_SHARE), 0..0.1; 0: none",
+    )
+    parser.add_argument("--power", type=float, default=2.0, help="staleness weight: a pair's age to this power")
     parser.add_argument("--compare", action="store_true", help="each busy share also without the gang check")
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args()
@@ -246,7 +271,18 @@ def main() -> int:
         parser.error("--compare runs with the gang check and without it: not with --no-gang-check")
     if not 2 <= opts.max_nodes <= 4096 or opts.nodes < 2:
         parser.error("--max-nodes: 2..4096; --nodes: at least 2")
-    figures = run(opts.busy, opts.max_nodes, opts.seed, opts.nodes, not opts.no_gang_check, opts.compare)
+    if not 0 <= opts.catch_share <= 0.1 or not 0 < opts.power <= 4:
+        parser.error("--catch-share: 0..0.1; --power: above 0, at most 4")
+    figures = run(
+        opts.busy,
+        opts.max_nodes,
+        opts.seed,
+        opts.nodes,
+        not opts.no_gang_check,
+        opts.compare,
+        opts.catch_share,
+        opts.power,
+    )
     print(json.dumps(figures, indent=None if opts.json else 2))
     return 0
 

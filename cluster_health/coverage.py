@@ -87,21 +87,19 @@ def stalest_first(names: list[str], measured: dict | None = None) -> list[tuple[
 
 
 def _weigher(measured: dict, now: datetime, power: float):
-    """A pair's weight by age (see ``staleness``), one function for every pair of a choice."""
-    never = NEVER_AGE_S**power
+    """Weigh a row of pairs by age (see ``staleness``): ``row(a, others)`` -> each pair (a, b)'s weight."""
     at = now.timestamp()
-    seconds: dict = {}  # many pairs share a sweep's time
+    weights: dict = {None: NEVER_AGE_S**power}  # by measured time: many pairs share a sweep's time
 
-    def weight(a: str, b: str) -> float:
-        t = measured.get((a, b) if a <= b else (b, a))
-        if t is None:
-            return never
-        ts = seconds.get(t)
-        if ts is None:
-            ts = seconds[t] = t.timestamp()
-        return max(at - ts, 0.0) ** power
+    def weigh(t) -> float:
+        weights[t] = x = max(at - t.timestamp(), 0.0) ** power
+        return x
 
-    return weight
+    def row(a: str, others: list[str]) -> list[float]:
+        times = [measured.get((a, b) if a <= b else (b, a)) for b in others]
+        return [weights[t] if t in weights else weigh(t) for t in times]
+
+    return row
 
 
 def staleness(names: list[str], measured: dict, now: datetime, power: float = 2.0) -> list[list[float]]:
@@ -109,20 +107,15 @@ def staleness(names: list[str], measured: dict, now: datetime, power: float = 2.
     in seconds to the ``power`` (NEVER_AGE_S for one never measured, 0 on the diagonal). Squared, by default:
     one pair twice as stale outweighs three half as stale, so a choice that sums the weights reaches the oldest
     pairs first and the merely old ones with them."""
-    weight = _weigher(measured, now, power)
-    n = len(names)
-    w = [[0.0] * n for _ in range(n)]
-    for i, a in enumerate(names):
-        row = w[i]
-        for j in range(i + 1, n):
-            row[j] = w[j][i] = weight(a, names[j])
-    return w
+    row = _weigher(measured, now, power)
+    upper = [row(a, names[i + 1 :]) for i, a in enumerate(names)]  # each pair looked up once
+    return [[upper[j][i - j - 1] for j in range(i)] + [0.0] + upper[i] for i in range(len(names))]
 
 
 def staleness_to(names: list[str], others: list[str], measured: dict, now: datetime, power: float = 2.0) -> list[float]:
     """Each of ``names``' pairs with ``others`` weighed as ``staleness`` does, summed: how far behind each is."""
-    weight = _weigher(measured, now, power)
-    return [sum(weight(a, b) for b in others if b != a) for a in names]
+    row = _weigher(measured, now, power)
+    return [sum(row(a, [b for b in others if b != a])) for a in names]
 
 
 def summary(now=None, listed: int = STALEST_LISTED, names: list[str] | None = None) -> dict:

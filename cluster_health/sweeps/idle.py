@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 __all__ = ["MAX_NODES", "IdleSweepError", "release_hold", "schedule_max_nodes", "start"]
 DEFAULT_MAX_NODES = 32  # 496 pairs in about 32 rounds: a gap of an hour or so
 HOLD_MARGIN_S = 300.0  # on top of the estimate: planning, queueing, the confirmation pass's rounds
-CATCH_SHARE = 0.02  # at most this share of the fleet under a catch at once
 CATCH_WAIT_MIN = 30  # a catch lasts the sweep's length and this long
 
 
