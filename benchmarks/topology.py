@@ -100,19 +100,24 @@ def one_sweep(system, truth: list[list[str]]) -> dict:
     }
 
 
+ANNOUNCE = (
+    "import socket, sys, time\n"
+    "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+    "for _ in range(3):\n"
+    "    for a in sys.argv[1:]:\n"
+    "        s.sendto(b'here', (a, 9))\n"
+    "    time.sleep(0.2)\n"
+)
+
+
 def move(bed, name: str, rack: int) -> None:
-    """Move the host's cable, then let it announce itself as a host coming up on a new port does (one ping to each
-    other host): the bridges' forwarding tables still point at its old port until it sends across them."""
+    """Move the host's cable, then let it announce itself as a host coming up on a new port does (a datagram to
+    each other host, from its namespace): the bridges' forwarding tables still point at its old port until it sends
+    across them, and pairs towards it fail."""
     bed.move_host(name, rack)
     host = bed.host(name)
-    for other in bed.hosts:
-        if other.name != name:
-            subprocess.run(
-                ["ip", "netns", "exec", host.ns, "ping", "-c", "1", "-W", "1", other.address],
-                capture_output=True,
-                timeout=10,
-                check=False,
-            )
+    others = [h.address for h in bed.hosts if h.name != name]
+    subprocess.run(["ip", "netns", "exec", host.ns, sys.executable, "-c", ANNOUNCE, *others], check=True, timeout=30)
 
 
 def uplink_sweep(system, truth: list[list[str]], uplink_mbit: float) -> dict:
