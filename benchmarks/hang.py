@@ -1,6 +1,6 @@
 """Hang doctor: seconds from asking about a hung job to its verdict, beside a pair sweep alone.
 
-    flock /tmp/netns.lock .venv/bin/python benchmarks/hang.py [--repeats 3]
+    flock /tmp/netns.lock .venv/bin/python benchmarks/hang.py [--repeats 3] [--hosts 8] [--straggler]
 
 Method. Two hosts of the namespace test bed with the whole system (``benchmarks/bed.py``:
 scratch database, private Redis, server worker, beat, one agent per host, every setting at
@@ -23,11 +23,20 @@ the same bed and the same hung job:
 
 For comparison, torch's own default: a Gloo collective whose peer went silent raises after
 30 minutes (``init_process_group``'s default timeout), naming no culprit.
+
+``--hosts N``: the job over N hosts of the bed (one rank each), the link between host1 and host2
+dropped; the pair sweep is still of those two.
+
+``--straggler``: instead, a job that progresses held back by a slow host: N hosts (3 by default),
+1 MiB all_reduces, host N's egress shaped to 20 Mbit/s (tc tbf), and ``hang_s`` with the verdict and the
+first culprit's subject; then the shaping lifted and the same job asked again (``healed``: its verdict
+and seconds), which must be ``progressing``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -44,6 +53,7 @@ from benchmarks.bed import main_for, system_bed  # noqa: E402
 from devtools import devstack, hang_jobs  # noqa: E402
 
 PAIR = ["host1", "host2"]
+STRAGGLER_MBIT = 20
 
 
 def torch_fr_analysis(selector: procs.JobSelector) -> tuple[float, str]:
@@ -67,25 +77,32 @@ def torch_fr_analysis(selector: procs.JobSelector) -> tuple[float, str]:
     return round(time.monotonic() - started, 3), outcome
 
 
-def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -> dict:
+def run(
+    repeats: int = 3, database: str | None = None, limit_s: float = 900.0, hosts: int = 2, straggler: bool = False
+) -> dict:
     """Figures of each repeat and their medians; see the module docstring for the method."""
-    hang_s, sweep_s, verdicts, fr_s, fr_outcomes, places = [], [], [], [], [], []
-    with system_bed(2, limit_s, database=database) as system:
+    if straggler:
+        return run_straggler(repeats, database, limit_s, max(3, hosts))
+    names = [f"host{i + 1}" for i in range(hosts)]
+    hang_s, sweep_s, verdicts, fr_s, fr_outcomes, places, culprits, timings = [], [], [], [], [], [], [], []
+    with system_bed(hosts, limit_s, database=database) as system:
         from cluster_health import hang_diagnoses as hangs  # Django is set up by now
 
         bed = system.bed
         for i in range(repeats):
             port = devstack.free_port()
             sockets = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))
-            ranks = hang_jobs.start_on_bed(bed, PAIR, port, bed.workdir / f"job-{i}.log", flight=sockets)
+            ranks = hang_jobs.start_on_bed(bed, names, port, bed.workdir / f"job-{i}.log", flight=sockets)
             try:
                 bed.firewall_between(*PAIR)
                 time.sleep(2.0)  # the job's next all_reduce has sent and is waiting
                 started = time.monotonic()
-                diagnosis = hangs.request(master=f"{bed.host(PAIR[0]).address}:{port}", nodes=PAIR, source="command")
+                diagnosis = hangs.request(master=f"{bed.host(PAIR[0]).address}:{port}", nodes=names, source="command")
                 answer = hangs.run(diagnosis, 60.0)
                 hang_s.append(round(time.monotonic() - started, 2))
                 verdicts.append(answer["verdict"])
+                culprits.append([c["subject"] for c in answer["culprits"]][:3])
+                timings.append({**answer.get("timings", {}), "probed": answer.get("probed")})
                 # Where each rank was (collective, sequence number, whether it moved): what the verdict read.
                 places.append(
                     [[r["rank"], r["in"].get("collective"), r["in"].get("seq"), r["moved"]] for r in answer["ranks"]]
@@ -104,9 +121,12 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
                 shutil.rmtree(sockets, ignore_errors=True)
     return {
         "repeats": repeats,
+        "hosts": hosts,
         "hang_s": hang_s,
         "hang_median_s": statistics.median(hang_s),
         "verdicts": verdicts,
+        "culprits": culprits,
+        "timings": timings,
         "ranks": places,
         "fr_analysis_s": fr_s,
         "fr_analysis_median_s": statistics.median(fr_s),
@@ -117,8 +137,64 @@ def run(repeats: int = 3, database: str | None = None, limit_s: float = 900.0) -
     }
 
 
+def run_straggler(repeats: int, database: str | None, limit_s: float, hosts: int) -> dict:
+    """The slow-host case (module docstring): seconds, verdict and culprit, shaped and then healed."""
+    names = [f"host{i + 1}" for i in range(hosts)]
+    slow, healed = [], []
+    os.environ["HUNG_JOB_FLOATS"] = str(256 * 1024)  # read by each rank (the bed passes its environment on)
+    with system_bed(hosts, limit_s, database=database) as system:
+        from cluster_health import hang_diagnoses as hangs
+
+        bed = system.bed
+        for i in range(repeats):
+            port = devstack.free_port()
+            sockets = Path(tempfile.mkdtemp(prefix="fr-", dir="/tmp"))
+            ranks = hang_jobs.start_on_bed(bed, names, port, bed.workdir / f"job-{i}.log", flight=sockets)
+            master = f"{bed.host(names[0]).address}:{port}"
+            try:
+                bed.shape(names[-1], STRAGGLER_MBIT)
+                time.sleep(4.0)  # the recorders hold shaped steps
+                started = time.monotonic()
+                answer = hangs.run(hangs.request(master=master, nodes=names, source="command"), 60.0)
+                first = answer["culprits"][0] if answer["culprits"] else {}
+                steps = (first.get("evidence") or {}).get("steps") or {}
+                slow.append(
+                    {
+                        "s": round(time.monotonic() - started, 2),
+                        "verdict": answer["verdict"],
+                        "culprit": first.get("subject"),
+                        "rank_last": steps.get("rank"),
+                        "lateness_s": steps.get("lateness_s"),
+                        "last_in": f"{steps.get('last_in')}/{steps.get('steps')}",
+                    }
+                )
+                bed.unshape(names[-1])
+                time.sleep(3.0)  # the recorders' last steps are unshaped
+                started = time.monotonic()
+                answer = hangs.run(hangs.request(master=master, nodes=names, source="command"), 60.0)
+                healed.append({"s": round(time.monotonic() - started, 2), "verdict": answer["verdict"]})
+            finally:
+                bed.unshape(names[-1])
+                hang_jobs.stop(ranks)
+                shutil.rmtree(sockets, ignore_errors=True)
+    return {
+        "repeats": repeats,
+        "hosts": hosts,
+        "shaped": f"{names[-1]} at {STRAGGLER_MBIT} Mbit/s",
+        "slow": slow,
+        "slow_median_s": statistics.median(r["s"] for r in slow),
+        "healed": healed,
+        "healed_median_s": statistics.median(r["s"] for r in healed),
+    }
+
+
 # The command line: each flag with argparse's keywords, its value passed to run() by name.
-OPTIONS: dict[str, dict] = {"--repeats": {"type": int, "default": 3}, "--database": {"default": None}}
+OPTIONS: dict[str, dict] = {
+    "--repeats": {"type": int, "default": 3},
+    "--database": {"default": None},
+    "--hosts": {"type": int, "default": 2},
+    "--straggler": {"action": "store_true"},
+}
 
 if __name__ == "__main__":
     sys.exit(main_for(run, __doc__, OPTIONS))

@@ -33,6 +33,10 @@ from cluster_health.sweeps import turns
 
 MAX_FRAMES_SHOWN = 12  # per rank in the answer: where it is, innermost first
 MAX_SUSPECT_PAIRS = 32  # pairs probed first, the ones the ranks' connections point at
+# A suspect pair's TCP connect and store wait get this long (a sweep's: 3 s and 5 s): a path that drops
+# traffic fails the probe, twice with the confirmation pass, in a few seconds; a healthy one connects and
+# joins in milliseconds (the agents' warm probe processes start at once).
+SUSPECT_TIMEOUTS = {"connect": 1.0, "store": 2.0}
 STRAGGLER_PROBE_BYTES = 256 * 1024  # a progressing job held back by a rank: each pair's busbw at this size
 HELD_MARGIN_S = 4.0  # a held-back inspect is sent only if its interval and this much collecting time remain
 
@@ -236,7 +240,14 @@ def _positive(value: Any) -> bool:
 def start_suspect_probe(diagnosis: HangDiagnosis, pairs: list[list[str]]) -> Sweep:
     """A pairs sweep of the pairs the evidence points at, sent as soon as both ends reported (while the other
     nodes' inspects still run): the first answer about the likeliest fault."""
-    sweep = sweeps.request_sweep(kind="pairs", pairs=pairs, last_stage="collective", baseline="none", source="hang")
+    sweep = sweeps.request_sweep(
+        kind="pairs",
+        pairs=pairs,
+        last_stage="collective",
+        baseline="none",
+        timeouts=SUSPECT_TIMEOUTS,
+        source="hang",
+    )
     HangDiagnosis.objects.filter(pk=diagnosis.pk).update(sweep=sweep, status="probing")
     diagnosis.sweep, diagnosis.status = sweep, "probing"
     return sweep
@@ -353,24 +364,31 @@ def run(diagnosis: HangDiagnosis, timeout_s: float) -> dict[str, Any]:
     deadline = started + timeout_s
     collect_until = started + max(diagnosis.interval_s + 8.0, timeout_s / 2)
     first: Sweep | None = None
+    marks: dict[str, float] = {}
     while time.monotonic() < min(collect_until, deadline) and reported(diagnosis) != set(diagnosis.nodes):
         if min(collect_until, deadline) - time.monotonic() > diagnosis.interval_s + HELD_MARGIN_S:
             send_held(diagnosis)
         if first is None and (suspects := suspect_pairs(diagnosis)):
             first = start_suspect_probe(diagnosis, suspects)
+            marks["suspect_probe_sent"] = time.monotonic()
         time.sleep(POLL_S)
+    marks["reports"] = time.monotonic()
     if first is None and (suspects := suspect_pairs(diagnosis)):
         first = start_suspect_probe(diagnosis, suspects)
+        marks["suspect_probe_sent"] = time.monotonic()
     sweep = None
     if first is not None:
         waiting.wait_or_cancel(first, max(1.0, deadline - time.monotonic()))
         first.refresh_from_db()
+        marks["suspect_probe_done"] = time.monotonic()
     if first is None or not _bad_pairs(first):
         sweep = start_live_probe(diagnosis, measure=_slow_candidate(diagnosis))
     if sweep is not None:
         waiting.wait_or_cancel(sweep, max(1.0, deadline - time.monotonic()))
+        marks["probe_done"] = time.monotonic()
     answer = conclude(HangDiagnosis.objects.get(pk=diagnosis.pk))
     answer["seconds"] = round(time.monotonic() - started, 1)
     answer["probed"] = "every pair" if sweep is not None else "suspect pairs" if first is not None else "none"
+    answer["timings"] = {k: round(v - started, 1) for k, v in marks.items()}  # seconds from the start
     HangDiagnosis.objects.filter(pk=diagnosis.pk).update(result=answer)
     return answer
