@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from agents.hangs import flight, listeners, procs, ras, sockets, stacks
+from agents.hangs import flight, groups, listeners, procs, ras, sockets, stacks
 
 MAX_OUTPUT_BYTES = 512 * 1024
 DEAD_STATES = ("stopped", "zombie", "gone", "disk wait")
@@ -186,6 +186,8 @@ def _inspect_ranks(
         moved = _moved(a, b) if b["state"] != "gone" else False
         # Where it was in each sample: a straggler is the one rank in its own code in every sample (core/stragglers.py).
         out.append({**r.as_dict(), **b, "state": b["state"], "moved": moved, "samples": [a["where"], b["where"]]})
+        if b["where"].get("collective") and not moved:  # the group it waits on, by its code's names (groups.py)
+            out[-1]["groups"] = groups.read(r.pid)
     # NCCL RAS, once per port the ranks name (it answers for the whole job), when something answers there.
     pids = {r.pid for r in ranks}
     ports = {port for r in ranks if (port := ras.port_of(r.launch)) is not None}

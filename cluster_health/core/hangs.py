@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from cluster_health.core import init_hangs, stragglers
+from cluster_health.core import group_waits, init_hangs, stragglers
 
 EXIT_CODES = {"progressing": 0, "slow": 1, "network": 2, "application": 2, "node": 2, "unknown": 3}
 BAD_PAIR_STATUSES = ("failed", "timeout", "offline")
@@ -299,6 +299,8 @@ def diagnose(
             {"collectives": per_op, "groups": groups},
         )
         return {"hung": True, "verdict": "application", "culprits": [culprit]}
+    if not recorded and (per_group := group_waits.split(stuck)):  # different groups, by the job's own names
+        return {"hung": True, "verdict": "application", "culprits": [group_waits.culprit(per_group, waited, stuck)]}
     faults = _path_faults(ranks, pairs)
     if faults:
         return {"hung": True, "verdict": "network", "culprits": faults}
