@@ -70,7 +70,8 @@ def start_init_on_bed(
     """``hung_job.py init`` ranks as srun launches them: rank r on host ``ranks[r]`` (a rank left out is
     one never started), every rank's MASTER_ADDR ``master``, its GLOO_SOCKET_IFNAME its host's interface,
     ``env[r]`` over that (another MASTER_ADDR, GLOO_SOCKET_IFNAME=lo). Returns once each rank's process
-    is up (they hang at init: nothing to wait for); RuntimeError when one exits within that time."""
+    is up (they hang at init: nothing to wait for); RuntimeError when every one exited within that time
+    (one may exit on its own: a rank whose Gloo is refused at a peer's loopback address gives up)."""
     out = log.open("wb")
     started = []
     for rank, host in sorted(ranks.items()):
@@ -88,7 +89,7 @@ def start_init_on_bed(
         started.append(bed.start_in(host, argv, stdout=out, stderr=out))
     out.close()
     time.sleep(3.0)  # into init_process_group (torch's import takes most of it)
-    if any(p.poll() is not None for p in started):
+    if all(p.poll() is not None for p in started):
         stop(started)
         raise RuntimeError("a rank exited at once: " + log.read_text(errors="replace")[-2000:])
     return started

@@ -98,7 +98,7 @@ def _init(
         trying = [c for c in conns if c["state"] == "syn-sent" and c not in to_store]
         peer = trying[0]["peer"] if trying else None
     mine = [c for c in conns if peer is not None and c["peer"] == peer] or (to_store if peer else [])
-    local = next((c["local"].rpartition(":")[0] for c in to_store if c["state"] == "estab"), None)
+    local = next((c["local"].rpartition(":")[0] for c in to_store if c["state"] != "syn-sent"), None)
     return {
         "stage": stage,
         "function": found["function"],

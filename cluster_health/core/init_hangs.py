@@ -243,7 +243,10 @@ def _unreachable_addresses(entries: dict[str, list[dict[str, Any]]]) -> list[dic
         mine = [a for a in init.get("listening") or [] if a in owner and owner[a] is r]
         if init.get("stage") != "pair_connect" or not mine:
             continue
-        loop = len(nodes) > 1 and all(_loopback(a) for a in mine)
+        # Loopback is unreachable to peers on other nodes: the job spans several, or its store is reached
+        # off the host (a peer there may have exited already, refused at that address).
+        offhost = len(nodes) > 1 or not _loopback(str(_launch(r).get("MASTER_ADDR") or "127.0.0.1"))
+        loop = offhost and all(_loopback(a) for a in mine)
         waited = [w for a in mine for w in trying.get(a, []) if w.get("node") != r.get("node")]
         if not (loop or waited):
             continue
@@ -252,7 +255,8 @@ def _unreachable_addresses(entries: dict[str, list[dict[str, Any]]]) -> list[dic
         var = "NCCL_SOCKET_IFNAME" if _launch(r).get("NCCL_SOCKET_IFNAME") else "GLOO_SOCKET_IFNAME"
         set_to = _launch(r).get(var)
         why = (
-            f"it listens on {', '.join(mine[:4])}, a loopback address, in a job over {len(nodes)} nodes"
+            f"it listens on {', '.join(mine[:4])}, a loopback address, while its store is at "
+            f"{_launch(r).get('MASTER_ADDR')} off its host"
             if loop
             else f"rank(s) {', '.join(str(w.get('rank')) for w in waited[:8])} send SYNs to {mine[0]} unanswered"
         )
