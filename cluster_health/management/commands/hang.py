@@ -3,8 +3,9 @@
 
 The agents of the job's nodes (every active node, or ``--nodes``) report what they see of
 its ranks; a live probe runs between the nodes that hold them; the answer names the verdict
-and the culprits (docs/HANGS.md). Exit codes: 0 progressing, 2 hung with a culprit named,
-3 unknown (no rank found, or no answer within ``--timeout``).
+and the culprits (docs/HANGS.md). Exit codes: 0 progressing, 1 slow (progressing, held back by a
+straggler named as the culprit), 2 hung with a culprit named, 3 unknown (no rank found, or no answer
+within ``--timeout``).
 """
 
 from __future__ import annotations
