@@ -365,12 +365,15 @@ def run(diagnosis: HangDiagnosis, timeout_s: float) -> dict[str, Any]:
     collect_until = started + max(diagnosis.interval_s + 8.0, timeout_s / 2)
     first: Sweep | None = None
     marks: dict[str, float] = {}
-    while time.monotonic() < min(collect_until, deadline) and reported(diagnosis) != set(diagnosis.nodes):
+    heard = 0
+    while time.monotonic() < min(collect_until, deadline) and (now := reported(diagnosis)) != set(diagnosis.nodes):
         if min(collect_until, deadline) - time.monotonic() > diagnosis.interval_s + HELD_MARGIN_S:
             send_held(diagnosis)
-        if first is None and (suspects := suspect_pairs(diagnosis)):
+        # The reports are read again only when another one arrived.
+        if first is None and len(now) > max(1, heard) and (suspects := suspect_pairs(diagnosis)):
             first = start_suspect_probe(diagnosis, suspects)
             marks["suspect_probe_sent"] = time.monotonic()
+        heard = len(now)
         time.sleep(POLL_S)
     marks["reports"] = time.monotonic()
     if first is None and (suspects := suspect_pairs(diagnosis)):
