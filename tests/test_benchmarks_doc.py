@@ -81,3 +81,15 @@ def test_add_row_appends_and_rewrites(tmp_path, monkeypatch):
     assert "| 1 s | 2 | 2026-11-28 04:00, " + head in doc.read_text()
     assert run.add_row(name, ["only one"], None, None) == 2
     assert len(json.loads(figures.read_text())["tables"][name]["rows"]) == 1
+
+
+def test_ci_report_fails_on_a_crash_never_on_timing(monkeypatch, capsys):
+    """`.ci/run`'s short benchmark: a figure ten times the recorded one is a report (exit 0); an exception is a
+    defect (exit 1)."""
+    slow = {key: 10 * 999.0 for key in run.CI_FIGURES}
+    monkeypatch.setattr(run, "call", lambda name, **options: slow)
+    assert run.ci_report() == 0
+    assert "no timing fails the build" in capsys.readouterr().out
+    monkeypatch.setattr(run, "call", lambda name, **options: {"error": "Traceback ...\nRuntimeError: boom"})
+    assert run.ci_report() == 1
+    assert "RuntimeError: boom" in capsys.readouterr().out
