@@ -87,7 +87,13 @@ def _init(
         return None
     master, port = _master_of(r)
     listening = sorted({f"{h['address']}:{h['port']}" for h in held})[:16]
-    serves_store = any(h["port"] == port for h in held)
+    # The store's server: its listener, or where sockets cannot be listed (no ss), as torch decides it: rank 0
+    # unless torchrun's agent serves it, a static rendezvous's node rank 0.
+    serves_store = any(h["port"] == port for h in held) or (
+        r.launch.get("node_rank") == "0" and r.launch.get("rdzv_backend") == "static"
+        if r.role == "launcher"
+        else r.rank == 0 and r.launch.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"
+    )
     to_store = [c for c in conns if c["peer"].rpartition(":")[2] == str(port)]
     stage, peer = found["stage"], None
     if stage == "store":
