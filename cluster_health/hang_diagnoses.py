@@ -294,8 +294,9 @@ def conclude(diagnosis: HangDiagnosis) -> dict[str, Any]:
         sweep = Sweep.objects.get(pk=diagnosis.sweep_id)
         pairs = documents.pair_dicts(sweep) if not sweep.is_open else []
     entries = ranks  # with torchrun's launchers, other-master ranks and port holders (core/init_hangs.py)
-    ranks = init_hangs.split(entries)["ranks"]
-    world = max((r.get("world_size") or 0 for r in entries), default=0) or None
+    parts = init_hangs.split(entries)
+    ranks = parts["ranks"]
+    world = max((r.get("world_size") or 0 for r in ranks + parts["launchers"]), default=0) or None
     # Silent nodes blame missing ranks only when some ranks are missing: a node the job never ran on is silent too.
     answer = hangs.diagnose(entries, world, pairs, silent_nodes=silent if entries else [], nodes=diagnosis.nodes)
     if not entries and silent:

@@ -394,7 +394,7 @@ def diagnose(
     world = (
         world_size
         or max(
-            (r.get("world_size") or 0 for r in entries["ranks"] + entries["launchers"] + entries["other_master"]),
+            (r.get("world_size") or 0 for r in entries["ranks"] + entries["launchers"]),  # not another master's
             default=0,
         )
         or None
