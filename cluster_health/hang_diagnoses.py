@@ -25,7 +25,7 @@ from django.utils import timezone
 from agents.hangs import contract as hangs_contract
 from cluster_health import sweeps
 from cluster_health.actions import slurm
-from cluster_health.core import hangs, init_hangs
+from cluster_health.core import hangs, init_hangs, stragglers
 from cluster_health.models import HangDiagnosis, HangReport, Node, Sweep
 from cluster_health.queues import dispatch
 from cluster_health.shapes import documents
@@ -345,7 +345,8 @@ def _slow_candidate(diagnosis: HangDiagnosis) -> bool:
     """Whether the reports alone show a progressing job held back by a rank (its probe then measures busbw)."""
     ranks = _ranks(diagnosis)
     world = max((r.get("world_size") or 0 for r in ranks), default=0) or None
-    return bool(ranks) and hangs.diagnose(ranks, world, [])["verdict"] == "slow"
+    verdict = hangs.diagnose(ranks, world, [])["verdict"] if ranks else None
+    return verdict == "slow" or (verdict == "progressing" and stragglers.candidate(ranks) is not None)
 
 
 def run(diagnosis: HangDiagnosis, timeout_s: float) -> dict[str, Any]:

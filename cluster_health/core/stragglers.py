@@ -13,7 +13,9 @@ sources of the steps, the first that speaks wins:
 
 Quiet when healthy: a rank is named only when it is last in at least ``LAST_SHARE`` of at least
 ``MIN_STEPS`` steps recorded by every rank, and its median lateness is at least ``MIN_LATENESS_S`` and
-``JITTER_FACTOR`` times the spread of the other ranks' arrivals (the job's own jitter). Flight Recorder's
+``JITTER_FACTOR`` times the spread of the other ranks' arrivals (the job's own jitter); last in
+``LINK_SHARE`` of them is enough when the live probe shows its node's or another node's link far below
+the others (a slow link, not a slow rank: in a ring the rank after it waits, and that alternates). Flight Recorder's
 enqueue times are each node's wall clock: ranks on different nodes compare only as well as their clocks
 agree (NTP keeps them within milliseconds; ``MIN_LATENESS_S`` is well above that); where entries carry
 completion times (NCCL), the named rank must also be the one that waits least.
@@ -37,6 +39,9 @@ from cluster_health.core import judging
 RECENT_STEPS = 64  # the steps compared (the last ones every rank recorded)
 MIN_STEPS = 8
 LAST_SHARE = 0.75
+# With a link the live probe finds far slower than the others, a rank last in this share of the steps is
+# enough: a slow link delays the rank after it in a ring, and which rank that is alternates more.
+LINK_SHARE = 0.5
 MIN_LATENESS_S = 0.05
 JITTER_FACTOR = 3.0
 MIN_SAMPLES = 2
@@ -64,7 +69,7 @@ def _steps(rank: dict[str, Any]) -> dict[tuple[int, int, str], tuple[int, int | 
     return out
 
 
-def from_flight(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def from_flight(ranks: Sequence[dict[str, Any]], min_share: float = LAST_SHARE) -> dict[str, Any] | None:
     """The straggler the Flight Recorders show: {"rank", "lateness_s", "last_in", "steps", "jitter_s",
     "source"}, or None (too few steps every rank recorded, no consistent last rank)."""
     per_rank: dict[int, dict[tuple[int, int, str], tuple[int, int | None]]] = {
@@ -94,7 +99,7 @@ def from_flight(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "jitter_s": round(jitter, 4),
         "source": "flight recorder",
     }
-    if share < LAST_SHARE or lateness < MIN_LATENESS_S or lateness < JITTER_FACTOR * jitter:
+    if share < min_share or lateness < MIN_LATENESS_S or lateness < JITTER_FACTOR * jitter:
         return None
     waits = {r: [c - e for k in keys if (c := per_rank[r][k][1]) and c >= (e := per_rank[r][k][0])] for r in per_rank}
     if all(len(w) == len(keys) for w in waits.values()):  # completion times (NCCL): it must wait least
@@ -103,6 +108,12 @@ def from_flight(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         if min(wait, key=lambda r: wait[r]) != culprit:
             return None
     return found
+
+
+def candidate(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """A straggler the steps suggest (last in LINK_SHARE of them), which a slow link in the live probe
+    confirms: what makes the diagnosis measure each pair's busbw."""
+    return from_flight(ranks, LINK_SHARE) or from_stacks(ranks)
 
 
 def from_stacks(ranks: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -193,7 +204,8 @@ def assess(ranks: Sequence[dict[str, Any]], pairs: Sequence[Mapping[str, Any]]) 
     The culprit, most likely first: a node whose every link is far below the others' (``link``: whoever
     enqueues last, a ring waits for that link), else the rank's node when its CPU was busy (``node``), else
     the rank itself (``rank``: its own code is slower)."""
-    found = from_flight(ranks) or from_stacks(ranks)
+    strict = from_flight(ranks) or from_stacks(ranks)
+    found = strict or candidate(ranks)
     if found is None:
         return None
     rank = next((r for r in ranks if r.get("rank") == found["rank"]), {})
@@ -233,6 +245,8 @@ def assess(ranks: Sequence[dict[str, Any]], pairs: Sequence[Mapping[str, Any]]) 
         )
     if culprits:
         return {"hung": False, "verdict": "slow", "culprits": culprits}
+    if strict is None:  # last in too few steps to name the rank itself
+        return None
     busy = _busy_node(node, nodes, pairs)
     if busy is not None:
         culprits.append(

@@ -147,3 +147,15 @@ def test_hostile_recorder_entries_and_samples_are_ignored():
     ]
     assert stragglers.from_flight(ranks) is None and stragglers.from_stacks(ranks) is None
     assert stragglers.assess(ranks, [{"a": "n0", "b": "n1", "status": "ok", "busbw_gbps": "fast"}]) is None
+
+
+def test_a_rank_last_in_only_half_the_steps_is_named_only_with_a_slow_link_in_the_probe():
+    rng = random.Random(5)
+    # A slow link in a ring: the rank after it enqueues last, 0.1 s late, in 60 % of the steps.
+    ranks = ranks_with({0: jitter(rng), 1: [0.1 if i % 5 < 3 else 0.0 for i in range(40)], 2: jitter(rng)})
+    assert stragglers.from_flight(ranks) is None and stragglers.candidate(ranks)["rank"] == 1
+    even = [pair("n0", "n1", 1.2), pair("n0", "n2", 1.1), pair("n1", "n2", 1.0)]
+    assert diagnose(ranks, world_size=3, pairs=even)["verdict"] == "progressing"
+    shaped = [pair("n0", "n1", 1.2), pair("n0", "n2", 0.05), pair("n1", "n2", 0.06)]
+    (link,) = diagnose(ranks, world_size=3, pairs=shaped)["culprits"]
+    assert (link["kind"], link["subject"]) == ("link", "n2's link")
