@@ -820,13 +820,21 @@ def setup_django(database_url: str, workdir: Path) -> None:
         CLUSTER_HEALTH_VAR_DIR=str(workdir / "var"),
         DJANGO_SETTINGS_MODULE="cluster_health.settings",
     )
+    from benchmarks import scratch
+
+    # A new SQLite file starts as a copy of the migrated template; one that was new and had none becomes it.
+    sqlite_file = Path(database_url.removeprefix("sqlite:///"))
+    fresh = database_url.startswith("sqlite:///") and not sqlite_file.exists()
+    copied = fresh and scratch.sqlite_from_template(sqlite_file)
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    PHASES.done("database migrated")
+    if fresh and not copied:
+        scratch.keep_sqlite_template(sqlite_file)
+    PHASES.done("database migrated" + (" (copied from the migrated template)" if copied else ""))
 
 
 def run(

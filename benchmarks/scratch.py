@@ -10,7 +10,9 @@ On PostgreSQL the scratch database is copied from a migrated template
 migrations and Django's version (``ch_bench_tpl_<hash>``), so a change to either
 makes a new one; the first benchmark after such a change migrates its scratch
 database and copies it into the new template, dropping older templates. ``migrate``
-still runs on the copy (nothing to apply: it only checks).
+still runs on the copy (nothing to apply: it only checks). A scratch SQLite file is
+copied the same way from a migrated file kept in the system's temporary folder
+(``ch-bench-templates/<the same name>.sqlite3``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,32 @@ def _keep_as_template(admin: str, name: str, template: str) -> None:
                 pass
 
 
+def sqlite_template() -> Path:
+    """Where a migrated SQLite database for these migrations is kept between runs (the system's temporary folder)."""
+    return Path(tempfile.gettempdir()) / "ch-bench-templates" / f"{template_name()}.sqlite3"
+
+
+def sqlite_from_template(path: Path) -> bool:
+    """Copy the migrated SQLite template to ``path``; False where there is none yet."""
+    template = sqlite_template()
+    if not template.is_file():
+        return False
+    shutil.copyfile(template, path)
+    return True
+
+
+def keep_sqlite_template(path: Path) -> None:
+    """Keep the freshly migrated SQLite database at ``path`` as the template (written whole, then renamed in)."""
+    from django.db import connections
+
+    connections.close_all()
+    template = sqlite_template()
+    template.parent.mkdir(parents=True, exist_ok=True)
+    partial = template.with_suffix(f".{os.getpid()}.partial")
+    shutil.copyfile(path, partial)
+    os.replace(partial, template)
+
+
 @contextmanager
 def scratch_database(server_url: str | None):
     """``server_url``: a postgres:// URL whose server gets a scratch database, or None for SQLite."""
@@ -94,6 +122,7 @@ def scratch_database(server_url: str | None):
         url = urlunsplit(parts._replace(path=f"/{name}"))
     else:
         url = f"sqlite:///{workdir}/bench.sqlite3"
+        copied = sqlite_from_template(Path(workdir) / "bench.sqlite3")
     os.environ.update(
         DATABASE_URL=url,
         CLUSTER_HEALTH_VAR_DIR=workdir,
@@ -108,6 +137,8 @@ def scratch_database(server_url: str | None):
         call_command("migrate", verbosity=0)
         if name and not copied:
             _keep_as_template(admin, name, template)
+        elif not name and not copied:
+            keep_sqlite_template(Path(workdir) / "bench.sqlite3")
         yield url
     finally:
         from django.db import connections

@@ -57,3 +57,33 @@ def test_scratch_database_is_migrated_empty_and_dropped_and_leaves_its_template(
     assert first["template"] in after
     for run in (first, second):
         assert run["url"].rsplit("/", 1)[1] not in after
+
+
+SQLITE_CHILD = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT)!r})
+from benchmarks.scratch import scratch_database, sqlite_template
+with scratch_database(None) as url:
+    from django.db import connection
+    from cluster_health.models import Node
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM django_migrations")
+        migrations = cur.fetchone()[0]
+    print("RESULT " + json.dumps({{"url": url, "nodes": Node.objects.count(), "migrations": migrations,
+                                   "template": str(sqlite_template())}}))
+"""
+
+
+def test_scratch_sqlite_file_is_copied_from_a_kept_migrated_file():
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", SQLITE_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=150
+        )
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, proc.stderr[-2000:]
+        runs.append(json.loads(lines[-1][len("RESULT ") :]))
+    for run in runs:
+        assert run["migrations"] > 0 and run["nodes"] == 0
+        assert not Path(run["url"].removeprefix("sqlite:///")).exists()  # the scratch file went with its folder
+    assert Path(runs[0]["template"]).is_file()
