@@ -63,9 +63,9 @@ def choose(
 
     The nodes are picked greedily by staleness (``coverage.staleness``: age squared, never measured heaviest):
     first the candidate whose pairs with the other candidates weigh most, then each time the one whose pairs
-    with the nodes picked so far weigh most, so the sweep holds nodes that share many stale pairs, not just the ends of the few
-    stalest (once most of the fleet is covered, the stale pairs are scattered: one per two nodes held would
-    measure a few dozen of them a sweep). Ties go to the candidates' order."""
+    with the nodes picked so far weigh most. So the sweep holds nodes that share many stale pairs, not just
+    the ends of the few stalest: once most of the fleet is covered the stale pairs are scattered, and holding
+    two nodes per stale pair would measure a few dozen of them a sweep. Ties go to the candidates' order."""
     names = list(dict.fromkeys(candidates))
     if measured is None:
         measured = coverage.last_measured(names)
