@@ -49,11 +49,11 @@ def _case(system: Any, name: str, i: int) -> dict[str, Any]:
         listen = f"import socket,time; s=socket.socket(); s.bind(('0.0.0.0', {port})); s.listen(); time.sleep(600)"
         holder = bed.start_in("host1", [sys.executable, "-c", listen])
         time.sleep(1.0)
+    if name == "store_firewalled":  # up before the job starts, as a firewall is
+        bed._nft_table("host1", "chstore", f"tcp dport {port} drop")
     started = hang_jobs.start_init_on_bed(bed, ranks, 2, master, port, bed.workdir / f"{name}-{i}.log", env=env)
     try:
-        if name == "store_firewalled":
-            bed._nft_table("host1", "chstore", f"tcp dport {port} drop")
-        time.sleep(2.0)
+        time.sleep(1.0)
         begun = time.monotonic()
         diagnosis = hangs.request(master=f"{master}:{port}", nodes=NAMES, source="command", interval_s=1.0)
         answer = hangs.run(diagnosis, 60.0)

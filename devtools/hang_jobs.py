@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agents.hangs import procs, stacks
 from devtools.testbed import TestBed
 
 JOB = Path(__file__).resolve().parent / "hung_job.py"
@@ -70,8 +71,9 @@ def start_init_on_bed(
     """``hung_job.py init`` ranks as srun launches them: rank r on host ``ranks[r]`` (a rank left out is
     one never started), every rank's MASTER_ADDR ``master``, its GLOO_SOCKET_IFNAME its host's interface,
     ``env[r]`` over that (another MASTER_ADDR, GLOO_SOCKET_IFNAME=lo). Returns once each rank's process
-    is up (they hang at init: nothing to wait for); RuntimeError when every one exited within that time
-    (one may exit on its own: a rank whose Gloo is refused at a peer's loopback address gives up)."""
+    at init (its stack in init_process_group: they hang there); RuntimeError when every one exited or they
+    are not there within 90 s (one may exit on its own: a rank whose Gloo is refused at a peer's loopback
+    address gives up, a rank 0 whose port is taken)."""
     out = log.open("wb")
     started = []
     for rank, host in sorted(ranks.items()):
@@ -88,8 +90,15 @@ def start_init_on_bed(
         argv = ["env", *(f"{k}={v}" for k, v in launch.items()), sys.executable, str(JOB), "init"]
         started.append(bed.start_in(host, argv, stdout=out, stderr=out))
     out.close()
-    time.sleep(3.0)  # into init_process_group (torch's import takes most of it)
-    if all(p.poll() is not None for p in started):
-        stop(started)
-        raise RuntimeError("a rank exited at once: " + log.read_text(errors="replace")[-2000:])
-    return started
+    selector = procs.JobSelector(master_addr=master, master_port=port)
+    deadline = time.monotonic() + 90
+    while True:  # until every rank still running shows an init frame (torch's import takes seconds)
+        alive = [p for p in started if p.poll() is None]
+        found = procs.find_ranks(selector) + procs.find_ranks(selector, other_master=True)
+        ready = [r for r in found if stacks.init_stage(stacks.dump(r.pid).get("threads") or [])]
+        if alive and len(ready) >= len(alive):
+            return started
+        if not alive or time.monotonic() > deadline:
+            stop(started)
+            raise RuntimeError("the ranks did not reach init: " + log.read_text(errors="replace")[-2000:])
+        time.sleep(0.5)

@@ -27,9 +27,9 @@ def bed(make_module_testbed, stack):
 
 
 @contextmanager
-def init_job(bed, tmp_path, ranks, env=None):
+def init_job(bed, tmp_path, ranks, env=None, port=None):
     """hung_job.py init with the master on host1, ranks as given; stopped afterwards."""
-    port = free_port()
+    port = port or free_port()
     started = hang_jobs.start_init_on_bed(bed, ranks, 2, bed.host("host1").address, port, tmp_path / "job.log", env=env)
     try:
         yield port
@@ -65,14 +65,15 @@ def ask(stack, bed, port: int, name: str) -> dict:
 
 @pytest.mark.timeout(120)
 def test_a_firewall_on_the_stores_port_is_the_link_from_the_rank_that_cannot_connect(bed, stack, tmp_path):
-    with init_job(bed, tmp_path, {0: "host1", 1: "host2"}) as port:
-        # host1 drops what arrives for the store's port (tcp dport), nothing else: the live probe passes.
-        bed._nft_table("host1", "chstore", f"tcp dport {port} drop")
-        try:
-            time.sleep(2.0)  # rank 1's SYNs to the store go unanswered
+    port = free_port()
+    # host1 drops what arrives for the store's port (tcp dport), nothing else: the live probe passes. Up
+    # before the job starts, as a firewall is: rank 1's SYNs to the store go unanswered from the first.
+    bed._nft_table("host1", "chstore", f"tcp dport {port} drop")
+    try:
+        with init_job(bed, tmp_path, {0: "host1", 1: "host2"}, port=port):
             answer = ask(stack, bed, port, "store-firewalled")
-        finally:
-            bed._nft_delete(bed.host("host1").ns, "inet", "chstore")
+    finally:
+        bed._nft_delete(bed.host("host1").ns, "inet", "chstore")
     store = f"{bed.host('host1').address}:{port}"
     culprit = answer["culprits"][0]
     assert (answer["verdict"], culprit["kind"], culprit["nodes"]) == ("network", "link", ["host2"])
@@ -87,7 +88,7 @@ def test_a_firewall_on_the_stores_port_is_the_link_from_the_rank_that_cannot_con
 @pytest.mark.timeout(120)
 def test_a_host_whose_gloo_listens_on_loopback_is_named_with_the_interface_to_use(bed, stack, tmp_path):
     with init_job(bed, tmp_path, {0: "host1", 1: "host2"}, env={1: {"GLOO_SOCKET_IFNAME": "lo"}}) as port:
-        time.sleep(2.0)  # both reach the store; the pairs never connect
+        time.sleep(1.0)  # both reach the store; the pairs never connect
         answer = ask(stack, bed, port, "gloo-on-loopback")
     culprit = answer["culprits"][0]
     assert (answer["verdict"], culprit["kind"], culprit["ranks"]) == ("network", "rank", [1])
