@@ -137,6 +137,16 @@ def run(
     }
 
 
+def raw_steps(stragglers: Any, ranks: list) -> dict | None:
+    """core.stragglers' figures of the steps with every threshold at zero (the last rank, its share, lateness)."""
+    kept = stragglers.MIN_STEPS, stragglers.MIN_LATENESS_S, stragglers.JITTER_FACTOR
+    stragglers.MIN_STEPS, stragglers.MIN_LATENESS_S, stragglers.JITTER_FACTOR = 1, 0.0, 0.0
+    try:
+        return stragglers.from_flight(ranks, 0.0)
+    finally:
+        stragglers.MIN_STEPS, stragglers.MIN_LATENESS_S, stragglers.JITTER_FACTOR = kept
+
+
 def run_straggler(repeats: int, database: str | None, limit_s: float, hosts: int) -> dict:
     """The slow-host case (module docstring): seconds, verdict and culprit, shaped and then healed."""
     names = [f"host{i + 1}" for i in range(hosts)]
@@ -144,6 +154,7 @@ def run_straggler(repeats: int, database: str | None, limit_s: float, hosts: int
     os.environ["HUNG_JOB_FLOATS"] = str(256 * 1024)  # read by each rank (the bed passes its environment on)
     with system_bed(hosts, limit_s, database=database) as system:
         from cluster_health import hang_diagnoses as hangs
+        from cluster_health.core import stragglers
 
         bed = system.bed
         for i in range(repeats):
@@ -155,7 +166,8 @@ def run_straggler(repeats: int, database: str | None, limit_s: float, hosts: int
                 bed.shape(names[-1], STRAGGLER_MBIT)
                 time.sleep(4.0)  # the recorders hold shaped steps
                 started = time.monotonic()
-                answer = hangs.run(hangs.request(master=master, nodes=names, source="command"), 60.0)
+                diagnosis = hangs.request(master=master, nodes=names, source="command")
+                answer = hangs.run(diagnosis, 60.0)
                 first = answer["culprits"][0] if answer["culprits"] else {}
                 steps = (first.get("evidence") or {}).get("steps") or {}
                 slow.append(
@@ -166,6 +178,10 @@ def run_straggler(repeats: int, database: str | None, limit_s: float, hosts: int
                         "rank_last": steps.get("rank"),
                         "lateness_s": steps.get("lateness_s"),
                         "last_in": f"{steps.get('last_in')}/{steps.get('steps')}",
+                        # What the steps showed with no threshold, and the probe's busbw: why a run said what it said.
+                        "steps": raw_steps(stragglers, hangs._ranks(diagnosis)),
+                        "busbw": {f"{p['a']}-{p['b']}": p["busbw_gbps"] for p in answer["pairs"]},
+                        "probed": answer.get("probed"),
                     }
                 )
                 bed.unshape(names[-1])
