@@ -154,3 +154,20 @@ def test_a_rank_pointing_at_another_master_is_named_with_the_masters_address(tmp
     assert (init["arrived"], init["missing"], init["other_master"][0]["master"]) == ([0], [], NOWHERE)
     stages = {w["rank"]: (w["stage"], w["peer"]) for w in init["waiting"]}
     assert stages == {0: ("store_wait", None), 1: ("store_connect", f"{NOWHERE}:{port}")}
+
+
+def test_torchruns_options_are_read_and_nothing_of_the_jobs_own_arguments():
+    argv = ["/venv/bin/python", "/venv/bin/torchrun", "--nnodes=1:4", "--node_rank", "2", "--rdzv-backend", "c10d"]
+    argv += ["--rdzv-endpoint", "gpu-0:29400", "--standalone", "train.py", "--master-port", "1", "--token=s3cret"]
+    options = procs.launcher_options(argv)
+    assert options == {
+        "nnodes": "1:4",
+        "node_rank": "2",
+        "rdzv_backend": "c10d",
+        "rdzv_endpoint": "gpu-0:29400",
+        "standalone": "1",
+        "endpoint": "gpu-0:29400",
+    }
+    static = procs.launcher_options(["python", "-m", "torch.distributed.run", "--master-addr", "10.0.0.1", "x.py"])
+    assert static is not None and static["endpoint"] == "10.0.0.1:29500" and static["node_rank"] == "0"
+    assert procs.launcher_options(["python", "train.py", "--master-port", "29500"]) is None
