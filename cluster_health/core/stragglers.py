@@ -159,21 +159,24 @@ def _figure(value: Any) -> float | None:
 
 def slow_link(node: str, pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The node's pairs against the pairs that do not touch it: {"busbw_gbps", "others_busbw_gbps",
-    "latency_us", "others_latency_us"} when every pair of the node is far below (busbw) or far above
-    (latency) the others' median; None otherwise, or with no other pair to compare with."""
+    "latency_us", "others_latency_us", "stalled"} when every pair of the node is far below (busbw) or far
+    above (latency) the others' median, or stalled in the bandwidth stage (it connected and ran the
+    collective, but moved too little data in its time); None otherwise, or with no other pair to compare with."""
     measured = [p for p in pairs if p.get("status") in judging.MEASURED]
+    stalled = [p for p in pairs if p.get("status") in ("failed", "timeout") and p.get("stage") == "bandwidth"]
     mine = [p for p in measured if node in (p.get("a"), p.get("b"))]
+    mine_stalled = [p for p in stalled if node in (p.get("a"), p.get("b"))]
     rest = [p for p in measured if node not in (p.get("a"), p.get("b"))]
-    if not mine or not rest:
-        return None
+    if not (mine or mine_stalled) or not rest or len(mine_stalled) < len(stalled):
+        return None  # nothing of its own, nothing to compare with, or other nodes' pairs stalled too
 
     def figures(ps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
         return [v for p in ps if (v := _figure(p.get(key))) is not None]
 
     mb, rb = figures(mine, "busbw_gbps"), figures(rest, "busbw_gbps")
     ml, rl = figures(mine, "latency_us"), figures(rest, "latency_us")
-    slow_bw = len(mb) == len(mine) and rb and max(mb) < SLOW_LINK_SHARE * median(rb)
-    slow_lat = len(ml) == len(mine) and rl and min(ml) > SLOW_LATENCY_FACTOR * median(rl)
+    slow_bw = len(mb) == len(mine) and bool(rb) and (not mb or max(mb) < SLOW_LINK_SHARE * median(rb))
+    slow_lat = bool(mine) and len(ml) == len(mine) and bool(rl) and min(ml) > SLOW_LATENCY_FACTOR * median(rl)
     if not (slow_bw or slow_lat):
         return None
     return {
@@ -181,6 +184,7 @@ def slow_link(node: str, pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any] |
         "others_busbw_gbps": round(median(rb), 4) if rb else None,
         "latency_us": round(median(ml), 1) if ml else None,
         "others_latency_us": round(median(rl), 1) if rl else None,
+        "stalled": len(mine_stalled),
     }
 
 
@@ -295,7 +299,7 @@ def _culprit(
 
 
 def _link_words(f: Mapping[str, Any]) -> str:
-    words = []
+    words = [f"{f['stalled']} of its pairs stalled in the bandwidth stage"] if f.get("stalled") else []
     if f.get("busbw_gbps") is not None and f.get("others_busbw_gbps") is not None:
         words.append(f"busbw {f['busbw_gbps']:.3g} GB/s against {f['others_busbw_gbps']:.3g} GB/s between the others")
     if f.get("latency_us") is not None and f.get("others_latency_us") is not None:

@@ -159,3 +159,19 @@ def test_a_rank_last_in_only_half_the_steps_is_named_only_with_a_slow_link_in_th
     shaped = [pair("n0", "n1", 1.2), pair("n0", "n2", 0.05), pair("n1", "n2", 0.06)]
     (link,) = diagnose(ranks, world_size=3, pairs=shaped)["culprits"]
     assert (link["kind"], link["subject"]) == ("link", "n2's link")
+
+
+def test_a_nodes_pairs_stalled_in_the_bandwidth_stage_are_a_slow_link_unless_others_stalled_too():
+    rng = random.Random(6)
+    ranks = ranks_with({0: jitter(rng), 1: [0.1 + x for x in jitter(rng)], 2: jitter(rng)})
+    stalled = {"status": "timeout", "stage": "bandwidth", "busbw_gbps": None, "latency_us": 900.0, "evidence": {}}
+    pairs = [pair("n0", "n1", 1.2), {**stalled, "a": "n0", "b": "n2"}, {**stalled, "a": "n1", "b": "n2"}]
+    (link,) = diagnose(ranks, world_size=3, pairs=pairs)["culprits"]
+    assert (link["subject"], link["evidence"]["link"]["stalled"]) == ("n2's link", 2)
+    assert "2 of its pairs stalled in the bandwidth stage" in link["text"]
+    # Every node's pairs stalled: no one node's link to blame.
+    everywhere = [{**stalled, "a": a, "b": b} for a, b in (("n0", "n1"), ("n0", "n2"), ("n1", "n2"))]
+    assert stragglers.slow_link("n2", everywhere) is None
+    # A failed connect is no bandwidth figure.
+    refused = {**stalled, "stage": "connect", "a": "n0", "b": "n2"}
+    assert stragglers.slow_link("n2", [pair("n0", "n1", 1.2), refused]) is None

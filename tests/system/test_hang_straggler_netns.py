@@ -63,6 +63,6 @@ def test_a_slow_hosts_link_is_named_and_the_job_healed_is_progressing(make_testb
         [2],
     )
     link = culprit["evidence"]["link"]
-    assert link["busbw_gbps"] < 0.5 * link["others_busbw_gbps"]
+    assert link["stalled"] or link["busbw_gbps"] < 0.5 * link["others_busbw_gbps"]  # stalled: moved too little
     assert culprit["evidence"]["steps"]["source"] == "flight recorder"
     assert (healthy_code, healthy["verdict"], healthy["culprits"]) == (0, "progressing", []), healthy
