@@ -42,7 +42,7 @@ def test_a_slow_hosts_link_is_named_and_the_job_healed_is_progressing(make_testb
     try:
         ranks = hang_jobs.start_on_bed(bed, NAMES, port, tmp_path / "job.log", flight=sockets)
         bed.shape("host3", 20)  # 20 Mbit/s out of host3
-        time.sleep(4.0)  # every rank's recorder holds more than MIN_STEPS shaped steps
+        time.sleep(6.0)  # every rank's recorder holds more than MIN_STEPS shaped steps
         slow_code, slow = hang(stack, master)
         bed.unshape("host3")
         time.sleep(3.0)  # the recorders' last steps are unshaped ones
