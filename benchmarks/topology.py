@@ -137,7 +137,7 @@ def uplink_sweep(system, truth: list[list[str]], uplink_mbit: float) -> dict:
     for u in figures:
         racks = {rack_of[n] for n in members.get(u["group"], [])}
         u["rack"] = racks.pop() + 1 if len(racks) == 1 else None
-        u["vs_shaping"] = None if u["uplink_mbit"] is None else round(u["uplink_mbit"] / uplink_mbit, 3)
+        u["vs_shaping"] = None if u["mbit"] is None else round(u["mbit"] / uplink_mbit, 3)
     rounds = {int(k) for k in (sweep.params.get("uplink_rounds") or {})}
     detail = [
         {

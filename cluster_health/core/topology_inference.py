@@ -473,10 +473,10 @@ def uplink_figures(
     ``groups``: group -> its nodes, as the sweep planned; ``uplink_rounds``: round -> the group sending out in it;
     ``pairs``: the sweep's pairs (round, a, b, busbw_gbps; None where one measured nothing; ``window``: the wall
     clock seconds its bandwidth stage began and ended, where known). Per group: its
-    ``senders`` (pairs that measured a bandwidth, of ``pairs`` in the round), ``uplink_gbps`` (their busbw summed:
-    the rate the group sustained to the rest with that many of its nodes sending at once) and ``uplink_mbit``,
+    ``senders`` (pairs that measured a bandwidth, of ``pairs`` in the round), ``gbps`` (their busbw summed:
+    the rate the group sustained to the rest with that many of its nodes sending at once) and ``mbit``,
     ``inside_gbps`` (the median busbw of its pairs inside, the same sweep) and ``oversubscription``: what the
-    senders move inside the group over what they moved out together (``inside_gbps * senders / uplink_gbps``;
+    senders move inside the group over what they moved out together (``inside_gbps * senders / gbps``;
     above 1 the uplink, not the nodes, limits them). None where nothing was measured. A sum of rates is the
     uplink's only if the pairs ran at once: ``overlap`` is the time all of them measured together over their
     mean measuring time (None without windows), and ``concurrent`` says whether it reached MIN_OVERLAP (a pair
@@ -508,8 +508,8 @@ def uplink_figures(
                 "nodes": len(groups.get(g, ())),
                 "senders": len(figures),
                 "pairs": len(rounds.get(g, [])),
-                "uplink_gbps": None if total is None else round(total, 6),
-                "uplink_mbit": None if total is None else round(total * 8000, 1),
+                "gbps": None if total is None else round(total, 6),
+                "mbit": None if total is None else round(total * 8000, 1),
                 "inside_gbps": None if median_in is None else round(median_in, 6),
                 "oversubscription": None if over is None else round(over, 2),
                 "overlap": None if overlap is None else round(overlap, 3),

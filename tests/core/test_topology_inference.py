@@ -146,7 +146,7 @@ def test_an_uplink_is_what_its_round_of_pairs_sums_to_when_they_measured_at_once
     groups = {"a": ["a1", "a2", "a3"], "b": ["b1", "b2", "b3"]}
     (up,) = ti.uplink_figures(groups, {9: "a"}, uplink_pairs([(10.0, 13.3), (10.1, 13.4), (10.2, 13.2)]))
     assert (up["group"], up["nodes"], up["senders"], up["pairs"]) == ("a", 3, 3, 3)
-    assert up["uplink_gbps"] == pytest.approx(0.012) and up["uplink_mbit"] == pytest.approx(96.0)
+    assert up["gbps"] == pytest.approx(0.012) and up["mbit"] == pytest.approx(96.0)
     assert up["inside_gbps"] == pytest.approx(0.2) and up["oversubscription"] == pytest.approx(50.0)
     assert up["overlap"] == pytest.approx(3.0 / 3.2, abs=1e-3) and up["concurrent"] is True
 
@@ -163,4 +163,4 @@ def test_an_uplink_round_whose_pairs_ran_one_after_another_is_not_called_concurr
 def test_an_uplink_round_that_measured_nothing_has_no_figure():
     failed = [{"round": 9, "a": "a1", "b": "b1", "busbw_gbps": None}]
     (up,) = ti.uplink_figures({"a": ["a1"], "b": ["b1"]}, {9: "a"}, failed)
-    assert (up["senders"], up["pairs"], up["uplink_gbps"], up["oversubscription"]) == (0, 1, None, None)
+    assert (up["senders"], up["pairs"], up["gbps"], up["oversubscription"]) == (0, 1, None, None)

@@ -65,7 +65,7 @@ def test_with_no_label_a_topology_sweep_plans_with_the_measured_groups_and_measu
     assert set(by_group) == {"group-1", "group-2"}
     one = by_group["group-1"]  # gpu01 and gpu02 both send across at once
     assert (one["nodes"], one["senders"], one["pairs"]) == (2, 2, 2)
-    assert one["uplink_gbps"] == pytest.approx(2 * UPLINK_PAIR) and one["uplink_mbit"] == pytest.approx(9600.0)
+    assert one["gbps"] == pytest.approx(2 * UPLINK_PAIR) and one["mbit"] == pytest.approx(9600.0)
     assert one["inside_gbps"] == pytest.approx(9.6) and one["oversubscription"] == pytest.approx(16.0)
     call_command("topology", "infer")
     assert "group-1: 1.2 GB/s with 2 of its nodes sending at once, oversubscription 16:1" in capsys.readouterr().out

@@ -85,5 +85,5 @@ def test_a_full_sweep_infers_the_racks_and_names_the_host_cabled_to_the_other_on
     assert set(measured) == {"group-1", "group-2"}, measured
     for u in measured.values():  # each rack's nodes sent across at once, and summed to about the shaping
         assert u["senders"] == 2 and u["concurrent"] is True, measured
-        assert 0.8 * UPLINK_MBIT <= u["uplink_mbit"] <= 1.2 * UPLINK_MBIT, measured
+        assert 0.8 * UPLINK_MBIT <= u["mbit"] <= 1.2 * UPLINK_MBIT, measured
     print(json.dumps(measured))

@@ -77,7 +77,7 @@ def _text(sweep: int, report: dict) -> str:
     else:
         lines.append(f"uplinks (topology sweep {report['uplinks_sweep']}):")
         for u in report["uplinks"]:
-            figure = "nothing measured" if u["uplink_gbps"] is None else f"{u['uplink_gbps']:.3g} GB/s"
+            figure = "nothing measured" if u["gbps"] is None else f"{u['gbps']:.3g} GB/s"
             over = "" if u["oversubscription"] is None else f", oversubscription {u['oversubscription']:.3g}:1"
             apart = " (low confidence: its pairs did not measure at once)" if u["concurrent"] is False else ""
             lines.append(f"  {u['group']}: {figure} with {u['senders']} of its nodes sending at once{over}{apart}")
