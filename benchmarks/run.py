@@ -86,6 +86,12 @@ CODE = {
     "false_alarms": ("agents/probe", "cluster_health/core", "cluster_health/sweeps"),
     "storage": ("cluster_health/models.py", "cluster_health/ingest", "cluster_health/migrations"),
     "coverage": ("cluster_health/sweeps/idle.py", "cluster_health/coverage.py", "cluster_health/core/planner.py"),
+    "topology": (
+        "cluster_health/core/topology_inference.py",
+        "cluster_health/shapes/topology_report.py",
+        "cluster_health/core/planner.py",
+        "devtools/testbed.py",
+    ),
 }
 # Which benchmark a row of the targets table comes from, by the words its target starts with.
 SOURCES = (
