@@ -21,6 +21,10 @@ class ClusterHealthConfig(defaults.ProjectAppConfig):
 
         connect_signals()  # a page's socket closes when its login ends (logout, expiry, user deactivated)
         register_after_sweep()
+        from cluster_health import nodes
+        from cluster_health.shapes.topology_report import inferred_groups
+
+        nodes.MEASURED_GROUPS[:] = [inferred_groups]  # groups_of: the measured groups where none is declared
 
 
 def register_after_sweep() -> None:

@@ -9,7 +9,7 @@ plan with, the culprit rules name groups by, and the group-level matrix sums up.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.conf import settings
 from django.db import transaction
@@ -17,6 +17,11 @@ from django.utils import timezone
 
 from cluster_health.core import culprits, topology
 from cluster_health.models import AuditEntry, Node, Sweep
+
+# Where nothing is declared: node names -> the groups the latest full sweep measured them in. Registered at
+# startup (apps.py: shapes/topology_report.inferred_groups), which reads sweeps' matrices, whose group views
+# come back here for their grouping.
+MEASURED_GROUPS: list[Callable[[list[str]], dict[str, str]]] = []
 
 
 def declared_groups(names: Iterable[str]) -> dict[str, str]:
@@ -30,19 +35,31 @@ def groups_of(names: list[str]) -> dict[str, str]:
     """Each node's group now: declared, else from CLUSTER_HEALTH_GROUP_PATTERN where it is set, else the group the
     latest full sweep's measurements place it in (docs/TOPOLOGY.md), else from the default hostname pattern."""
     declared = declared_groups(names)
-    if not settings.GROUP_PATTERN and len(declared) < len(names):
-        from cluster_health.shapes.topology_report import inferred_groups
-
-        declared = {**inferred_groups([n for n in names if n not in declared]), **declared}
+    if not settings.GROUP_PATTERN and len(declared) < len(names) and MEASURED_GROUPS:
+        declared = {**MEASURED_GROUPS[0]([n for n in names if n not in declared]), **declared}
     placed = culprits.node_groups(names, settings.GROUP_PATTERN, declared)
     return {n: group for n, (group, _) in placed.items()}
 
 
+def planned_groups(sweep: Sweep) -> dict[str, str]:
+    """Node -> group as a topology sweep planned with (declared, or measured where none was: docs/TOPOLOGY.md);
+    {} for any other sweep. Its pairs are judged inside these groups, as they were chosen."""
+    planned = (sweep.params or {}).get("groups") if sweep.kind == "topology" else None
+    if not isinstance(planned, dict):
+        return {}
+    return {str(node): str(group) for group, nodes in planned.items() for node in nodes}
+
+
+def judging_groups(sweep: Sweep) -> dict[str, str]:
+    """The groups a sweep's pairs are held against their peers in: a topology sweep's planned ones, else the
+    declared labels (the hostname pattern fills in: core/culprits.node_groups)."""
+    return planned_groups(sweep) or declared_groups(sweep.nodes)
+
+
 def sweep_groups(sweep: Sweep, names: list[str]) -> dict[str, str]:
     """The grouping a sweep's views use: a topology sweep's own (the one it planned with), else today's."""
-    planned = (sweep.params or {}).get("groups") if sweep.kind == "topology" else None
-    if isinstance(planned, dict):
-        group_of = {node: str(group) for group, nodes in planned.items() for node in nodes}
+    group_of = planned_groups(sweep)
+    if group_of:
         missing = [n for n in names if n not in group_of]
         return {**group_of, **groups_of(missing)} if missing else group_of
     return groups_of(names)

@@ -34,7 +34,9 @@ def baseline_from_sweep(sweep: Sweep, name: str | None = None) -> Baseline:
     base = Baseline.objects.create(
         name=name or f"sweep {sweep.pk}", source="sweep", from_sweep=sweep, sweeps_used=[sweep.pk]
     )
-    rows = PairProbe.objects.filter(sweep=sweep, status__in=("ok", "degraded"), busbw_gbps__isnull=False)
+    rows = PairProbe.objects.filter(sweep=sweep, status__in=("ok", "degraded"), busbw_gbps__isnull=False).exclude(
+        evidence__has_key="uplink"  # a share of an uplink measured at once with others (closing.uplink_share)
+    )
     measured, loads = {}, {}
     for a, b, bw, load in rows.values_list("node_a__name", "node_b__name", "busbw_gbps", "load"):
         measured[pair_key(a, b)], loads[pair_key(a, b)] = bw, load
@@ -77,8 +79,10 @@ def rolling_baseline(
         return None
     samples: dict[tuple[str, str], list[float]] = {}
     loads: dict[tuple[str, str], list[float]] = {}
-    rows = PairProbe.objects.filter(sweep_id__in=good, status="ok", busbw_gbps__isnull=False).values_list(
-        "node_a__name", "node_b__name", "busbw_gbps", "load"
+    rows = (
+        PairProbe.objects.filter(sweep_id__in=good, status="ok", busbw_gbps__isnull=False)
+        .exclude(evidence__has_key="uplink")  # a share of an uplink, not the link's figure (closing.uplink_share)
+        .values_list("node_a__name", "node_b__name", "busbw_gbps", "load")
     )
     for a, b, bw, load in rows.iterator(chunk_size=READ_CHUNK):
         k = pair_key(a, b)

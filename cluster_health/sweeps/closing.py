@@ -35,6 +35,7 @@ class ProbeRow(NamedTuple):
     status: str
     baseline_id: int | None
     started: datetime | None
+    sweep_kind: str = ""
 
 
 PROBE_ROW_FIELDS = (
@@ -46,6 +47,7 @@ PROBE_ROW_FIELDS = (
     "status",
     "sweep__baseline_id",
     "started",
+    "sweep__kind",
 )
 
 
@@ -118,12 +120,29 @@ def judge_against_baseline(result: PairResult, expected: Expected | float | None
     }
 
 
+def uplink_rounds(rows: dict[int, ProbeRow]) -> dict[int, dict[int, str]]:
+    """The uplink rounds (round -> the group sending out) of these rows' topology sweeps; no query for others."""
+    ids = {row.sweep_id for row in rows.values() if row.sweep_kind == "topology"}
+    found = dict(Sweep.objects.filter(pk__in=ids).values_list("pk", "params")) if ids else {}
+    return {pk: {int(k): str(g) for k, g in ((p or {}).get("uplink_rounds") or {}).items()} for pk, p in found.items()}
+
+
+def uplink_share(result: PairResult, group: str) -> PairResult:
+    """A pair of an uplink round: one of several sharing the group's uplink at once, so its busbw is a share
+    of it, not the link's figure. Never judged against the link's baseline (nor its peers, nor fed into
+    baselines: evidence ``uplink``); only a failure stays one."""
+    return {**result, "evidence": {**(result.get("evidence") or {}), "uplink": group}}
+
+
 def final_fields(rows: dict[int, ProbeRow], results: dict[int, PairResult], now: datetime) -> dict[int, dict[str, Any]]:
-    """The final model fields (all but ``finished``) of each pair, judged against its baseline."""
+    """The final model fields (all but ``finished``) of each pair, judged against its baseline (but the pairs of
+    a topology sweep's uplink rounds, which share an uplink at once: ``uplink_share``)."""
+    uplinks = uplink_rounds(rows)
     expected = _expected_busbw(rows, results)
     out = {}
     for pk, result in results.items():
-        judged = judge_against_baseline(result, expected.get(pk))
+        group = uplinks.get(rows[pk].sweep_id, {}).get(rows[pk].round)
+        judged = uplink_share(result, group) if group is not None else judge_against_baseline(result, expected.get(pk))
         started = rows[pk].started
         duration = judged["duration_s"]
         if duration is None and started:

@@ -21,7 +21,7 @@ from django.conf import settings
 from cluster_health import bulk, vocabulary
 from cluster_health.core import confirmation, judging, planner
 from cluster_health.models import PairProbe, Sweep
-from cluster_health.nodes import declared_groups
+from cluster_health.nodes import judging_groups
 
 log = logging.getLogger(__name__)
 READ_FIELDS = ("id", "round", "node_a__name", "node_b__name", "status", "stage", "reason", "hint", "busbw_gbps")
@@ -76,14 +76,17 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
     """
     if "confirm_first" in sweep.params or not confirms(sweep):
         return []
-    pairs = _pairs(sweep, confirming=False)
+    # An uplink round's pairs each carry a share of an uplink (closing.uplink_share): no peer of a link alone.
+    pairs = [
+        p for p in _pairs(sweep, confirming=False) if not (p["status"] == "ok" and "uplink" in (p["evidence"] or {}))
+    ]
     judged = judging.against_peers(pairs, settings.DEGRADED_RATIO)
     for p in pairs:
         change = judged.get(confirmation.key(p["a"], p["b"]))
         if change:
             p.update({k: v for k, v in change.items() if k != "judged"})
             p["evidence"] = {**(p["evidence"] or {}), "judged": change["judged"]}
-    marks = confirmation.peer_marks(pairs, settings.GROUP_PATTERN, declared_groups(sweep.nodes))
+    marks = confirmation.peer_marks(pairs, settings.GROUP_PATTERN, judging_groups(sweep))
     for p in pairs:
         mark = marks.get(confirmation.key(p["a"], p["b"]))
         if mark:

@@ -27,7 +27,7 @@ from cluster_health.core import (
     verdicts,
 )
 from cluster_health.models import GroupProbe, Node, PairProbe, Sweep
-from cluster_health.nodes import declared_groups
+from cluster_health.nodes import judging_groups
 from cluster_health.queues import backlog
 from cluster_health.shapes import offenders
 from cluster_health.sweeps import gpus
@@ -69,12 +69,14 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
         )
         .iterator(chunk_size=READ_CHUNK)
     ]
+    # A passed pair of an uplink round moved a share of its group's uplink (closing.uplink_share): no link's figure.
+    pairs = [p for p in pairs if not (p["status"] == "ok" and "uplink" in (p["evidence"] or {}))]
     nodes = list(Node.objects.filter(name__in=sweep.nodes))
     facts = {n.name: n.facts for n in nodes}
     addresses = {n.name: n.address for n in nodes}
     offline = {n.name for n in nodes if not n.is_online(now)} - backlog.unheard_is_not_silent(sweep.nodes)
     groups = list(GroupProbe.objects.filter(sweep=sweep))
-    declared = declared_groups(sweep.nodes)
+    declared = judging_groups(sweep)
     found = confirmation.confirmed_slow(
         _matrix_findings(sweep.nodes, pairs, offline, absent_at_start(sweep), declared), pairs
     )
@@ -179,6 +181,7 @@ def _history_findings(sweep: Sweep, pairs: list[dict], current: list[dict]) -> l
     rows = (
         PairProbe.objects.filter(sweep_id__in=earlier)
         .exclude(status__in=vocabulary.OPEN_STATUSES)
+        .exclude(evidence__has_key="uplink")  # a share of an uplink, not the link's figure (closing.uplink_share)
         .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes", "load")
     )
     # Each sweep's links that passed, by size: a link's busbw next to its peers of the same moment.

@@ -11,6 +11,7 @@ from django.core.management import call_command
 
 from cluster_health.models import PairProbe
 from cluster_health.nodes import declare_topology, groups_of
+from cluster_health.sweeps import baselines
 from devtools.sweep_driver import result_for
 from tests.support.racked_sweep import CABLED, NODES, racked_sweep
 
@@ -117,3 +118,34 @@ def test_a_full_sweep_that_shows_no_structure_leaves_the_hostname_pattern_in_pla
     driver.sweep(kind="full")
     driver.answer_all()  # every pair alike: one group
     assert groups_of(names) == {n: n.split("-")[0] for n in names}
+
+
+def test_an_uplink_round_s_pairs_are_shares_of_the_uplink_never_judged_slow_nor_a_baseline(driver, tmp_path):
+    """Each pair of an uplink round carries a share of its group's uplink (0.6 GB/s where the same pair alone moves
+    2.4): held against a rolling baseline of earlier topology sweeps, or against its peers, that would read slow on
+    every healthy cluster. It is kept as the uplink's share (evidence ``uplink``), out of every baseline and trend."""
+    unlabelled_after_a_full_sweep(driver, tmp_path)
+    for _ in range(3):  # the rolling baseline: three clean topology sweeps
+        sweep = driver.sweep(kind="topology")
+        sweep.refresh_from_db()
+        driver.answer_all(cabled_answer(sweep.params["uplink_rounds"]))
+        sweep.refresh_from_db()
+        assert (sweep.status, sweep.verdict) == ("finished", "pass"), list(sweep.findings.values("code", "text"))
+    base = baselines.rolling_baseline()
+    across = {(r.node_a, r.node_b): r.busbw_gbps for r in base.pairs.all() if CABLED[r.node_a] != CABLED[r.node_b]}
+    assert across and all(v == pytest.approx(2.4, rel=0.05) for v in across.values())  # alone, never a share
+
+    sweep = driver.sweep(kind="topology", baseline="rolling")
+    sweep.refresh_from_db()
+    uplink_rounds = sweep.params["uplink_rounds"]
+    driver.answer_all(cabled_answer(uplink_rounds))
+    sweep.refresh_from_db()
+    assert (sweep.status, sweep.verdict) == ("finished", "pass"), (
+        sweep.error,
+        list(sweep.findings.values("code", "text")),
+    )
+    shares = PairProbe.objects.filter(sweep=sweep, round__in=[int(k) for k in uplink_rounds])
+    assert shares and all(p.status == "ok" and p.busbw_gbps == pytest.approx(UPLINK_PAIR, rel=0.05) for p in shares)
+    assert {p.evidence["uplink"] for p in shares} == set(uplink_rounds.values())
+    assert all("expected" not in p.evidence for p in shares)
+    assert not baselines.baseline_from_sweep(sweep).pairs.filter(busbw_gbps__lt=1.0).exists()
