@@ -109,3 +109,86 @@ def test_a_kept_diagnosis_reads_culprit_first_and_opens_a_ranks_frames(viewer_pa
     assert frames.locator("ol").is_visible() and "load_batch" in frames.locator("ol").text_content()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     shot(page, "hang-diagnosis")
+
+
+def test_a_job_hung_at_init_shows_who_arrived_who_did_not_and_where_each_waits(viewer_page):
+    """A two-rank job whose rank 1 never started: the page says so before any rank table, with the node it
+    belongs on and where rank 0 waits (the store, for its peer)."""
+    make_nodes(["hx0", "hx1"])
+    User.objects.get(username="viewer").groups.add(defaults.ensure_operators_group())
+    culprit = {
+        "kind": "node",
+        "subject": "hx1",
+        "nodes": ["hx1"],
+        "ranks": [1],
+        "text": "rank 1 of 2 never arrived: it should run on hx1, where no rank of the job was found",
+        "hint": "start the job on hx1, or check why its launcher exited",
+        "evidence": {},
+    }
+    init = {
+        "stage": "store_wait",
+        "world_size": 2,
+        "arrived": [0],
+        "missing": [1],
+        "missing_node_ranks": [],
+        "waiting": [
+            {
+                "rank": 0,
+                "node": "hx0",
+                "pid": 11,
+                "stage": "store_wait",
+                "peer": None,
+                "peer_state": None,
+                "interface": "eth0",
+            }
+        ],
+        "launchers": [],
+        "other_master": [],
+        "port_holders": [],
+        "expected_nodes": ["hx0", "hx1"],
+    }
+    rank = {
+        "rank": 0,
+        "node": "hx0",
+        "pid": 11,
+        "state": "sleeping",
+        "in": {"collective": None, "frame": STEP, "init": {"stage": "store_wait"}},
+        "moved": False,
+        "frames": [STEP],
+        "connections": [],
+    }
+    job = {"master": "10.0.0.1:29500", "slurm_job": None, "nodes": ["hx0", "hx1"], "world_size": 2, "ranks_found": 1}
+    result = {
+        "diagnosis": None,
+        "job": job,
+        "hung": True,
+        "verdict": "node",
+        "culprits": [culprit],
+        "why": None,
+        "ranks": [rank],
+        "pairs": [],
+        "seconds": 1.4,
+        "live_probe": None,
+        "init": init,
+    }
+    diagnosis = HangDiagnosis.objects.create(
+        master="10.0.0.1:29500",
+        nodes=["hx0", "hx1"],
+        status="finished",
+        verdict="node",
+        hung=True,
+        result=result,
+        finished=timezone.now(),
+    )
+    page = viewer_page
+    page.goto(f"{page.base}/hangs/{diagnosis.pk}/")
+    assert page.text_content("[data-hang-verdict]").strip() == "node"
+    assert "rank 1 of 2 never arrived" in page.text_content("[data-hang-culprits]")
+    assert page.text_content("#hang-init h2").strip() == "At init: store_wait"
+    arrived = page.text_content("[data-init-arrived]")
+    assert "1 of 2 ranks arrived (0)" in arrived and page.text_content("[data-init-missing]") == "1"
+    assert "expected on hx0, hx1" in arrived
+    assert page.locator('tr[data-init-rank="0"] td').all_text_contents()[:3] == ["0", "hx0", "store_wait"]
+    assert page.locator('tr[data-rank="0"] td').all_text_contents()[4] == "store_wait (init)"
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    shot(page, "hang-at-init")
