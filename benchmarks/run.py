@@ -86,6 +86,13 @@ CODE = {
     "false_alarms": ("agents/probe", "cluster_health/core", "cluster_health/sweeps"),
     "storage": ("cluster_health/models.py", "cluster_health/ingest", "cluster_health/migrations"),
     "coverage": ("cluster_health/sweeps/idle.py", "cluster_health/coverage.py", "cluster_health/core/planner.py"),
+    "hang": (
+        "agents/hangs",
+        "cluster_health/core/hangs.py",
+        "cluster_health/core/init_hangs.py",
+        "cluster_health/core/stragglers.py",
+        "cluster_health/hang_diagnoses.py",
+    ),
     "topology": (
         "cluster_health/core/topology_inference.py",
         "cluster_health/shapes/topology_report.py",
