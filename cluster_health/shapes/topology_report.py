@@ -96,7 +96,7 @@ _INFERRED_KEPT = 4
 
 def inferred_groups(names: list[str]) -> dict[str, str]:
     """Node -> the group the latest finished full sweep's measurements place it in, for those of ``names`` it
-    places, when that sweep's answer is ``groups`` (sure); else nothing. What stands in for labels where none
+    places, when that sweep's answer is ``groups`` (sure) with no group of a single node; else nothing. What stands in for labels where none
     are declared: a topology or sampled sweep plans with it and the group view sums by it (nodes.groups_of).
     Each group is named as the page names it (the label most of its members carry, else group-N)."""
     sweep = Sweep.objects.filter(kind__in=KINDS, status="finished").order_by("-pk").first()
@@ -109,7 +109,9 @@ def inferred_groups(names: list[str]) -> dict[str, str]:
         except NoMatrix:
             report = {"answer": topology_inference.ONE_GROUP, "groups": []}
         found = {}
-        if report["answer"] == topology_inference.GROUPS:
+        # A group of one node is what the culprit rules call a slow node (every link of it slow), not a rack:
+        # such an answer stands in for no label.
+        if report["answer"] == topology_inference.GROUPS and all(len(g["nodes"]) >= 2 for g in report["groups"]):
             found = {n: g["name"] for g in report["groups"] for n in g["nodes"]}
         while len(_inferred) >= _INFERRED_KEPT:
             _inferred.pop(next(iter(_inferred)))

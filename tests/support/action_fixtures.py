@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.services import free_port, stop_process, wait_for_port
+from devtools.services import stop_process, wait_for_port
 
 
 def require_tool(name: str) -> str:
@@ -92,6 +92,21 @@ class WebhookReceiver:
         raise AssertionError(f"no matching webhook body within {timeout}s; got {self.bodies}")
 
 
+def listen_port() -> int:
+    """A free port below the kernel's ephemeral range, for a daemon that binds it later: a port from the
+    ephemeral range (``free_port``) can be taken meanwhile by any outgoing connection (sinfo's, slurmctld's)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = secrets.randbelow(low - 20000) + 20000
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port found between 20000 and {low}")
+
+
 class SlurmCluster:
     """A private slurmctld (and munged) for the listed nodes, in ``workdir``."""
 
@@ -137,7 +152,7 @@ class SlurmCluster:
             if time.monotonic() > deadline or self.procs["munged"].poll() is not None:
                 raise RuntimeError(f"munged did not start: {(munge_dir / 'munged.out').read_text()}")
             time.sleep(0.05)
-        port = free_port()
+        port = listen_port()
         state = self.workdir / "state"
         state.mkdir()
         self.conf.write_text(
@@ -147,13 +162,15 @@ class SlurmCluster:
                     # slurmctld only runs where its short host name matches SlurmctldHost; the address is loopback.
                     f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
                     f"SlurmctldPort={port}",
-                    f"SlurmdPort={free_port()}",
+                    f"SlurmdPort={listen_port()}",
                     f"SlurmUser={os.environ.get('USER') or 'root'}" if os.geteuid() else "SlurmUser=root",
                     "AuthType=auth/munge",
                     "CredType=cred/munge",
                     f"AuthInfo=socket={self.socket}",
                     f"StateSaveLocation={state}",
-                    f"SlurmdSpoolDir={self.workdir / 'spool'}",
+                    # One pid file and spool a node: each slurmd started with -N kills the one its pid file names.
+                    f"SlurmdSpoolDir={self.workdir / 'spool-%n'}",
+                    f"SlurmdPidFile={self.workdir / 'slurmd-%n.pid'}",
                     f"SlurmctldPidFile={self.workdir / 'slurmctld.pid'}",
                     f"SlurmctldLogFile={self.workdir / 'slurmctld.log'}",
                     "ProctrackType=proctrack/linuxproc",
@@ -193,12 +210,12 @@ class SlurmCluster:
         same = f"NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={self.cpus} State=UNKNOWN"
         if not self.own_ports:
             return [f"NodeName={','.join(self.nodes)} {same}"]
-        return [f"NodeName={node} Port={free_port()} {same}" for node in self.nodes]
+        return [f"NodeName={node} Port={listen_port()} {same}" for node in self.nodes]
 
     def start_slurmd(self, node: str, timeout: float = 30) -> None:
         """A slurmd for ``node`` on this machine (loopback, the private ports), until slurmctld says idle."""
         slurmd = require_tool("slurmd")
-        (self.workdir / "spool").mkdir(exist_ok=True)
+        (self.workdir / f"spool-{node}").mkdir(exist_ok=True)
         self.procs[f"slurmd-{node}"] = subprocess.Popen(
             [slurmd, "-D", "-N", node, "-f", str(self.conf)],
             env=self.env,
