@@ -45,6 +45,23 @@ def test_the_task_analyzes_the_pair_table():
     assert after is not None and (before is None or after > before)
 
 
+@pytest.fixture
+def no_autovacuum():
+    """The pair table without PostgreSQL's autovacuum for the test: a daemon's vacuum of it, started at any moment
+    by earlier tests' churn, would reset the dead-version count or hold the table while the test asks ours."""
+    if not POSTGRES:
+        yield
+        return
+    table = PairProbe._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER TABLE "{table}" SET (autovacuum_enabled = false)')
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER TABLE "{table}" RESET (autovacuum_enabled)')
+
+
 def dead_versions(n: int) -> None:
     """n dead row versions in the pair table: rows rewritten as a sweep rewrites them, counted at once.
 
@@ -63,7 +80,7 @@ def dead_versions(n: int) -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # VACUUM runs outside any transaction
-def test_the_reaper_vacuums_the_pair_table_once_it_holds_enough_dead_versions(settings):
+def test_the_reaper_vacuums_the_pair_table_once_it_holds_enough_dead_versions(settings, no_autovacuum):
     from cluster_health.sweeps import statistics
 
     dead_versions(50)
@@ -87,7 +104,7 @@ def test_the_reaper_vacuums_the_pair_table_once_it_holds_enough_dead_versions(se
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(not POSTGRES, reason="VACUUM and advisory locks are PostgreSQL's (its leg runs this)")
 @pytest.mark.parametrize("holder", ["another reaper", "autovacuum"])
-def test_a_vacuum_already_under_way_is_left_to_finish(settings, holder):
+def test_a_vacuum_already_under_way_is_left_to_finish(settings, holder, no_autovacuum):
     from cluster_health.sweeps import statistics
 
     dead_versions(50)
