@@ -213,7 +213,7 @@ def test_a_hang_diagnosis_by_slurm_job_asks_slurmctld_for_the_jobs_nodes(slurmct
         Node.objects.create(name=name, address="127.0.0.1")
     assert slurm._scontrol("show", "hostnames", "node-a,node-[1-2]").split() == ["node-a", "node-1", "node-2"]
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "-w", "node-a,node-b", "--wrap", "sleep 60"],
+        ["sbatch", "--parsable", "--output=/dev/null", "-w", "node-a,node-b", "--wrap", "sleep 60"],
         env=slurmctld.env,
         capture_output=True,
         text=True,

@@ -44,7 +44,7 @@ def slurm_bed(tmp_path, monkeypatch, settings):
 
 
 def running_job(cluster, *args: str) -> str:
-    job = cluster.run("sbatch", "--parsable", *args, "--wrap", "sleep 120").strip()
+    job = cluster.run("sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", "sleep 120").strip()
     deadline = time.monotonic() + 20
     while "JobState=RUNNING" not in cluster.run("scontrol", "show", "job", "--oneliner", job):
         assert time.monotonic() < deadline, cluster.run("scontrol", "show", "job", job)
@@ -214,7 +214,9 @@ def test_a_busy_node_with_stale_pairs_is_caught_and_swept_by_the_next_idle_sweep
     # n2 caught as n1 was, its job over: in the catch and running nothing, jobs wait for it and sweeps take it.
     caught = f"{slurm.CATCH_PREFIX}played"
     slurm.hold(caught, ["n2"], 30, "root", catch=True)
-    waiting_job = slurm_bed.run("sbatch", "--parsable", "-N", "1", "-w", "n2", "--wrap", "sleep 120").strip()
+    waiting_job = slurm_bed.run(
+        "sbatch", "--parsable", "--output=/dev/null", "-N", "1", "-w", "n2", "--wrap", "sleep 120"
+    ).strip()
     time.sleep(2)
     assert "JobState=PENDING" in slurm_bed.run("scontrol", "show", "job", "--oneliner", waiting_job)
     PairCoverage.objects.filter(node_a="n2").delete()  # n2's pairs are the stalest now
