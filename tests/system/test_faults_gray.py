@@ -84,7 +84,11 @@ def test_it_names_a_lossy_node_with_the_share_it_retransmitted(bed, stack):
     assert {p["status"] for p in mine if p not in named} <= {"ok", "transient"}, mine
     assert report["verdict"] == "warn", report["findings"]
     others = [p for p in report["pairs"] if "rack2-n1" not in (p["a"], p["b"])]
-    assert {p["status"] for p in others} == {"ok"}, others
+    # A pair of two healthy nodes may read slow at a busy moment of this 2-core bed and clear on its second look:
+    # `transient`, reported and never acted on. What no healthy pair may be is a fault, or any finding's subject.
+    assert {p["status"] for p in others} <= {"ok", "transient"}, others
+    alarms = [f for f in report["findings"] if f["severity"] in ("fail", "warn")]
+    assert alarms and all("rack2-n1" in f["subject"] for f in alarms), alarms
     shown = f"{len(named)} pairs degraded (lossy); warn finding: {text[:90]}"
     record_cell("5 % of rack2-n1's frames lost on its bridge port (nft numgen random)", took, named[0], shown)
 
