@@ -455,9 +455,35 @@ def outliers(
             slow_nodes.add(node)
             out.append(found)
     rest = [(p, bw) for p, bw in measured if not ({p["a"], p["b"]} & slow_nodes)]
-    slow_segments, in_segments = _slow_segments(rest, node_groups(nodes_of(pairs), pattern, declared))
+    placed = node_groups(nodes_of(pairs), pattern, declared)
+    slow_segments, in_segments = _slow_segments(rest, placed)
     out += slow_segments
-    return out + _slow_links([(p, bw) for p, bw in rest if pair_name(p) not in in_segments])
+    for kind in _links_by_kind([(p, bw) for p, bw in rest if pair_name(p) not in in_segments], placed):
+        out += _slow_links(kind)
+    return out
+
+
+def _links_by_kind(
+    links: list[tuple[dict[str, Any], float]], placed: dict[str, tuple[str, str]]
+) -> list[list[tuple[dict[str, Any], float]]]:
+    """Links split by what they cross: those between two declared groups apart from the rest.
+
+    A path through an uplink is not a path inside a rack: held against the racks' links, a healthy
+    crossing link reads as slow whenever the uplink is oversubscribed, and a topology sweep, which
+    probes one or two pairs across each group pair besides its uplink rounds, would call its lone
+    crossing pair slow every night. Each kind is compared with its own; a kind of too few links
+    has no peers and no link of it is called slow here (baselines still judge it: sweeps/closing.py).
+    Groups from the hostname pattern are a guess about names, not about cables: they split nothing.
+    """
+
+    def across(p: dict[str, Any]) -> bool:
+        (g, src_g), (h, src_h) = placed[p["a"]], placed[p["b"]]
+        return g != h and src_g == DECLARED and src_h == DECLARED
+
+    crossing = [(p, bw) for p, bw in links if across(p)]
+    if not crossing:
+        return [links]
+    return [[(p, bw) for p, bw in links if not across(p)], crossing]
 
 
 def _far_below(value: float, reference: list[float], z: float = OUTLIER_Z) -> bool:

@@ -221,6 +221,28 @@ def test_a_single_slow_link_and_a_slow_segment():
     assert codes(culprits.infer(nodes, pairs)) == [("segment", "r1<->r2")]
 
 
+def test_a_lone_link_between_declared_groups_has_no_peer_of_its_kind():
+    # A topology sweep probes inside each measured group and one pair across: that pair runs at the uplink's
+    # speed, a third of the links inside, and is no slow link (a path through an uplink is not a rack's).
+    racks = {f"r{r}-n{i}": f"m{r}" for r in (1, 2) for i in range(1, 5)}
+    nodes = sorted(racks)
+    pairs = [p for p in matrix(nodes) if racks[p["a"]] == racks[p["b"]]] + [pair("r1-n4", "r2-n1", busbw=0.3)]
+    assert codes(culprits.infer(nodes, pairs, declared=racks)) == []
+    # Without the groups the same figure stands against the racks' links, and is slow.
+    assert codes(culprits.infer(nodes, pairs)) == [("slow_link", "r1-n4<->r2-n1")]
+
+
+def test_a_slow_link_among_links_across_declared_groups_is_held_against_them():
+    # The crossing links at 0.55 GB/s (no slow segment: not all under half the racks' 1.0) but one at 0.05.
+    racks = {f"r{r}-n{i}": f"m{r}" for r in (1, 2) for i in range(1, 4)}
+    nodes = sorted(racks)
+    pairs = matrix(
+        nodes,
+        busbw=lambda a, b: 1.0 if racks[a] == racks[b] else (0.05 if (a, b) == ("r1-n1", "r2-n2") else 0.55),
+    )
+    assert codes(culprits.infer(nodes, pairs, declared=racks)) == [("slow_link", "r1-n1<->r2-n2")]
+
+
 def test_a_slow_node_taken_out_leaves_no_segment_to_judge_against_one_link():
     # rack1-n1 is slow; without it, rack1-n2's two links across (a loaded host's half speed) stand against the
     # single link inside rack2: no spread to judge by, so no slow segment, and those links stay ok.

@@ -149,3 +149,24 @@ def test_an_uplink_round_s_pairs_are_shares_of_the_uplink_never_judged_slow_nor_
     assert {p.evidence["uplink"] for p in shares} == set(uplink_rounds.values())
     assert all("expected" not in p.evidence for p in shares)
     assert not baselines.baseline_from_sweep(sweep).pairs.filter(busbw_gbps__lt=1.0).exists()
+
+
+def test_with_no_label_a_topology_sweep_s_pair_across_two_measured_groups_is_not_slow_next_to_the_racks(
+    driver, tmp_path
+):
+    """Besides its uplink rounds a topology sweep probes a pair across each two groups, alone: it runs at the path's
+    2.4 GB/s, a quarter of the 9.6 inside a group. Held against the sweep's median (the links inside) it read as a
+    slow link on every healthy night; it has no peer of its kind, and baselines judge it once they exist."""
+    unlabelled_after_a_full_sweep(driver, tmp_path)
+    sweep = driver.sweep(kind="topology")
+    sweep.refresh_from_db()
+    uplink_rounds = sweep.params["uplink_rounds"]
+    driver.answer_all(cabled_answer(uplink_rounds))
+    sweep.refresh_from_db()
+    alone = PairProbe.objects.filter(sweep=sweep).exclude(round__in=[int(k) for k in uplink_rounds])
+    across = [p for p in alone.select_related("node_a", "node_b") if CABLED[p.node_a.name] != CABLED[p.node_b.name]]
+    assert across, "the plan probes a pair across the two groups outside the uplink rounds"
+    assert all(p.status == "ok" and p.busbw_gbps == pytest.approx(2.4) for p in across), [
+        (p.status, p.hint) for p in across
+    ]
+    assert (sweep.status, sweep.verdict) == ("finished", "pass"), list(sweep.findings.values("code", "text"))
