@@ -1,7 +1,7 @@
 """The fleet's nodes: how one looks from outside, retiring and activating them, and which group
 (rack, leaf switch, rail) each is in.
 
-The grouping (declared, else the hostname pattern's) is the one that topology sweeps
+The grouping (declared, else the operator's hostname pattern, else measured, else the names') is the one that topology sweeps
 plan with, the culprit rules name groups by, and the group-level matrix sums up.
 ``manage.py nodes`` and the API's node endpoints are thin callers of this module.
 """
@@ -31,14 +31,53 @@ def declared_groups(names: Iterable[str]) -> dict[str, str]:
     )
 
 
-def groups_of(names: list[str]) -> dict[str, str]:
-    """Each node's group now: declared, else from CLUSTER_HEALTH_GROUP_PATTERN where it is set, else the group the
-    latest full sweep's measurements place it in (docs/TOPOLOGY.md), else from the default hostname pattern."""
+# Where a node's group comes from (placed_groups), in the order groups_of asks.
+FROM_LABEL, FROM_PATTERN, FROM_MEASURED, FROM_NAME = "declared", "pattern", "measured", "name"
+ORIGIN_WORDS = {
+    FROM_LABEL: "its declared label",
+    FROM_PATTERN: "CLUSTER_HEALTH_GROUP_PATTERN",
+    FROM_MEASURED: "the latest full sweep's measurements",  # where no label is declared
+    FROM_NAME: "the default hostname pattern",
+}
+
+
+def placed_groups(names: list[str]) -> dict[str, tuple[str, str]]:
+    """Each node's group now and where it comes from: declared, else from CLUSTER_HEALTH_GROUP_PATTERN where it is
+    set, else the group the latest full sweep's measurements place it in (docs/TOPOLOGY.md), else from the default
+    hostname pattern."""
     declared = declared_groups(names)
+    measured: dict[str, str] = {}
     if not settings.GROUP_PATTERN and len(declared) < len(names) and MEASURED_GROUPS:
-        declared = {**MEASURED_GROUPS[0]([n for n in names if n not in declared]), **declared}
-    placed = culprits.node_groups(names, settings.GROUP_PATTERN, declared)
-    return {n: group for n, (group, _) in placed.items()}
+        measured = MEASURED_GROUPS[0]([n for n in names if n not in declared])
+    placed = culprits.node_groups(names, settings.GROUP_PATTERN, {**measured, **declared})
+    named = FROM_PATTERN if settings.GROUP_PATTERN else FROM_NAME
+    return {
+        n: (group, FROM_LABEL if n in declared else FROM_MEASURED if n in measured else named)
+        for n, (group, _) in placed.items()
+    }
+
+
+def groups_of(names: list[str]) -> dict[str, str]:
+    """Each node's group now (placed_groups)."""
+    return {n: group for n, (group, _) in placed_groups(names).items()}
+
+
+def origin_counts(placed: dict[str, tuple[str, str]]) -> dict[str, int]:
+    """How many nodes have their group from each origin (FROM_LABEL, ...), in ORIGIN_WORDS' order."""
+    counts = defaultdict(int)
+    for _, origin in placed.values():
+        counts[origin] += 1
+    return {origin: counts[origin] for origin in ORIGIN_WORDS if counts[origin]}
+
+
+def origin_words(counts: dict[str, int]) -> str:
+    """A sentence for the group view: "Grouped by its declared label (4 nodes) and ..."; "" for no node."""
+    parts = [
+        f"{ORIGIN_WORDS[o]} ({n} node{'s' if n != 1 else ''})" for o, n in counts.items() if o in ORIGIN_WORDS and n
+    ]
+    if not parts:
+        return ""
+    return "Each node grouped by " + (" and ".join(parts) if len(parts) <= 2 else ", ".join(parts)) + "."
 
 
 def planned_groups(sweep: Sweep) -> dict[str, str]:
@@ -54,6 +93,18 @@ def judging_groups(sweep: Sweep) -> dict[str, str]:
     """The groups a sweep's pairs are held against their peers in: a topology sweep's planned ones, else the
     declared labels (the hostname pattern fills in: core/culprits.node_groups)."""
     return planned_groups(sweep) or declared_groups(sweep.nodes)
+
+
+def sweep_group_origin(sweep: Sweep, names: list[str]) -> str:
+    """Where the groups of a sweep's views come from, in words: a topology sweep's as planned (kept in its params),
+    else today's."""
+    if planned_groups(sweep):
+        kept = (sweep.params or {}).get("groups_from")
+        if not isinstance(kept, dict):  # planned before the origin was kept
+            return "Grouped as the sweep planned."
+        counts = {str(k): int(v) for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)}
+        return origin_words(counts).replace("Each node grouped by", "Grouped as planned, each node by", 1)
+    return origin_words(origin_counts(placed_groups(names)))
 
 
 def sweep_groups(sweep: Sweep, names: list[str]) -> dict[str, str]:

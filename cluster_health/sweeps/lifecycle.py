@@ -21,7 +21,7 @@ from cluster_health import vocabulary
 from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import planner, verdicts
 from cluster_health.models import IN_SERVICE, OPEN_PAIR_STATUSES, Finding, GpuCheck, GroupProbe, Node, PairProbe, Sweep
-from cluster_health.nodes import groups_of
+from cluster_health.nodes import origin_counts, placed_groups
 from cluster_health.queues import dispatch
 from cluster_health.shapes import broadcast, matrices
 from cluster_health.sweeps import baselines, confirming, findings, gpus, rounds, statistics, turns
@@ -72,7 +72,8 @@ def start_sweep(sweep_id: int) -> bool:
             return False
         sweep.status, sweep.started = "running", now
         try:
-            groups = groups_of(names) if sweep.kind in ("topology", "sampled") else None
+            placed = placed_groups(names) if sweep.kind in ("topology", "sampled") else None
+            groups = {n: g for n, (g, _) in placed.items()} if placed is not None else None
             plan = planner.plan(
                 sweep.kind,
                 names,
@@ -101,6 +102,7 @@ def start_sweep(sweep_id: int) -> bool:
             for n in names:
                 members.setdefault(groups[n], []).append(n)
             sweep.params["groups"] = members
+            sweep.params["groups_from"] = origin_counts(placed)  # declared, measured, ...: what the view says
         if plan.uplinks:  # a topology sweep's uplink rounds (1-based, as probes count them) -> the group sending
             sweep.params["uplink_rounds"] = {str(k + 1): g for k, g in plan.uplinks.items()}
         if sweep.kind == "bisect":

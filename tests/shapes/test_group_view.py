@@ -79,6 +79,10 @@ def test_declared_groups_beat_the_hostname_pattern(viewer_client):
     payload = viewer_client.get(f"/api/sweeps/{sweep.pk}/groups").json()
     assert payload["groups"] == ["leaf-7", "rack1", "rack2", "rack3"]
     assert payload["sizes"] == [2, 2, 1, 1]
+    assert (
+        payload["origin"]
+        == "Each node grouped by its declared label (2 nodes) and the default hostname pattern (4 nodes)."
+    )
 
 
 def test_a_topology_sweep_is_summed_up_by_the_groups_it_planned_with(viewer_client):
@@ -86,6 +90,7 @@ def test_a_topology_sweep_is_summed_up_by_the_groups_it_planned_with(viewer_clie
     sweep = racks_sweep(kind="topology", params={"groups": planned})
     payload = viewer_client.get(f"/api/sweeps/{sweep.pk}/groups").json()
     assert payload["groups"] == ["east", "west"] and payload["grouping"] == "planned"
+    assert payload["origin"] == "Grouped as the sweep planned."  # planned before the origin was kept
     assert worst_of(payload, "east", "west") == "failed"
 
 

@@ -77,6 +77,11 @@ def test_with_no_label_a_topology_sweep_plans_with_the_measured_groups_and_measu
 
     grouped = client.get(f"/api/sweeps/{sweep.pk}/groups").json()  # the grouping it planned with
     assert grouped["groups"] == ["group-1", "group-2"] and grouped["sizes"] == [2, 4]
+    assert grouped["origin"] == (
+        "Grouped as planned, each node by the latest full sweep's measurements (6 nodes)."
+    )
+    declare_topology({"gpu01": "rack-a"})  # labelled later: the view still says how the sweep was planned
+    assert client.get(f"/api/sweeps/{sweep.pk}/groups").json()["origin"] == grouped["origin"]
 
 
 def test_with_no_label_the_group_view_of_a_full_sweep_sums_up_by_the_measured_groups(driver, tmp_path, client):
@@ -86,6 +91,7 @@ def test_with_no_label_the_group_view_of_a_full_sweep_sums_up_by_the_measured_gr
     client.force_login(User.objects.create_user("viewer", password="pw-viewer-123"))
     grouped = client.get(f"/api/sweeps/{later.pk}/groups").json()
     assert grouped["groups"] == ["group-1", "group-2"] and grouped["sizes"] == [2, 4]
+    assert "the latest full sweep's measurements (6 nodes)" in grouped["origin"]
 
 
 def test_with_no_label_a_sampled_sweep_draws_its_rounds_inside_and_across_the_measured_groups(driver, tmp_path):

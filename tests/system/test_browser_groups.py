@@ -72,7 +72,11 @@ def test_a_sweep_too_large_for_a_node_matrix_opens_on_its_groups_and_drills_down
     page.wait_for_function(f"() => document.getElementById('groups').dataset.loaded === '{sweep.pk}'")
     assert page.is_hidden("#heatmaps")  # no 1,056-node matrix was fetched or drawn
     assert page.evaluate("document.querySelector('[data-groups-details]').open") is True
-    assert "more nodes than the 1024" in page.text_content("[data-groups-note]")
+    note = page.text_content("[data-groups-note]")
+    assert "more nodes than the 1024" in note
+    assert (
+        f"Each node grouped by the default hostname pattern ({RACKS * PER_RACK} nodes)." in note
+    )  # no label, none measured
     legend = page.text_content("[data-groups-legend]")
     assert "11 groups" in legend and "failed 1" in legend
     click_cell(page, 2, 7, RACKS)

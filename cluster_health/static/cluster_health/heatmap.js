@@ -570,12 +570,12 @@ class GroupPanel {
     this.data = g;
     if (!g.groups) { // more groups than a summary can show: the message says what to do
       this.names = null;
-      this.note([this.sizeNote, g.message].filter(Boolean).join(" "));
+      this.note([this.sizeNote, g.message, g.origin].filter(Boolean).join(" "));
       Plotly.purge(this.plotEl);
       this.legendEl.innerHTML = "";
       return Promise.resolve();
     }
-    this.note(this.sizeNote);
+    this.note([this.sizeNote, g.origin].filter(Boolean).join(" ")); // declared, measured or from the names
     this.names = g.groups;
     this.sizes = g.sizes;
     this.codes = g.status_codes;
