@@ -77,9 +77,7 @@ def test_with_no_label_a_topology_sweep_plans_with_the_measured_groups_and_measu
 
     grouped = client.get(f"/api/sweeps/{sweep.pk}/groups").json()  # the grouping it planned with
     assert grouped["groups"] == ["group-1", "group-2"] and grouped["sizes"] == [2, 4]
-    assert grouped["origin"] == (
-        "Grouped as planned, each node by the latest full sweep's measurements (6 nodes)."
-    )
+    assert grouped["origin"] == ("Grouped as planned, each node by the latest full sweep's measurements (6 nodes).")
     declare_topology({"gpu01": "rack-a"})  # labelled later: the view still says how the sweep was planned
     assert client.get(f"/api/sweeps/{sweep.pk}/groups").json()["origin"] == grouped["origin"]
 
