@@ -64,7 +64,7 @@ def groups_of(names: list[str]) -> dict[str, str]:
 
 def origin_counts(placed: dict[str, tuple[str, str]]) -> dict[str, int]:
     """How many nodes have their group from each origin (FROM_LABEL, ...), in ORIGIN_WORDS' order."""
-    counts = defaultdict(int)
+    counts: dict[str, int] = defaultdict(int)
     for _, origin in placed.values():
         counts[origin] += 1
     return {origin: counts[origin] for origin in ORIGIN_WORDS if counts[origin]}

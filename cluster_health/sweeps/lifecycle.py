@@ -97,7 +97,7 @@ def start_sweep(sweep_id: int) -> bool:
             "group": plan.group,
             "offline_at_start": _offline_at_start(names, now),
         }
-        if groups is not None:  # the grouping it ran with, as declared and named then
+        if placed is not None and groups is not None:  # the grouping it ran with, as declared and named then
             members: dict[str, list[str]] = {}
             for n in names:
                 members.setdefault(groups[n], []).append(n)
