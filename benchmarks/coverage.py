@@ -17,8 +17,9 @@ each idle sweep then catches busy nodes, the product's ``idle.to_catch``, up to 
 at once, each for one pass of a ``max_nodes`` sweep plus ``idle.CATCH_WAIT_MIN``: a caught node whose job
 ends is held (no job starts there) and is a candidate of the next idle sweep; one whose catch ends first
 is free again. The gang check (unless ``--no-gang-check``) measures the pairs of the product's own
-``planner.plan("quick", ...)`` over each job's nodes as it starts. Nothing else measures pairs: no nightly
-sweep.
+``planner.plan("quick", ...)`` over each job's nodes as it starts, preferring the pairs measured longest ago
+(``coverage.stalest_first``, as ``manage.py sweep --slurm-job`` does; ``--gang-circle``: plain circle
+rounds). Nothing else measures pairs: no nightly sweep.
 
 Reported per busy share: the days until all 523,776 pairs were measured at least once (or the share
 measured by the end of the simulated time), the shares measured within the first day and week, the idle
@@ -30,6 +31,7 @@ runs in this process with Django set up on a scratch SQLite file that is never w
 gets the coverage as a dictionary, as ``choose(..., measured=...)`` takes it.
 
     .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 64] [--no-gang-check | --compare]
+        [--gang-circle]
         [--catch-share 0.02] [--power 2] [--seed 1] [--json]
 
 Run time on a loaded 2-core machine: a few minutes a busy share (``choose`` weighs the pairs of up to about
@@ -93,8 +95,10 @@ def simulate(
     gang_check: bool = True,
     power: float = 2.0,
     catch_share: float = 0.0,
+    gang_stalest: bool = True,
 ) -> dict:
     """One simulated fleet at ``busy`` share; returns its figures (see the module's docstring)."""
+    from cluster_health import coverage
     from cluster_health.core import planner
     from cluster_health.models import pair_key
     from cluster_health.sweeps import idle
@@ -150,7 +154,10 @@ def simulate(
             free.difference_update(taken)
             running.update(taken)
             if gang_check and size >= 2:
-                for probes in planner.plan("quick", taken).rounds:
+                # The product's gang check: a quick sweep preferring the pairs measured longest ago.
+                stalest = gang_stalest and size <= planner.PREFERRED_MAX_NODES
+                preferred = coverage.stalest_first(taken, measured) if stalest else None
+                for probes in planner.plan("quick", taken, preferred).rounds:
                     for a, b in probes:
                         measured[pair_key(a, b)] = now
                     gang_pairs += len(probes)
@@ -202,6 +209,7 @@ def simulate(
         "caught_node_hours_a_day": round(caught_node_min / 60 / (max(minute, STEP_MIN) / 1440), 1),
         "choose_s_mean": round(choose_s / max(sweeps, 1), 4),
         "gang_check": gang_check,
+        "gang_stalest": gang_check and gang_stalest,
         "gang_checks": gang_checks,
         "gang_check_pairs": gang_pairs,
     }
@@ -216,6 +224,7 @@ def run(
     compare: bool = True,
     catch_share: float = 0.0,
     power: float = 2.0,
+    gang_stalest: bool = True,
 ) -> dict:
     """The figures for each busy share: one simulated fleet each, the same seed; with ``compare`` (and the gang
     check on), each again without the gang check, under ``without_gang_check``."""
@@ -233,7 +242,14 @@ def run(
     }
     for share in busy:
         out[f"busy_{round(share * 100)}"] = simulate(
-            share, max_nodes, seed, nodes, gang_check=gang_check, power=power, catch_share=catch_share
+            share,
+            max_nodes,
+            seed,
+            nodes,
+            gang_check=gang_check,
+            power=power,
+            catch_share=catch_share,
+            gang_stalest=gang_stalest,
         )
     if compare and gang_check:
         out["without_gang_check"] = {
@@ -263,6 +279,11 @@ def main() -> int:
     )
     parser.add_argument("--power", type=float, default=2.0, help="staleness weight: a pair's age to this power")
     parser.add_argument("--compare", action="store_true", help="each busy share also without the gang check")
+    parser.add_argument(
+        "--gang-circle",
+        action="store_true",
+        help="gang checks as plain quick sweeps (circle rounds in hostlist order), not stalest pairs first",
+    )
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args()
     if not all(0 <= b < 1 for b in opts.busy):
@@ -282,6 +303,7 @@ def main() -> int:
         opts.compare,
         opts.catch_share,
         opts.power,
+        not opts.gang_circle,
     )
     print(json.dumps(figures, indent=None if opts.json else 2))
     return 0

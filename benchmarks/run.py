@@ -57,8 +57,9 @@ KNOWN = (
     "false_alarms",
     "storage",
     "coverage",
+    "topology",
 )
-NETNS = ("netns_sweep", "bandwidth_honesty", "dead_link", "false_alarms")
+NETNS = ("netns_sweep", "bandwidth_honesty", "dead_link", "false_alarms", "topology")
 # The code each benchmark measures (besides its own module): a figure taken on a commit older than the
 # last change to any of these is shown as such. The control plane's hot path, for the ingest figures.
 _CONTROL_PLANE = (
@@ -122,6 +123,7 @@ SOURCES = (
     ("false alarms", "false_alarms"),
     ("agent idle", "agent_idle"),
     ("idle-gap sweeps", "coverage"),
+    ("topology", "topology"),
 )
 # The short run .ci/run reports: small enough for CI's budget, the same path as the fleet figures.
 CI_NODES, CI_SWEEP_S = 64, 45.0
@@ -291,6 +293,7 @@ def targets(fig: dict, nodes: int, measured_at: dict | None = None, commits: dic
         _agent_rows,
         _storage_rows,
         _coverage_rows,
+        _topology_rows,
     ):
         for name, goal, value, unit, ok, reference, *stamp in section(fig, nodes):
             run = stamp[0] if stamp else None
@@ -583,6 +586,64 @@ def _coverage_rows(fig: dict, nodes: int) -> list[Target]:
     return rows
 
 
+def _equal_to(n: int) -> Callable[[Any], bool]:
+    return lambda v: v == n
+
+
+def _topology_rows(fig: dict, nodes: int) -> list[Target]:
+    """Topology from the matrix on the two-tier beds, per shape: racks found, moved host named, uplinks measured."""
+    t = fig.get("topology", {})
+    shapes = {k: v for k, v in t.items() if isinstance(v, dict) and "runs" in v}
+    rows: list[Target] = []
+    for label in sorted(shapes) or ["2x4", "3x3"]:
+        r = shapes.get(label, {})
+        runs = len(r.get("runs") or [])
+        every = f"{runs} of {runs} runs" if runs else "every run"
+        shape = r.get("shape", label)
+        load = f"{r.get('busy_loops', 0)} busy loops" if r else ""
+        rows.append(
+            (
+                f"topology, {shape}: inferred groups equal the racks (ARI 1.0)",
+                every,
+                r.get("ari_1_runs"),
+                f" of {runs}",
+                _equal_to(runs),
+                load,
+            )
+        )
+        right = r.get("labels_right") or {}
+        named_right = (
+            "nothing named with the labels right"
+            if r and not right.get("named")
+            else (f"named with the labels right: {', '.join(right.get('named') or [])}" if r else "")
+        )
+        rows.append(
+            (
+                f"topology, {shape}: the moved host named",
+                every,
+                r.get("moved_named_runs"),
+                f" of {runs}",
+                _equal_to(runs) if not right.get("named") else (lambda v: False),
+                named_right,
+            )
+        )
+        uplinks = (r.get("uplink_sweep") or {}).get("uplinks") or []
+        within = [u for u in uplinks if u.get("vs_shaping") is not None and abs(u["vs_shaping"] - 1) <= 0.2]
+        unsure = [u for u in uplinks if u not in within and u.get("concurrent") is False]  # low confidence, said
+        told = ", ".join(f"{u.get('group')}: {u.get('vs_shaping')} x" for u in uplinks)
+        rows.append(
+            (
+                f"topology, {shape}: uplinks within 20 % of their shaping",
+                "each, or marked low confidence",
+                len(within) if r else None,
+                f" of {len(uplinks)}",
+                _equal_to(len(uplinks) - len(unsure)) if uplinks else (lambda v: False),
+                told,
+            )
+        )
+    return rows
+
+
 METHODS = {
     "planner": "`planner.plan('full', nodes)` over synthetic names, best of three.",
     "ingest_throughput": "Synthetic nodes register by heartbeat; a connectivity sweep is requested and started "
@@ -798,7 +859,7 @@ def main() -> int:
         return ci_report()
     if opts.add_row:
         return add_row(opts.add_row[0], opts.add_row[1:], opts.when, opts.commit)
-    options = {
+    options: dict[str, Any] = {
         "planner": {"nodes": opts.nodes},
         "ingest_throughput": {"database": opts.database, "nodes": opts.nodes},
         "fleet": {"database": opts.database, "nodes": 256},
@@ -810,6 +871,8 @@ def main() -> int:
         # Storage scales with the pairs: 256 nodes measure it; 1,024 would take about 25 minutes.
         "storage": {"database": opts.database, "nodes": 256},
         "coverage": {"busy": (0.5, 0.8, 0.9), "max_nodes": 64},
+        # One bed shape a process (Django keeps the first scratch database it set up): figures by shape.
+        "topology": [(shape, {"shape": shape, "runs": 5, "database": opts.database}) for shape in ("2x4", "3x3")],
     }
     others = sorted(
         p.stem
@@ -825,7 +888,14 @@ def main() -> int:
             continue
         print(f"== {name}", flush=True)
         started = time.perf_counter()
-        result = isolated(name, options.get(name, {}))
+        wanted = options.get(name, {})
+        result: dict[str, Any]
+        if isinstance(wanted, list):  # a process per option set, its figures under its label
+            result = {label: isolated(name, each) for label, each in wanted}
+            broken = [f"{label}: {r['error']}" for label, r in result.items() if "error" in r]
+            result = {"error": "; ".join(broken)} if broken else result
+        else:
+            result = isolated(name, wanted)
         print(json.dumps(result, indent=2), flush=True)
         print(f"   ({time.perf_counter() - started:.0f} s)", flush=True)
         if "error" in result:

@@ -25,6 +25,9 @@ from cluster_health import vocabulary
 
 SAMPLED_ROUNDS = 8  # a sampled sweep's rounds unless the request says: every node in each, 8 partners in all
 QUICK_ROUNDS = 2  # two circle rounds put every node in at least one pair, also the round-one bye of odd N
+# A quick sweep that prefers the stalest pairs (a gang check's) reads every pair's last measured time among its
+# nodes; past this many nodes (32,640 pairs) it is a plain quick sweep.
+PREFERRED_MAX_NODES = 256
 # A bisect sweep tests each suspect against this many nodes no failure touched: the node culprit
 # rule wants MIN_SUPPORT (2) pairs behind a node, and two agreeing partners tell a node from a link.
 BISECT_PARTNERS = 2
@@ -70,6 +73,66 @@ def circle_rounds(nodes: Sequence[str], limit: int | None = None) -> list[list[t
     position = {n: i for i, n in enumerate(names)}
     total = circle_round_count(len(names))
     return [circle_round(names, r, position) for r in range(total if limit is None else min(limit, total))]
+
+
+def preferred_rounds(
+    names: Sequence[str], preferred: Iterable[tuple[str, str]], count: int
+) -> list[list[tuple[str, str]]]:
+    """``count`` rounds like a quick sweep's (each node with a partner it has not met in an earlier round; for odd
+    N one bye a round), their pairs taken in ``preferred``'s order first: a gang check prefers the pairs measured
+    longest ago (coverage.stalest_first), so the checks before jobs also cover the pairs that idle gaps rarely
+    reach. Pairs of nodes not in ``names`` are ignored; nodes the preferred pairs leave over meet each other."""
+    names = list(names)
+    if len(set(names)) != len(names):
+        raise PlanError("nodes: a node is listed twice")
+    position = {n: i for i, n in enumerate(names)}
+    wanted = [(a, b) for a, b in preferred if a in position and b in position and a != b]
+    used: set[frozenset[str]] = set()
+    out: list[list[tuple[str, str]]] = []
+    benched: list[str] = []  # nodes that sat a round out: they meet someone first in the next
+    for _ in range(min(count, circle_round_count(len(names)) if len(names) >= 2 else 0)):
+        free, found = set(names), []
+        for n in benched:
+            partner = next(
+                (
+                    b if a == n else a
+                    for a, b in wanted
+                    if n in (a, b) and {a, b} <= free and frozenset((a, b)) not in used
+                ),
+                None,
+            ) or next((m for m in names if m != n and m in free and frozenset((n, m)) not in used), None)
+            if n in free and partner is not None:
+                found.append((n, partner))
+                free -= {n, partner}
+        for a, b in wanted:
+            if len(free) < 2:
+                break
+            if a in free and b in free and frozenset((a, b)) not in used:
+                found.append((a, b))
+                free -= {a, b}
+        left = [n for n in names if n in free]
+        while len(left) >= 2:
+            a = left.pop(0)
+            met = next((m for m in left if frozenset((a, m)) not in used), None)
+            if met is None:  # every other one left met a already: swap partners with a pair of this round
+                b = left[0]
+                k = next(
+                    (k for k, (c, d) in enumerate(found) if not used & {frozenset((a, c)), frozenset((b, d))}),
+                    None,
+                )
+                if k is None:
+                    continue  # a bye this round
+                c, d = found[k]
+                found[k] = (a, c)
+                a = d
+            else:
+                b = met
+            left.remove(b)
+            found.append((a, b))
+        used |= {frozenset(p) for p in found}
+        benched = [n for n in names if not any(n in p for p in found)]
+        out.append([_orient(a, b, position) for a, b in found])
+    return out
 
 
 def circle_round_count(n: int) -> int:
@@ -374,6 +437,8 @@ def plan(
         raise PlanError(f"nodes: a {kind} sweep needs at least 2 nodes, {len(names)} available")
     if kind in ("group", "preflight"):
         return Plan(names, [], group=True)
+    if kind == "quick" and pairs:  # the pairs to prefer, stalest first (a gang check's)
+        return Plan(names, preferred_rounds(names, pairs, QUICK_ROUNDS))
     if kind in ("quick", "bisect"):
         return Plan(names, circle_rounds(names, limit=QUICK_ROUNDS))
     if kind == "sampled":

@@ -73,7 +73,10 @@ def _request(job_id: str, kind: str, warn: Callable[[str], None]) -> Sweep | Non
     if len(names) < 2:
         warn(f"gang check: job {job_id} has {len(names)} node(s) to check: no pair to probe")
         return None
-    return request_sweep(source="command", kind=kind, nodes=names, marks={"slurm_job": job_id})
+    # A quick check prefers the pairs measured longest ago: the checks before jobs then also cover pairs of busy
+    # nodes, which idle-gap sweeps reach last (docs/OPERATIONS.md, "Idle-gap sweeps and coverage").
+    prefer = {"stalest_first": True} if kind == "quick" else {}
+    return request_sweep(source="command", kind=kind, nodes=names, marks={"slurm_job": job_id}, **prefer)
 
 
 def _cancel(sweep: Sweep) -> None:

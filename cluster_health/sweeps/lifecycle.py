@@ -17,7 +17,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from agents import contract
-from cluster_health import vocabulary
+from cluster_health import coverage, vocabulary
 from cluster_health.actions import tasks as actions_tasks
 from cluster_health.core import planner, verdicts
 from cluster_health.models import IN_SERVICE, OPEN_PAIR_STATUSES, Finding, GpuCheck, GroupProbe, Node, PairProbe, Sweep
@@ -77,7 +77,7 @@ def start_sweep(sweep_id: int) -> bool:
             plan = planner.plan(
                 sweep.kind,
                 names,
-                [tuple(p) for p in params.get("pairs") or []],
+                _preferred(sweep.kind, names, params) or [tuple(p) for p in params.get("pairs") or []],
                 rounds=params.get("rounds"),
                 seed=params.get("seed", 0),
                 groups=groups,
@@ -151,6 +151,14 @@ def start_queued() -> None:
     for pk, params in Sweep.objects.filter(status="pending").values_list("pk", "params"):
         if (params or {}).get("queued_behind") or (params or {}).get("queued_for_hangs"):
             dispatch.send_to_server(vocabulary.TASK_START_SWEEP, sweep_id=pk)
+
+
+def _preferred(kind: str, names: list[str], params: dict) -> list[tuple[str, str]] | None:
+    """A quick sweep asked to prefer the stalest pairs (a gang check's): every pair among its nodes, measured
+    longest ago first (coverage.stalest_first); None for any other, or past planner.PREFERRED_MAX_NODES."""
+    if kind != "quick" or not params.get("stalest_first") or len(names) > planner.PREFERRED_MAX_NODES:
+        return None
+    return coverage.stalest_first(names)
 
 
 def _sweep_nodes(sweep: Sweep, now: datetime) -> list[str]:

@@ -41,6 +41,10 @@ def clean_request(kind: str = "full", backend: str = "gloo", nodes=None, **param
         clean.update(_clean_probe_params(params))
         if kind == "pairs":
             clean["pairs"] = _clean_pairs(params.get("pairs"))
+        if params.get("stalest_first") is not None:
+            if params["stalest_first"] is not True or kind != "quick":
+                raise SweepRequestError("stalest_first: only a quick sweep takes it, as true")
+            clean["stalest_first"] = True  # its rounds prefer the pairs measured longest ago (a gang check's)
         clean.update(_clean_sampling(kind, params))
     except contract.ContractError as exc:
         raise SweepRequestError(str(exc)) from None

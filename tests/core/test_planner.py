@@ -57,6 +57,35 @@ def test_it_puts_every_node_in_a_pair_in_a_quick_sweep():
         assert_disjoint_rounds(p.rounds)
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 10, 33])
+def test_a_quick_sweep_preferring_the_stalest_pairs_takes_them_first_and_still_puts_every_node_in_a_pair(n):
+    import random
+
+    nodes = names(n)
+    everything = list(itertools.combinations(nodes, 2))
+    random.Random(n).shuffle(everything)  # a coverage order: stalest first
+    p = planner.plan("quick", nodes, everything)
+    assert len(p.rounds) == min(2, planner.circle_round_count(n))
+    assert_disjoint_rounds(p.rounds)
+    probed = [tuple(sorted(pair)) for r in p.rounds for pair in r]
+    assert len(probed) == len(set(probed)), "no pair twice"
+    assert {x for r in p.rounds for pair in r for x in pair} == set(nodes)
+    for r in p.rounds:  # every node in every round but the one bye of odd N
+        assert len({x for pair in r for x in pair}) >= n - n % 2 - (2 if n > 3 else 0)
+    first = p.rounds[0]
+    assert tuple(sorted(everything[0])) in [tuple(sorted(x)) for x in first]  # the stalest pair is measured
+    assert all(nodes.index(a) < nodes.index(b) for r in p.rounds for a, b in r)  # in matrix order
+
+
+def test_a_quick_sweep_preferring_pairs_swaps_partners_rather_than_leave_two_nodes_out():
+    # Round one measured a-b and c-d; in round two the preferred a-c leaves b and d, which could meet, but with
+    # a-b preferred again and used, the fill must still pair everyone: a-c and b-d, or a-d and b-c.
+    nodes = ["a", "b", "c", "d"]
+    p = planner.plan("quick", nodes, [("a", "b"), ("c", "d"), ("a", "c")])
+    assert p.rounds[0] == [("a", "b"), ("c", "d")]
+    assert sorted(x for pair in p.rounds[1] for x in pair) == nodes
+
+
 def test_it_packs_explicit_pairs_into_disjoint_rounds():
     nodes = names(4)
     p = planner.plan("pairs", nodes, [("n0000", "n0001"), ("n0001", "n0000"), ("n0002", "n0001"), ("n0002", "n0003")])
