@@ -224,3 +224,23 @@ def test_it_checks_waiting_signatures_only_when_a_judgement_could_fall(driver):
     assert reaper._anything_to_judge(later)  # past its deadline
     Node.objects.filter(name="n1").update(last_heartbeat=now - timedelta(minutes=5))
     assert reaper._anything_to_judge(now)  # a node of a running probe silent
+
+
+def test_with_nothing_to_judge_it_does_not_read_the_backlog_and_still_advances_a_complete_round(driver, monkeypatch):
+    """A healthy sweep's tick: nothing overdue, nobody silent, no forgotten sweep. Reading every waiting half
+    (1,024 of them a round at 1,024 nodes) could spare nothing, so it is skipped; the round still advances."""
+    sweep, cmds = connectivity_sweep(driver, ("n0", "n1", "n2", "n3"))
+    reads = []
+    monkeypatch.setattr(reaper, "server_backlog", lambda settle=True: reads.append(settle) or backlog.Backlog())
+    for c in cmds:
+        driver.ingest(result_for(c))
+    assert driver.reap()["timeout"] == 0
+    assert reads == []
+    # Past the deadline there is something to judge: the backlog is read first.
+    driver.take()
+    later = timezone.now() + timedelta(minutes=10)
+    Node.objects.update(last_heartbeat=later)
+    driver.reap(later)
+    assert reads == [False]
+    sweep.refresh_from_db()
+    assert sweep.current_round >= 2
