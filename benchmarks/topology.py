@@ -60,6 +60,14 @@ def ari(found: list[list[str]], truth: list[list[str]]) -> float:
     return 1.0 if top == expected else round((index - expected) / (top - expected), 4)
 
 
+def warnings(sweep) -> list[str]:
+    """The sweep's warn and fail findings, as "code subject: text" (a healthy bed's are false alarms)."""
+    from cluster_health.models import Finding
+
+    found = Finding.objects.filter(sweep=sweep, severity__in=("warn", "fail")).order_by("pk")
+    return [f"{f.code} {f.subject}: {f.text[:200]}" for f in found]
+
+
 def one_sweep(system, truth: list[list[str]]) -> dict:
     from cluster_health.models import Finding
     from cluster_health.shapes import topology_report
@@ -77,6 +85,7 @@ def one_sweep(system, truth: list[list[str]]) -> dict:
     out = {
         "sweep": sweep.pk,
         "verdict": sweep.verdict,
+        "findings": warnings(sweep),
         "seconds": seconds,
         "load_at_start": load,
         "busbw_inside": median(inside),
@@ -152,6 +161,12 @@ def uplink_sweep(system, truth: list[list[str]], uplink_mbit: float) -> dict:
     return {
         "sweep": sweep.pk,
         "verdict": sweep.verdict,
+        "findings": warnings(sweep),
+        "not_ok": [
+            f"{r.node_a.name}-{r.node_b.name} round {r.round}: {r.status} {r.reason or ''} {(r.hint or '')[:160]}"
+            for r in pair_rows(sweep)
+            if r.status != "ok"
+        ],
         "seconds": seconds,
         "load_at_start": load,
         "uplink_pairs": detail,
