@@ -443,19 +443,22 @@ def outliers(
     measured = [(p, bw) for p in pairs if p["status"] in PASSED and (bw := _bw_at(p, size)) is not None and bw > 0]
     out: list[dict[str, Any]] = []
     slow_nodes: set[str] = set()
-    links_of: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
-    for p, bw in measured:
-        links_of[p["a"]].append((p, bw))
-        links_of[p["b"]].append((p, bw))
-    every = Reference([bw for _, bw in measured])
-    for node in sorted(links_of):
-        mine = links_of[node]
-        found = _slow_node(node, mine, every.without([bw for _, bw in mine]))
-        if found is not None:
-            slow_nodes.add(node)
-            out.append(found)
-    rest = [(p, bw) for p, bw in measured if not ({p["a"], p["b"]} & slow_nodes)]
     placed = node_groups(nodes_of(pairs), pattern, declared)
+    # A node is held against the links of each kind (_links_by_kind) in turn: a node whose links inside its
+    # rack are fine is not slow for the one link it has through an uplink.
+    for kind in _links_by_kind(measured, placed):
+        links_of: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
+        for p, bw in kind:
+            links_of[p["a"]].append((p, bw))
+            links_of[p["b"]].append((p, bw))
+        every = Reference([bw for _, bw in kind])
+        for node in sorted(links_of):
+            mine = links_of[node]
+            found = None if node in slow_nodes else _slow_node(node, mine, every.without([bw for _, bw in mine]))
+            if found is not None:
+                slow_nodes.add(node)
+                out.append(found)
+    rest = [(p, bw) for p, bw in measured if not ({p["a"], p["b"]} & slow_nodes)]
     slow_segments, in_segments = _slow_segments(rest, placed)
     out += slow_segments
     for kind in _links_by_kind([(p, bw) for p, bw in rest if pair_name(p) not in in_segments], placed):
@@ -466,7 +469,8 @@ def outliers(
 def _links_by_kind(
     links: list[tuple[dict[str, Any], float]], placed: dict[str, tuple[str, str]]
 ) -> list[list[tuple[dict[str, Any], float]]]:
-    """Links split by what they cross: those between two declared groups apart from the rest.
+    """Links split by what they cross: those between two declared groups apart from the rest (the slow-node
+    and slow-link rules compare within a kind).
 
     A path through an uplink is not a path inside a rack: held against the racks' links, a healthy
     crossing link reads as slow whenever the uplink is oversubscribed, and a topology sweep, which

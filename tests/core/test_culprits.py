@@ -243,6 +243,29 @@ def test_a_slow_link_among_links_across_declared_groups_is_held_against_them():
     assert codes(culprits.infer(nodes, pairs, declared=racks)) == [("slow_link", "r1-n1<->r2-n2")]
 
 
+def test_a_node_is_held_against_the_links_of_each_kind_and_its_lone_link_across_is_no_part_of_it():
+    # A topology sweep on a loaded 3 x 3 bed: r2-n3's two links inside ran at a busy moment (0.15 against 0.38),
+    # and its one link across at the uplink's 0.0058 GB/s like the other pairs across. The node finding names its
+    # links inside only: the pair across is not slow, and the confirmation rules judge the node by its own kind.
+    racks = {f"r{r}-n{i}": f"m{r}" for r in (1, 2, 3) for i in (1, 2, 3)}
+    nodes = sorted(racks)
+    inside = [
+        pair(a, b, busbw=0.15 if "r2-n3" in (a, b) else 0.38) for a, b in combinations(nodes, 2) if racks[a] == racks[b]
+    ]
+    across = [
+        pair("r1-n3", "r2-n1", busbw=0.0049),
+        pair("r2-n3", "r3-n1", busbw=0.0058),
+        pair("r1-n1", "r3-n2", busbw=0.0051),
+    ]
+    found = culprits.infer(nodes, inside + across, declared=racks)
+    assert codes(found) == [("slow_node", "r2-n3")]
+    assert found[0]["pairs"] == ["r2-n1<->r2-n3", "r2-n2<->r2-n3"]
+    assert (
+        codes(culprits.infer(nodes, [p for p in inside if "r2-n3" not in (p["a"], p["b"])] + across, declared=racks))
+        == []
+    )
+
+
 def test_a_slow_node_taken_out_leaves_no_segment_to_judge_against_one_link():
     # rack1-n1 is slow; without it, rack1-n2's two links across (a loaded host's half speed) stand against the
     # single link inside rack2: no spread to judge by, so no slow segment, and those links stay ok.
