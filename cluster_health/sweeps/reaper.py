@@ -47,8 +47,8 @@ def reap(now=None, judge: bool | None = None) -> dict:
     if judge is None and not anything and not lifecycle.forgotten_pending(now):
         # Nothing overdue, nobody silent in an open probe, no pending sweep forgotten: no judgement can fall
         # at this ``now`` (rows only move away from one), so the backlog, which only spares rows from one, is
-        # not read. At 1,024 nodes reading every waiting half each tick cost Redis and this worker about 0.2 s
-        # of CPU a round (docs/BENCHMARKS.md, fleet at 1,024 nodes).
+        # not read: it reads every waiting half (up to 2,048 at 1,024 nodes) on every tick, a cost that grows with
+        # the fleet twice over (docs/BENCHMARKS.md, "Fleet at 1,024 nodes").
         judge = False
     if judge is None:
         # Read before the rows: a message applied in between is then seen in one or the other.
