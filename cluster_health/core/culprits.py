@@ -444,26 +444,49 @@ def outliers(
     out: list[dict[str, Any]] = []
     slow_nodes: set[str] = set()
     placed = node_groups(nodes_of(pairs), pattern, declared)
-    # A node is held against the links of each kind (_links_by_kind) in turn: a node whose links inside its
-    # rack are fine is not slow for the one link it has through an uplink.
+    # A node is held against the links of each kind (_links_by_kind) it has enough of, and is slow only when it
+    # is slow in every one of them: its one link through an uplink does not make a node with fine links inside
+    # its rack slow, nor do its links to the rack its label names make a node cabled elsewhere slow (the
+    # topology mismatch says that).
+    judged: dict[str, list[dict[str, Any] | None]] = defaultdict(list)
     for kind in _links_by_kind(measured, placed):
         links_of: dict[str, list[tuple[dict[str, Any], float]]] = defaultdict(list)
         for p, bw in kind:
             links_of[p["a"]].append((p, bw))
             links_of[p["b"]].append((p, bw))
         every = Reference([bw for _, bw in kind])
-        for node in sorted(links_of):
-            mine = links_of[node]
-            found = None if node in slow_nodes else _slow_node(node, mine, every.without([bw for _, bw in mine]))
-            if found is not None:
-                slow_nodes.add(node)
-                out.append(found)
+        for node, mine in links_of.items():
+            without = every.without([bw for _, bw in mine])
+            if len(mine) >= MIN_PEER_LINKS and without.count >= MIN_PEER_LINKS:
+                judged[node].append(_slow_node(node, mine, without))
+    for node in sorted(judged):
+        kinds = judged[node]
+        if all(kinds):
+            out.append(_one_slow_node([f for f in kinds if f is not None]))
+            slow_nodes.add(node)
     rest = [(p, bw) for p, bw in measured if not ({p["a"], p["b"]} & slow_nodes)]
     slow_segments, in_segments = _slow_segments(rest, placed)
     out += slow_segments
     for kind in _links_by_kind([(p, bw) for p, bw in rest if pair_name(p) not in in_segments], placed):
         out += _slow_links(kind)
     return out
+
+
+def _one_slow_node(kinds: list[dict[str, Any]]) -> dict[str, Any]:
+    """A node slow in each kind of its links, as one finding: the words of the kind with the most links, every
+    link of each kind behind it (the confirmation pass and the cell marks read them all)."""
+    found = max(kinds, key=lambda f: len(f["pairs"]))
+    if len(kinds) == 1:
+        return found
+    others = [f for f in kinds if f is not found]
+    return {
+        **found,
+        "pairs": [name for f in [found, *others] for name in f["pairs"]],
+        "detail": {
+            **found["detail"],
+            "evidence": [line for f in [found, *others] for line in f["detail"]["evidence"]],
+        },
+    }
 
 
 def _links_by_kind(

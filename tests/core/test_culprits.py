@@ -232,6 +232,21 @@ def test_a_lone_link_between_declared_groups_has_no_peer_of_its_kind():
     assert codes(culprits.infer(nodes, pairs)) == [("slow_link", "r1-n4<->r2-n1")]
 
 
+def test_a_node_cabled_to_another_rack_than_its_label_is_no_slow_node_and_a_shaped_one_is_slow_in_every_kind():
+    # r1-n3 is labelled m1 but cabled into rack 2: its two links to its labelled rack-mates cross an uplink (slow
+    # next to the links inside), its links to rack 2 are fast. That is a topology mismatch (its own finding),
+    # not a slow node, which the confirmation pass could confirm and drain.
+    labels = {f"r{r}-n{i}": f"m{r}" for r in (1, 2, 3) for i in (1, 2, 3)}
+    cabled = {**labels, "r1-n3": "m2"}
+    nodes = sorted(labels)
+    pairs = matrix(nodes, busbw=lambda a, b: 0.5 if cabled[a] == cabled[b] else 0.005)
+    assert "slow_node" not in [c for c, _ in codes(culprits.infer(nodes, pairs, declared=labels))]
+    # A node shaped slow is slow in both kinds: named once, with every one of its links behind it.
+    pairs = matrix(nodes, busbw=lambda a, b: 0.02 if "r2-n2" in (a, b) else (0.5 if labels[a] == labels[b] else 0.3))
+    found = [f for f in culprits.infer(nodes, pairs, declared=labels) if f["code"] == "slow_node"]
+    assert [f["subject"] for f in found] == ["r2-n2"] and len(found[0]["pairs"]) == 8
+
+
 def test_a_slow_link_among_links_across_declared_groups_is_held_against_them():
     # The crossing links at 0.55 GB/s (no slow segment: not all under half the racks' 1.0) but one at 0.05.
     racks = {f"r{r}-n{i}": f"m{r}" for r in (1, 2) for i in range(1, 4)}
