@@ -605,6 +605,7 @@ def _slow_segments(
     groups = {n: g for n, (g, _) in placed.items()}
     inside, across = by_group(measured, groups, lambda m: m[0])
     out, named = [], set()
+    judged = {pair: links for pair, links in across.items() if len(links) >= MIN_PEER_LINKS}
     for (g, h), links in sorted(across.items()):
         within = [bw for _, bw in inside.get(g, []) + inside.get(h, [])]
         # A reference of one link has no spread to tell a slow path from a loaded host's scatter: a 4-node
@@ -614,6 +615,14 @@ def _slow_segments(
         ref = median(within)
         if not all(bw < OUTLIER_NODE_RATIO * ref for _, bw in links) or not _far_below(
             median(bw for _, bw in links), within
+        ):
+            continue
+        # Where two other group pairs or more were measured, a slow path is slow next to the other paths across
+        # too: every uplink as slow as this one is the fabric's oversubscription, not this uplink's fault.
+        others = [bw for pair, other in judged.items() if pair != (g, h) for _, bw in other]
+        if len(judged) - 1 >= MIN_PEER_LINKS and not (
+            median(bw for _, bw in links) < OUTLIER_NODE_RATIO * median(others)
+            and _far_below(median(bw for _, bw in links), others)
         ):
             continue
         mid = median(bw for _, bw in links)

@@ -141,6 +141,25 @@ def test_it_names_a_slow_segment_between_declared_groups():
     )
 
 
+def test_with_three_racks_a_slow_segment_is_slow_next_to_the_other_paths_across_not_only_the_racks():
+    # Every uplink oversubscribed alike (links across at 1 % of inside): the fabric's design, no segment. One
+    # uplink ten times slower than the other two: that one.
+    racks = {f"host{i}": f"rack{(i - 1) // 3 + 1}" for i in range(1, 10)}
+    nodes = sorted(racks)
+
+    def speed(slow_pair=None):
+        def bw(a, b):
+            if racks[a] == racks[b]:
+                return 0.685
+            return 0.00046 if {racks[a], racks[b]} == slow_pair else 0.0046
+
+        return bw
+
+    assert codes(culprits.infer(nodes, matrix(nodes, busbw=speed()), declared=racks)) == []
+    found = culprits.infer(nodes, matrix(nodes, busbw=speed({"rack1", "rack3"})), declared=racks)
+    assert codes(found) == [("segment", "rack1<->rack3")]
+
+
 def test_a_declared_group_wins_over_the_pattern_and_undeclared_nodes_fall_back_to_it():
     # r1-a sits in rack r2 whatever its name says; r9-* declare nothing and group by their names.
     declared = {"r1-a": "r2", "r2-a": "r2", "r2-b": "r2"}
