@@ -95,25 +95,25 @@ def judging_groups(sweep: Sweep) -> dict[str, str]:
     return planned_groups(sweep) or declared_groups(sweep.nodes)
 
 
-def sweep_group_origin(sweep: Sweep, names: list[str]) -> str:
-    """Where the groups of a sweep's views come from, in words: a topology sweep's as planned (kept in its params),
-    else today's."""
-    if planned_groups(sweep):
-        kept = (sweep.params or {}).get("groups_from")
-        if not isinstance(kept, dict):  # planned before the origin was kept
-            return "Grouped as the sweep planned."
-        counts = {str(k): int(v) for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)}
-        return origin_words(counts).replace("Each node grouped by", "Grouped as planned, each node by", 1)
-    return origin_words(origin_counts(placed_groups(names)))
+def sweep_grouping(sweep: Sweep, names: list[str]) -> tuple[dict[str, str], str]:
+    """The grouping a sweep's views use and where it comes from, in words: a topology sweep's own (the one it
+    planned with, its origin kept in its params), else today's."""
+    group_of = planned_groups(sweep)
+    if not group_of:
+        placed = placed_groups(names)
+        return {n: group for n, (group, _) in placed.items()}, origin_words(origin_counts(placed))
+    missing = [n for n in names if n not in group_of]
+    grouping = {**group_of, **groups_of(missing)} if missing else group_of
+    kept = (sweep.params or {}).get("groups_from")
+    if not isinstance(kept, dict):  # planned before the origin was kept
+        return grouping, "Grouped as the sweep planned."
+    counts = {str(k): int(v) for k, v in kept.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return grouping, origin_words(counts).replace("Each node grouped by", "Grouped as planned, each node by", 1)
 
 
 def sweep_groups(sweep: Sweep, names: list[str]) -> dict[str, str]:
-    """The grouping a sweep's views use: a topology sweep's own (the one it planned with), else today's."""
-    group_of = planned_groups(sweep)
-    if group_of:
-        missing = [n for n in names if n not in group_of]
-        return {**group_of, **groups_of(missing)} if missing else group_of
-    return groups_of(names)
+    """The grouping a sweep's views use (sweep_grouping)."""
+    return sweep_grouping(sweep, names)[0]
 
 
 def node_dict(node: Node, now=None) -> dict:

@@ -49,7 +49,7 @@ from django.utils import timezone
 
 from cluster_health.core import groupmatrix, matrix
 from cluster_health.models import Node, PairProbe, Sweep, SweepMatrix
-from cluster_health.nodes import sweep_group_origin, sweep_groups
+from cluster_health.nodes import sweep_grouping, sweep_groups
 from cluster_health.shapes.pairs import READ_CHUNK, gbps, micros, pair_dict
 
 log = logging.getLogger(__name__)
@@ -318,13 +318,14 @@ def refresh_open() -> int:
 
 def build_group_text(sweep: Sweep, arrays: matrix.MatrixArrays) -> str:
     """The group matrix of a sweep's node matrix as JSON text (or, past groupmatrix.MAX_GROUPS, what to do)."""
+    group_of, origin = sweep_grouping(sweep, arrays.nodes)
     head = {
         "sweep": sweep.pk,
         "grouping": "planned" if sweep.kind == "topology" else "current",
-        "origin": sweep_group_origin(sweep, arrays.nodes),  # declared, measured, from the names: said on the view
+        "origin": origin,  # declared, measured, from the names: said on the view
     }
     try:
-        payload = groupmatrix.build(arrays, sweep_groups(sweep, arrays.nodes))
+        payload = groupmatrix.build(arrays, group_of)
     except groupmatrix.TooManyGroups as exc:
         payload = {"groups": None, "nodes": len(arrays.nodes), "message": str(exc)}
     return _text({**head, **payload})

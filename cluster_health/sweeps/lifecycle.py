@@ -73,14 +73,13 @@ def start_sweep(sweep_id: int) -> bool:
         sweep.status, sweep.started = "running", now
         try:
             placed = placed_groups(names) if sweep.kind in ("topology", "sampled") else None
-            groups = {n: g for n, (g, _) in placed.items()} if placed is not None else None
             plan = planner.plan(
                 sweep.kind,
                 names,
                 _preferred(sweep.kind, names, params) or [tuple(p) for p in params.get("pairs") or []],
                 rounds=params.get("rounds"),
                 seed=params.get("seed", 0),
-                groups=groups,
+                groups={n: g for n, (g, _) in placed.items()} if placed is not None else None,
             )
         except (PlanningError, planner.PlanError) as exc:
             _fail(sweep, str(exc))
@@ -97,10 +96,10 @@ def start_sweep(sweep_id: int) -> bool:
             "group": plan.group,
             "offline_at_start": _offline_at_start(names, now),
         }
-        if placed is not None and groups is not None:  # the grouping it ran with, as declared and named then
+        if placed is not None:  # the grouping it ran with, as declared and named then
             members: dict[str, list[str]] = {}
             for n in names:
-                members.setdefault(groups[n], []).append(n)
+                members.setdefault(placed[n][0], []).append(n)
             sweep.params["groups"] = members
             sweep.params["groups_from"] = origin_counts(placed)  # declared, measured, ...: what the view says
         if plan.uplinks:  # a topology sweep's uplink rounds (1-based, as probes count them) -> the group sending
