@@ -17,13 +17,13 @@ the column's type.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.db.models import JSONField
+
+from cluster_health import jsontext
 
 CHUNK = 500  # rows per VALUES statement: well under SQLite's limit on bound parameters
 RECORDSET_CHUNK = 5000  # rows per statement on PostgreSQL
@@ -84,7 +84,7 @@ def update_returning(
             cursor.execute(sql, params)
             for pk, *values in cursor.fetchall():
                 done[pk] = tuple(
-                    json.loads(v) if is_json and isinstance(v, str) else v for is_json, v in zip(decoders, values)
+                    jsontext.loads(v) if is_json and isinstance(v, str) else v for is_json, v in zip(decoders, values)
                 )
     return done
 
@@ -128,7 +128,7 @@ def _recordset(st: _Statement, fields, chunk) -> tuple[str, list]:
     sql = st.sql(assignments, f"jsonb_to_recordset(%s::jsonb) AS v({columns})", f"{st.pk} = ANY(%s::bigint[])")
     return sql, [
         *st.constant_params,
-        json.dumps(rows, cls=DjangoJSONEncoder),
+        jsontext.dumps(rows),
         [pk for pk, _row in chunk],
         *st.where_params,
     ]

@@ -6,11 +6,11 @@ The ingest consumer, the reaper's backlog and the fleet simulator all go through
 from __future__ import annotations
 
 import base64
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 from agents import signing
+from cluster_health import jsontext
 
 # A stored message larger than this is refused unread: a signed half is at most MAX_SIGNED_BYTES,
 # and the transport's base64 and envelope add about a third.
@@ -26,14 +26,14 @@ def read(raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     if isinstance(raw, (bytes, str)) and len(raw) > MAX_MESSAGE_BYTES:
         raise ValueError(f"{len(raw)} bytes, more than the {MAX_MESSAGE_BYTES} a half's message can take")
     try:
-        message = json.loads(raw) if isinstance(raw, (bytes, str)) else raw
+        message = jsontext.loads(raw) if isinstance(raw, (bytes, str)) else raw
         headers = message.get("headers") or {}
         if not isinstance(headers, dict):
             raise TypeError("headers")
         body = message.get("body") or ""
         if (message.get("properties") or {}).get("body_encoding") == "base64":
             body = base64.b64decode(body, validate=True)
-        args = json.loads(body)
+        args = jsontext.loads(body)
         kwargs = args[1] if isinstance(args, list) and len(args) >= 2 else None
     except (ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(f"not a task message as Celery stores it ({type(exc).__name__})") from None
