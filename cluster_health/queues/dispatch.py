@@ -12,7 +12,6 @@ import base64
 import functools
 import hashlib
 import hmac
-import json
 import logging
 import os
 import socket
@@ -23,7 +22,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from agents import contract, gpu_contract, signing
-from cluster_health import shared_redis, vocabulary
+from cluster_health import jsontext, shared_redis, vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ def task_message(task: str, queue: str, kwargs: dict, expires_s: float | None, *
     agents' Celery workers and the server's read it as they read Celery's own.
     """
     task_id = str(uuid.uuid4())
-    body = json.dumps([[], kwargs, _EMBED]).encode()
+    body = jsontext.dumps([[], kwargs, _EMBED]).encode()
     expires = None
     if expires_s is not None:
         at = datetime.fromtimestamp((time.time() if now is None else now) + expires_s, UTC)
@@ -99,7 +98,7 @@ def task_message(task: str, queue: str, kwargs: dict, expires_s: float | None, *
         body_encoding="base64",
         delivery_tag=str(uuid.uuid4()),
     )
-    return json.dumps(
+    return jsontext.dumps(
         {
             "body": base64.b64encode(body).decode(),
             "content-encoding": "utf-8",
