@@ -51,9 +51,10 @@ def task_message(task: str, queue: str, kwargs: dict, expires_s: float | None, *
 
     Celery's ``send_task`` spent about 0.5 ms of the sender's CPU a message (its options,
     amqp message, kombu Message and two JSON passes), and a 256-node round is 256
-    commands: a third of the ingest consumer's time went there. The text is the same,
-    field for field, as ``send_task`` writes (tests/queues/test_dispatch_wire.py compares them), so
-    agents' Celery workers and the server's read it as they read Celery's own.
+    commands: a third of the ingest consumer's time went there. The message is the same,
+    field for field, as ``send_task`` writes (tests/queues/test_dispatch_wire.py compares them; the JSON is
+    written compact, by orjson, where Celery puts spaces), so agents' Celery workers and the server's read it
+    as they read Celery's own.
     """
     task_id = str(uuid.uuid4())
     body = jsontext.dumps([[], kwargs, _EMBED]).encode()

@@ -53,8 +53,9 @@ def pair_dict(row: Mapping[str, Any]) -> dict:
     }
 
 
-def pair_dict_of(p: PairProbe) -> dict:
-    """``pair_dict`` of a PairProbe instance (its nodes selected with it)."""
+def pair_dict_of(p: Any) -> dict:
+    """``pair_dict`` of a PairProbe instance (its nodes selected with it), or of a row read as one
+    (sweeps.rounds.PendingPair)."""
     return pair_dict({**{f: getattr(p, f) for f in PAIR_MODEL_FIELDS}, "a": p.node_a.name, "b": p.node_b.name})
 
 

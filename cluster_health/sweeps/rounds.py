@@ -12,6 +12,7 @@ too: the rest of the fleet alone would pass a collective the job cannot run.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import NamedTuple
 
 from django.db import transaction
 from django.utils import timezone
@@ -35,6 +36,30 @@ DISPATCH_FIELDS = (
     "node_b__name",
     "node_b__address",
 )
+
+
+class Member(NamedTuple):
+    name: str
+    address: str
+
+
+class PendingPair:
+    """A pending pair row as the dispatch reads it (plain values: a 1,024-node round is 512 rows, and a model
+    instance with its two nodes cost more to build than the rest of the round's dispatch): what its commands,
+    its write and its broadcast use, under PairProbe's field names."""
+
+    __slots__ = ("pk", "node_a", "node_b", *(f for f in DISPATCH_FIELDS if "__" not in f and f != "id"))
+
+    def __init__(self, row: dict):
+        self.pk = row["id"]
+        self.node_a = Member(row["node_a__name"], row["node_a__address"])
+        self.node_b = Member(row["node_b__name"], row["node_b__address"])
+        for field in self.__slots__[3:]:
+            setattr(self, field, row[field])
+
+    @property
+    def id(self) -> int:
+        return self.pk
 
 
 def dispatch_round(sweep: Sweep, k: int) -> bool:
@@ -62,12 +87,8 @@ def dispatch_round(sweep: Sweep, k: int) -> bool:
     kind, settings_ = pair_settings(sweep)
     wait = timedelta(seconds=dispatch.server_deadline_s(settings_["deadline_s"]))
     commands, updated = [], []
-    probes = (
-        PairProbe.objects.filter(sweep=sweep, round=k, status="pending")
-        .select_related("node_a", "node_b")
-        .only(*DISPATCH_FIELDS)  # not the nodes' facts, nor a pair's halves: a 1,024-node round reads 1,024 nodes
-    )
-    for probe in probes:
+    rows = PairProbe.objects.filter(sweep=sweep, round=k, status="pending").order_by("id")
+    for probe in map(PendingPair, rows.values(*DISPATCH_FIELDS)):  # not the nodes' facts, nor a pair's halves
         a, b = probe.node_a, probe.node_b
         gone = [n.name for n in (a, b) if n.name not in online]
         if gone:
@@ -102,7 +123,7 @@ def pair_settings(sweep: Sweep) -> tuple[str, dict]:
     return kind, dispatch.probe_settings(sweep.params, sweep.last_stage, kind)
 
 
-def pair_commands(sweep: Sweep, probe: PairProbe, kind: str, settings_: dict) -> list[dict]:
+def pair_commands(sweep: Sweep, probe: PairProbe | PendingPair, kind: str, settings_: dict) -> list[dict]:
     """The two commands of a pair probe (rank 0: node_a)."""
     a, b = probe.node_a, probe.node_b
     return dispatch.build_commands(sweep, kind, probe, [(a.name, a.address), (b.name, b.address)], settings_)
@@ -125,7 +146,7 @@ def group_commands(sweep: Sweep, group: GroupProbe) -> tuple[list[dict], float]:
     return commands, dispatch.server_deadline_s(settings_["deadline_s"])
 
 
-def _write_if_pending(probes: list[PairProbe], status: str, own_field: str, constants: dict) -> None:
+def _write_if_pending(probes: list[PendingPair], status: str, own_field: str, constants: dict) -> None:
     """Save the probes now in status (each its own_field, all the constants) whose rows are still pending."""
     bulk.conditional_update(
         PairProbe,

@@ -40,10 +40,12 @@ def ours(client, task: str, kwargs: dict, expires_s: float | None) -> dict:
 
 
 def fields(message: dict) -> dict:
-    """Every field of a stored message, flat (headers and properties by name), routing key aside."""
+    """Every field of a stored message, flat (headers and properties by name), routing key aside; the body as
+    the JSON value it encodes (ours is written compact, Celery's with spaces: readers parse it either way)."""
     out = {f"headers.{k}": v for k, v in message["headers"].items()}
     out.update({f"properties.{k}": v for k, v in message["properties"].items() if k != "delivery_info"})
-    out.update({k: v for k, v in message.items() if k not in ("headers", "properties")})
+    out.update({k: v for k, v in message.items() if k not in ("headers", "properties", "body")})
+    out["body"] = json.loads(base64.b64decode(message["body"]))
     return out
 
 
