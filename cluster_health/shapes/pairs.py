@@ -12,7 +12,6 @@ from django.db.models import F
 
 from cluster_health import vocabulary
 from cluster_health.core import evidence
-from cluster_health.models import PairProbe
 
 READ_CHUNK = 20000  # pair rows per round trip when a whole sweep is read
 # The pair fields every outside view reads, by PairProbe field name; ``a``/``b`` are the node names.
