@@ -11,7 +11,7 @@ too: the rest of the fleet alone would pass a collective the job cannot run.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import NamedTuple
 
 from django.db import transaction
@@ -48,7 +48,40 @@ class PendingPair:
     instance with its two nodes cost more to build than the rest of the round's dispatch): what its commands,
     its write and its broadcast use, under PairProbe's field names."""
 
-    __slots__ = ("pk", "node_a", "node_b", *(f for f in DISPATCH_FIELDS if "__" not in f and f != "id"))
+    __slots__ = (
+        "pk",
+        "node_a",
+        "node_b",
+        "round",
+        "status",
+        "stage",
+        "reason",
+        "latency_us_p50",
+        "algbw_gbps",
+        "busbw_gbps",
+        "hint",
+        "evidence",
+        "rendezvous",
+        "started",
+        "deadline",
+        "finished",
+    )
+    pk: int
+    node_a: Member
+    node_b: Member
+    round: int
+    status: str
+    stage: str | None
+    reason: str | None
+    latency_us_p50: float | None
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    hint: str | None
+    evidence: dict | None
+    rendezvous: str
+    started: datetime | None
+    deadline: datetime | None
+    finished: datetime | None
 
     def __init__(self, row: dict):
         self.pk = row["id"]
