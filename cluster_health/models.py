@@ -254,7 +254,10 @@ class Sweep(models.Model):
                 .values_list("status", "n")
             )
             qs = qs.filter(round__lt=again_from)
-        counts = dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
+        if not round_only and not gpu and self.status == "running" and len(self.nodes) >= SETTLED_COUNT_NODES:
+            counts = self._running_counts(qs, again_from)
+        else:
+            counts = _by_status(qs)
         if self.collapsed_ok and not round_only:  # rows deleted by retention; their matrix cells remain
             counts["ok"] = counts.get("ok", 0) + self.collapsed_ok
         total = sum(counts.values())
@@ -276,6 +279,61 @@ class Sweep(models.Model):
             out["again_total"] = again_total
             out["again_done"] = again_total - again.get("pending", 0) - again.get("running", 0)
         return out
+
+    def _running_counts(self, qs, limit: int | None) -> dict[str, int]:
+        """``_by_status(qs)`` of a running sweep's pair rows (``qs``: those before round ``limit``, when set),
+        reading the current round's rows only.
+
+        Rounds are a barrier: a running sweep's rounds before the current one are final, and a pair
+        closes once, so their counts are kept by this process and added to as the sweep advances; the
+        rounds after the current one are all pending (a round's rows are first written by its
+        dispatch), so they are the rows not counted otherwise. Rows are only ever added to a running
+        sweep past its last round, with ``total_rounds`` (bisect phases, the confirmation pass), so the
+        number of rows is kept per ``total_rounds``. A 1,024-node sweep's whole count read 523,776 rows
+        (50-90 ms of PostgreSQL, every 2 s of its broadcasts: 7 % of the ingest consumer's time).
+        """
+        current = self.current_round
+        settle_to = current if limit is None else min(current, limit)
+        through, settled = _settled.get((self.pk, limit), (1, {}))
+        if through > settle_to:  # not this sweep's state as this process saw it: count afresh
+            through, settled = 1, {}
+        if settle_to > through:
+            settled = _added(settled, _by_status(qs.filter(round__gte=through, round__lt=settle_to)))
+            if len(_settled) >= _SETTLED_MAX:
+                _settled.clear()
+            _settled[(self.pk, limit)] = (settle_to, settled)
+        rows_key = (self.pk, limit, self.total_rounds)
+        rows = _rows.get(rows_key)
+        if rows is None:
+            if len(_rows) >= _SETTLED_MAX:
+                _rows.clear()
+            rows = _rows[rows_key] = qs.count()
+        now = _by_status(qs.filter(round=current)) if limit is None or current < limit else {}
+        counts = _added(settled, now)
+        later = rows - sum(counts.values())
+        if later < 0:  # rows gone since they were counted (never while it runs): the plain count
+            _rows.pop(rows_key, None)
+            return _by_status(qs)
+        if later:
+            counts["pending"] = counts.get("pending", 0) + later
+        return counts
+
+
+# A running sweep this large has its whole count read from its current round (Sweep._running_counts); below
+# it the plain count is a few milliseconds. Per process: sweep, limit -> (first round not settled, counts of
+# the rounds before it); sweep, limit, total_rounds -> its rows.
+SETTLED_COUNT_NODES = 128
+_SETTLED_MAX = 256
+_settled: dict[tuple[int, int | None], tuple[int, dict[str, int]]] = {}
+_rows: dict[tuple[int, int | None, int], int] = {}
+
+
+def _by_status(qs) -> dict[str, int]:
+    return dict(qs.values("status").annotate(n=models.Count("id")).values_list("status", "n"))
+
+
+def _added(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+    return {k: a.get(k, 0) + b.get(k, 0) for k in a.keys() | b.keys()}
 
 
 class PairProbe(models.Model):
