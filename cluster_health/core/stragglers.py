@@ -157,12 +157,19 @@ def _figure(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+# Pairs whose busbw is what their link moved in the live probe: a ``transient`` pair too (slow at its first
+# look, not slow enough at its second to be acted on by a sweep), since the job was slow at that moment: on a
+# shaped link the first look's retransmits can make it ``lossy`` and the second look not, and the link's
+# figures, far below the others', were then left out and the rank named instead.
+LINK_FIGURES = (*judging.MEASURED, "transient")
+
+
 def slow_link(node: str, pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The node's pairs against the pairs that do not touch it: {"busbw_gbps", "others_busbw_gbps",
     "latency_us", "others_latency_us", "stalled"} when every pair of the node is far below (busbw) or far
     above (latency) the others' median, or stalled in the bandwidth stage (it connected and ran the
     collective, but moved too little data in its time); None otherwise, or with no other pair to compare with."""
-    measured = [p for p in pairs if p.get("status") in judging.MEASURED]
+    measured = [p for p in pairs if p.get("status") in LINK_FIGURES]
     stalled = [p for p in pairs if p.get("status") in ("failed", "timeout") and p.get("stage") == "bandwidth"]
     mine = [p for p in measured if node in (p.get("a"), p.get("b"))]
     mine_stalled = [p for p in stalled if node in (p.get("a"), p.get("b"))]

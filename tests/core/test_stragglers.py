@@ -175,3 +175,18 @@ def test_a_nodes_pairs_stalled_in_the_bandwidth_stage_are_a_slow_link_unless_oth
     # A failed connect is no bandwidth figure.
     refused = {**stalled, "stage": "connect", "a": "n0", "b": "n2"}
     assert stragglers.slow_link("n2", [pair("n0", "n1", 1.2), refused]) is None
+
+
+def test_a_nodes_links_slow_at_the_first_look_and_transient_after_the_second_are_still_its_slow_link():
+    """The live probe's confirmation pass may call a shaped link's pairs transient (lossy at the first look, not
+    at the second): their figures are still what the link moved while the job was slow."""
+    rng = random.Random(7)
+    ranks = ranks_with({0: jitter(rng), 1: [0.1 + x for x in jitter(rng)], 2: jitter(rng)})
+    transient = {"status": "transient", "reason": "lossy"}
+    pairs = [
+        pair("n0", "n1", 0.078),
+        {**pair("n0", "n2", 0.0011), **transient},
+        {**pair("n1", "n2", 0.001), **transient},
+    ]
+    (link,) = diagnose(ranks, world_size=3, pairs=pairs)["culprits"]
+    assert (link["kind"], link["subject"], link["nodes"], link["ranks"]) == ("link", "n2's link", ["n2"], [2])

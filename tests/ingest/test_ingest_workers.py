@@ -50,7 +50,10 @@ def test_it_applies_a_half_sent_as_a_message_within_a_second(stack, driver):
     sweep_id, cmds = open_pairs(stack, driver, "lat", 1)
     send_half(stack, result_for(cmds[0]))
     send_half(stack, result_for(cmds[1]))
-    assert wait_closed(sweep_id, 1, timeout=10) < 1.0
+    # On arrival, not on a timer: the reaper's tick (REAPER_INTERVAL_S) is 3 s. Unloaded this takes about 0.1 s;
+    # with both cores busy under the whole suite it took 1.01 s once (an idle consumer looks every 50 ms and
+    # finds a new node's list within 0.2 s), so the bound sits between the two, not at BLOCK_S.
+    assert wait_closed(sweep_id, 1, timeout=10) < 2.0
 
 
 def test_a_half_sent_on_the_server_queue_is_still_applied(stack, driver):
