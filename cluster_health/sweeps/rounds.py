@@ -48,24 +48,8 @@ class PendingPair:
     instance with its two nodes cost more to build than the rest of the round's dispatch): what its commands,
     its write and its broadcast use, under PairProbe's field names."""
 
-    __slots__ = (
-        "pk",
-        "node_a",
-        "node_b",
-        "round",
-        "status",
-        "stage",
-        "reason",
-        "latency_us_p50",
-        "algbw_gbps",
-        "busbw_gbps",
-        "hint",
-        "evidence",
-        "rendezvous",
-        "started",
-        "deadline",
-        "finished",
-    )
+    # The row's own fields, as DISPATCH_FIELDS names them (its id as pk), and its two nodes.
+    __slots__ = ("pk", "node_a", "node_b", *(f for f in DISPATCH_FIELDS if "__" not in f and f != "id"))
     pk: int
     node_a: Member
     node_b: Member
