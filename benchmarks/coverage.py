@@ -1,42 +1,44 @@
 """Idle-gap sweeps on a simulated busy fleet: how many days until every pair has been measured.
 
-A simulated fleet of 1,024 nodes (523,776 pairs) runs a Slurm-like load, seeded: a fixed share of the
-nodes is busy at any time (the scheduler starts jobs on free nodes whenever fewer are busy than that,
-every 5 minutes), jobs of 1 to 64 nodes (1: 30 %, 2: 20 %, 4: 20 %, 8: 15 %, 16: 10 %, 32: 4 %, 64: 1 %)
-running a log-normal time (median 2 h, sigma 1, between 10 minutes and 48 hours) on nodes drawn at
-random among the free ones. An idle schedule fires every 15 minutes, as the admin's periodic task would:
-the nodes free at that moment (not busy, not held by an earlier idle sweep still running) are the
-candidates, and the product's own selection, ``cluster_health.sweeps.idle.choose`` (what ``manage.py
-sweep --idle`` and the ``idle`` schedule call), picks at most ``max_nodes`` of them, those sharing the most
-stale pairs (age squared, ``--power``), and every pair among them, from the simulated fleet's coverage (each
-pair's last measured time). The sweep's rounds are the product's own packing of those pairs
-(``planner.schedule_pairs``); it holds its nodes (no job starts there) for its rounds times ``round_s`` (a
-modelled round: a bandwidth probe round of a pairs sweep, not measured here), and every pair it swept
-counts as measured when it ends. With ``--catch-share`` (0 by default, as CLUSTER_HEALTH_IDLE_CATCH_SHARE),
-each idle sweep then catches busy nodes, the product's ``idle.to_catch``, up to that share of the fleet
-at once, each for one pass of a ``max_nodes`` sweep plus ``idle.CATCH_WAIT_MIN``: a caught node whose job
-ends is held (no job starts there) and is a candidate of the next idle sweep; one whose catch ends first
-is free again. The gang check (unless ``--no-gang-check``) measures the pairs of the product's own
-``planner.plan("quick", ...)`` over each job's nodes as it starts, preferring the pairs measured longest ago
-(``coverage.stalest_first``, as ``manage.py sweep --slurm-job`` does; ``--gang-circle``: plain circle
-rounds). Nothing else measures pairs: no nightly sweep.
+A simulated fleet of 1,024 nodes (523,776 pairs) runs a Slurm-like load, seeded: a fixed share of the nodes is
+busy at any time (the scheduler starts jobs on free nodes whenever fewer are busy than that, every 5 minutes),
+jobs of 1 to 64 nodes (1: 30 %, 2: 20 %, 4: 20 %, 8: 15 %, 16: 10 %, 32: 4 %, 64: 1 %) running a log-normal
+time (median 2 h, sigma 1, between 10 minutes and 48 hours) on nodes drawn at random among the free ones. An
+idle schedule fires every 15 minutes, as the admin's periodic task would: the nodes free at that moment (not
+busy, not held by an earlier idle sweep still running) are the candidates, and the product's own selection,
+``cluster_health.sweeps.idle.choose`` (what ``manage.py sweep --idle`` and the ``idle`` schedule call), picks
+at most ``max_nodes`` of them, those sharing the most stale pairs (age squared, ``--power``), and their pairs
+stalest first, as many as ``max_rounds`` rounds measure (``--max-rounds 0``: every pair among them, the choice
+before 2026-11-28 evening), from the simulated fleet's coverage (each pair's last measured time). The sweep's
+rounds are the product's own packing of those pairs (``planner.schedule_pairs``); it holds the nodes of its
+pairs (no job starts there) for its rounds times ``round_s`` (a modelled round: a bandwidth probe round of a
+pairs sweep, not measured here), at least the scheduler's 5-minute step, and every pair it swept counts as
+measured when it ends. With ``--catch-share`` (0 by default, as CLUSTER_HEALTH_IDLE_CATCH_SHARE), each idle
+sweep then catches busy nodes, the product's ``idle.to_catch``, up to that share of the fleet at once, each
+for one pass of an idle sweep plus ``idle.CATCH_WAIT_MIN``: a caught node whose job ends is held (no job
+starts there) and is a candidate of the next idle sweep; one whose catch ends first is free again. The gang
+check (unless ``--no-gang-check``) measures the pairs of the product's own ``planner.plan("quick", ...)`` over
+each job's nodes as it starts, preferring the pairs measured longest ago (``coverage.stalest_first``, as
+``manage.py sweep --slurm-job`` does; ``--gang-circle``: plain circle rounds). Nothing else measures pairs: no
+nightly sweep.
 
 Reported per busy share: the days until all 523,776 pairs were measured at least once (or the share
 measured by the end of the simulated time), the shares measured within the first day and week, the idle
 sweeps run, the share of node-time held by them, the busy share actually reached, the gang checks run
 with the pairs they measured, and the catches made, those swept, and the caught nodes' idle wait
-(``caught_share`` of node-time, ``caught_node_hours_a_day``). ``run()`` (what ``benchmarks/run.py`` calls)
-simulates each busy share twice, with the gang check and without it (under ``without_gang_check``), on the same seed. The simulation
+(``caught_share`` of node-time, ``caught_node_hours_a_day``). ``run()`` (what ``benchmarks/run.py`` calls,
+21 simulated days at most) simulates each busy share with the gang check and, with ``compare``, again without
+it (under ``without_gang_check``), on the same seed. The simulation
 runs in this process with Django set up on a scratch SQLite file that is never written: the selection
 gets the coverage as a dictionary, as ``choose(..., measured=...)`` takes it.
 
-    .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 64] [--no-gang-check | --compare]
-        [--gang-circle]
-        [--catch-share 0.02] [--power 2] [--seed 1] [--json]
+    .venv/bin/python benchmarks/coverage.py [--busy 0.5 0.8 0.9] [--max-nodes 256] [--max-rounds 20]
+        [--no-gang-check | --compare] [--gang-circle] [--catch-share 0.02] [--power 2] [--seed 1] [--days 60]
+        [--json]
 
-Run time on a loaded 2-core machine: a few minutes a busy share (``choose`` weighs the pairs of up to about
-500 idle nodes every 15 minutes, under 0.1 s each; with catches, ``to_catch`` weighs the busy nodes' pairs
-with the idle ones as well, 0.2 s more).
+Run time on a loaded 2-core machine: 5 to 15 minutes a busy share (``choose`` weighs the pairs of up to about
+500 idle nodes every 15 minutes and sorts the pairs among the 256 it takes, 0.01 to 0.2 s each; with catches,
+``to_catch`` weighs the busy nodes' pairs with the idle ones as well, 0.2 s more).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def simulate(
     power: float = 2.0,
     catch_share: float = 0.0,
     gang_stalest: bool = True,
+    max_rounds: int | None = None,
 ) -> dict:
     """One simulated fleet at ``busy`` share; returns its figures (see the module's docstring)."""
     from cluster_health import coverage
@@ -116,7 +119,8 @@ def simulate(
     catching: dict[str, float] = {}  # busy nodes under a catch -> the minute it ends
     caught: dict[str, float] = {}  # caught nodes whose job ended: held, idle, waiting for the next idle sweep
     catch_limit = math.floor(catch_share * nodes)
-    catch_min = (max_nodes - 1) * ROUND_S / 60 + idle.CATCH_WAIT_MIN  # a full sweep of max_nodes, and the wait
+    pass_rounds = max_nodes - 1 if max_rounds is None else min(max_nodes - 1, max_rounds)
+    catch_min = pass_rounds * ROUND_S / 60 + idle.CATCH_WAIT_MIN  # one idle sweep's pass, and the wait
     first_day = first_week = None
     job_id = gang_checks = gang_pairs = 0
     choose_s = 0.0
@@ -168,7 +172,7 @@ def simulate(
         if minute % SCHEDULE_MIN == 0 and len(free) + len(caught) >= 2:
             candidates = sorted(free | caught.keys())
             t0 = time.perf_counter()
-            chosen, pairs = idle.choose(candidates, max_nodes, measured, now, power)
+            chosen, pairs = idle.choose(candidates, max_nodes, measured, now, power, max_rounds)
             choose_s += time.perf_counter() - t0
             rounds = len(planner.schedule_pairs(pairs, chosen))
             length = max(STEP_MIN, rounds * ROUND_S / 60)
@@ -217,7 +221,7 @@ def simulate(
 
 def run(
     busy=(0.5, 0.8, 0.9),
-    max_nodes: int = 64,
+    max_nodes: int = 256,
     seed: int = 1,
     nodes: int = NODES,
     gang_check: bool = True,
@@ -225,15 +229,19 @@ def run(
     catch_share: float = 0.0,
     power: float = 2.0,
     gang_stalest: bool = True,
+    max_rounds: int | None = 20,
+    max_days: int = MAX_DAYS,
 ) -> dict:
     """The figures for each busy share: one simulated fleet each, the same seed; with ``compare`` (and the gang
-    check on), each again without the gang check, under ``without_gang_check``."""
+    check on), each again without the gang check, under ``without_gang_check``. ``max_rounds`` None: every pair
+    among the chosen nodes (the product's choice before 2026-11-28 evening)."""
     _setup_django()
     t0 = time.perf_counter()
     out: dict = {
         "nodes": nodes,
         "pairs": nodes * (nodes - 1) // 2,
         "max_nodes": max_nodes,
+        "max_rounds": max_rounds,
         "schedule_min": SCHEDULE_MIN,
         "round_s": ROUND_S,
         "seed": seed,
@@ -250,11 +258,21 @@ def run(
             power=power,
             catch_share=catch_share,
             gang_stalest=gang_stalest,
+            max_rounds=max_rounds,
+            max_days=max_days,
         )
     if compare and gang_check:
         out["without_gang_check"] = {
             f"busy_{round(share * 100)}": simulate(
-                share, max_nodes, seed, nodes, gang_check=False, power=power, catch_share=catch_share
+                share,
+                max_nodes,
+                seed,
+                nodes,
+                gang_check=False,
+                power=power,
+                catch_share=catch_share,
+                max_rounds=max_rounds,
+                max_days=max_days,
             )
             for share in busy
         }
@@ -265,7 +283,14 @@ def run(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--busy", type=float, nargs="+", default=[0.5, 0.8, 0.9], help="busy shares, 0..1")
-    parser.add_argument("--max-nodes", type=int, default=64, help="each idle sweep's --max-nodes")
+    parser.add_argument("--max-nodes", type=int, default=256, help="each idle sweep's --max-nodes")
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=20,
+        help="each idle sweep's rounds at most (CLUSTER_HEALTH_IDLE_MAX_ROUNDS); 0: every pair among its nodes",
+    )
+    parser.add_argument("--days", type=int, default=MAX_DAYS, help="simulated days at most")
     parser.add_argument("--nodes", type=int, default=NODES)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -294,6 +319,8 @@ def main() -> int:
         parser.error("--max-nodes: 2..4096; --nodes: at least 2")
     if not 0 <= opts.catch_share <= 0.1 or not 0 < opts.power <= 4:
         parser.error("--catch-share: 0..0.1; --power: above 0, at most 4")
+    if not 0 <= opts.max_rounds <= 4095 or not 1 <= opts.days <= 365:
+        parser.error("--max-rounds: 0..4095; --days: 1..365")
     figures = run(
         opts.busy,
         opts.max_nodes,
@@ -304,6 +331,8 @@ def main() -> int:
         opts.catch_share,
         opts.power,
         not opts.gang_circle,
+        opts.max_rounds or None,
+        opts.days,
     )
     print(json.dumps(figures, indent=None if opts.json else 2))
     return 0

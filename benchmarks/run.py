@@ -577,13 +577,17 @@ def _coverage_rows(fig: dict, nodes: int) -> list[Target]:
         beside = (
             f"{fmt(r.get('share_measured_day_1', 0) * 100, ' %')} of pairs after a day, "
             f"{fmt(r.get('share_measured_day_7', 0) * 100, ' %')} after a week; {fmt(r.get('idle_sweeps'))} idle "
-            f"sweeps of at most {c.get('max_nodes')} nodes every {c.get('schedule_min')} min, holding "
+            f"sweeps of at most {c.get('max_nodes')} nodes{_in_rounds(c)} every {c.get('schedule_min')} min, holding "
             f"{fmt(r.get('held_share', 0) * 100, ' %')} of node-time; {c.get('round_s')} s a round (modelled)"
             if "idle_sweeps" in r
             else ""
         )
         rows.append((name, "<= 7 days", r.get("days_to_every_pair"), " days", at_most(7), beside))
     return rows
+
+
+def _in_rounds(c: dict) -> str:
+    return f" in at most {c['max_rounds']} rounds" if c.get("max_rounds") else ""
 
 
 def _equal_to(n: int) -> Callable[[Any], bool]:
@@ -870,7 +874,7 @@ def main() -> int:
         "false_alarms": {"database": opts.database},
         # Storage scales with the pairs: 256 nodes measure it; 1,024 would take about 25 minutes.
         "storage": {"database": opts.database, "nodes": 256},
-        "coverage": {"busy": (0.5, 0.8, 0.9), "max_nodes": 64},
+        "coverage": {"busy": (0.5, 0.8, 0.9), "max_nodes": 256, "max_rounds": 20, "compare": False, "max_days": 21},
         # One bed shape a process (Django keeps the first scratch database it set up): figures by shape.
         "topology": [(shape, {"shape": shape, "runs": 5, "database": opts.database}) for shape in ("2x4", "3x3")],
     }

@@ -282,6 +282,8 @@ SLURM_HOLD_USER = envstr("CLUSTER_HEALTH_SLURM_HOLD_USER", "") or ""
 # stale pairs, so the node is held, idle, for the next idle sweep when its job ends); 0, the default, catches none
 # (docs/OPERATIONS.md: on a simulated fleet 2 % gained half a point of coverage at most).
 IDLE_CATCH_SHARE = envfloat("CLUSTER_HEALTH_IDLE_CATCH_SHARE", 0.0, 0.0, 0.1)
+# An idle sweep's pairs: its nodes' stalest, as many as this many rounds measure (its hold's length).
+IDLE_MAX_ROUNDS = envint("CLUSTER_HEALTH_IDLE_MAX_ROUNDS", 20, 1, 1023)
 # The versions every node must run, pinned by an operator ("torch=2.6.0,nccl=2.23.4"); what is not pinned is
 # what a strong majority of the fleet runs, or nothing. "torch=2.6.0|2.5.1" declares a rolling upgrade: both
 # pass `agents check` until CLUSTER_HEALTH_EXPECTED_UPGRADE_UNTIL (ISO 8601; unset: until this changes),

@@ -186,6 +186,31 @@ def schedule_pairs(pairs: Iterable[tuple[str, str]], nodes: Sequence[str]) -> li
     return rounds
 
 
+def fit_rounds(pairs: Iterable[tuple[str, str]], rounds: int) -> list[tuple[str, str]]:
+    """The ``pairs``, in their order, that ``schedule_pairs``' first fit places within its first ``rounds`` rounds
+    (a pair that would open a later round is left out, and takes no node from the ones after it). So
+    ``schedule_pairs`` over what this returns makes at most ``rounds`` rounds, the same ones: an idle sweep
+    gets the most of its given order (stalest first) that its hold's rounds can measure."""
+    if rounds <= 0:
+        return []
+    full = (1 << rounds) - 1
+    used: dict[str, int] = {}  # node -> bit i set when round i has it
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for a, b in pairs:
+        key = (a, b) if a <= b else (b, a)
+        if a == b or key in seen:
+            continue
+        free = full & ~(used.get(a, 0) | used.get(b, 0))
+        if free:
+            bit = free & -free  # the first round both are free in, as schedule_pairs' first fit
+            used[a] = used.get(a, 0) | bit
+            used[b] = used.get(b, 0) | bit
+            seen.add(key)
+            kept.append((a, b))
+    return kept
+
+
 def sampled_rounds(nodes: Sequence[str], rounds: int, seed: int) -> list[list[tuple[str, str]]]:
     """``rounds`` rounds of random disjoint pairs, the same for the same seed.
 

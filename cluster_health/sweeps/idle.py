@@ -28,7 +28,7 @@ from cluster_health.sweeps.request import MAX_NODES, MAX_PAIRS, request_sweep
 
 log = logging.getLogger(__name__)
 __all__ = ["MAX_NODES", "IdleSweepError", "release_hold", "schedule_max_nodes", "start"]
-DEFAULT_MAX_NODES = 32  # 496 pairs in about 32 rounds: a gap of an hour or so
+DEFAULT_MAX_NODES = 256  # idle nodes held at most; their stalest pairs in at most IDLE_MAX_ROUNDS rounds
 HOLD_MARGIN_S = 300.0  # on top of the estimate: planning, queueing, the confirmation pass's rounds
 CATCH_WAIT_MIN = 30  # a catch lasts the sweep's length and this long
 
@@ -55,11 +55,22 @@ def schedule_max_nodes(params: dict) -> int | None:
 
 
 def choose(
-    candidates: list[str], max_nodes: int, measured: dict | None = None, now=None, power: float = 2.0
+    candidates: list[str],
+    max_nodes: int,
+    measured: dict | None = None,
+    now=None,
+    power: float = 2.0,
+    max_rounds: int | None = None,
 ) -> tuple[list[str], list[tuple[str, str]]]:
-    """At most ``max_nodes`` of ``candidates`` whose pairs among them are the stalest, and every pair among them,
-    stalest first (at most MAX_PAIRS). ``measured``: each pair's last measured time, read from the database
-    when not given (benchmarks/coverage.py gives its simulated fleet's); ``now``: the time ages count to.
+    """At most ``max_nodes`` of ``candidates`` whose pairs among them are the stalest, and their pairs, stalest
+    first: as many as ``max_rounds`` rounds hold (``planner.fit_rounds``), every pair among them when None (at
+    most MAX_PAIRS either way); the nodes returned are those of the pairs kept. ``measured``: each pair's last
+    measured time, read from the database when not given (benchmarks/coverage.py gives its simulated fleet's);
+    ``now``: the time ages count to.
+
+    Bounded by rounds, a sweep takes the stalest pairs among many idle nodes for a short hold: each round
+    pairs up most of them, and once most of the fleet is covered every probe goes to a stale pair, where every
+    pair among a few nodes (N-1 rounds for N nodes) measures mostly fresh ones.
 
     The nodes are picked greedily by staleness (``coverage.staleness``: age squared, never measured heaviest):
     first the candidate whose pairs with the other candidates weigh most, then each time the one whose pairs
@@ -83,7 +94,14 @@ def choose(
             taken.add(k)
             gain = [g + x for g, x in zip(gain, w[k], strict=True)]
         chosen = [names[i] for i in sorted(picked)]
-    return chosen, coverage.stalest_first(chosen, measured)[:MAX_PAIRS]
+    pairs = coverage.stalest_first(chosen, measured)
+    if max_rounds is not None:
+        pairs = planner.fit_rounds(pairs, max_rounds)
+    pairs = pairs[:MAX_PAIRS]
+    if max_rounds is not None:
+        kept = {n for pair in pairs for n in pair}
+        chosen = [n for n in chosen if n in kept]
+    return chosen, pairs
 
 
 def to_catch(busy: list[str], candidates: list[str], measured: dict, now, limit: int, power: float = 2.0) -> list[str]:
@@ -105,11 +123,12 @@ def hold_minutes(pairs: list[tuple[str, str]], names: list[str]) -> int:
     return math.ceil((2 * rounds * deadline + HOLD_MARGIN_S) / 60)
 
 
-def catch_minutes(max_nodes: int) -> int:
-    """How long a catch lasts: one pass of a sweep of ``max_nodes`` nodes (every round's probe deadline), and
-    CATCH_WAIT_MIN for its job to end and the next idle sweep to come."""
+def catch_minutes(max_nodes: int, max_rounds: int | None = None) -> int:
+    """How long a catch lasts: one pass of an idle sweep of ``max_nodes`` nodes in at most ``max_rounds`` rounds
+    (every round's probe deadline), and CATCH_WAIT_MIN for its job to end and the next idle sweep to come."""
     deadline = dispatch.probe_settings({}, "bandwidth", kind="pair")["deadline_s"]
-    return math.ceil((max_nodes - 1) * deadline / 60) + CATCH_WAIT_MIN
+    rounds = max_nodes - 1 if max_rounds is None else min(max_nodes - 1, max_rounds)
+    return math.ceil(rounds * deadline / 60) + CATCH_WAIT_MIN
 
 
 def idle_candidates(states: dict[str, str] | None = None, reserved: dict[str, list[str]] | None = None) -> list[str]:
@@ -133,17 +152,19 @@ def _ours() -> dict[str, str]:
     )
 
 
-def start(max_nodes: int | None = None, source: str = "command", user=None) -> Sweep:
-    """Hold idle nodes (caught ones among them), request a ``pairs`` sweep of their stalest pairs, then catch
-    busy nodes for the next one; IdleSweepError if none can run."""
+def start(max_nodes: int | None = None, source: str = "command", user=None, max_rounds: int | None = None) -> Sweep:
+    """Hold idle nodes (caught ones among them), request a ``pairs`` sweep of their stalest pairs, in at most
+    ``max_rounds`` rounds (default IDLE_MAX_ROUNDS), then catch busy nodes for the next one; IdleSweepError if
+    none can run."""
     max_nodes = max_nodes or DEFAULT_MAX_NODES
+    max_rounds = max_rounds or settings.IDLE_MAX_ROUNDS
     states, reserved = slurm.node_states(), slurm.reservations()
     catches = slurm.catches(reserved)  # reservation -> Slurm node
     candidates = idle_candidates(states, reserved)
     if len(candidates) < 2:
         raise IdleSweepError(f"{len(candidates)} node(s) idle in Slurm and online here: nothing to sweep")
     measured = coverage.last_measured(candidates)
-    names, pairs = choose(candidates, max_nodes, measured)
+    names, pairs = choose(candidates, max_nodes, measured, max_rounds=max_rounds)
     minutes = hold_minutes(pairs, names)
     reservation = f"{slurm.HOLD_PREFIX}{secrets.token_hex(6)}"
     to_slurm = {n: slurm.slurm_name(n) for n in names}
@@ -171,13 +192,13 @@ def start(max_nodes: int | None = None, source: str = "command", user=None) -> S
     )
     held = set(to_slurm.values())
     try:
-        _catch_more(states, catches, held, candidates, max_nodes, hold_user)
+        _catch_more(states, catches, held, candidates, max_nodes, max_rounds, hold_user)
     except slurm.SlurmError as exc:
         log.warning("idle sweep %s: no catches made: %s", sweep.pk, exc)
     return sweep
 
 
-def _catch_more(states, catches, held, candidates, max_nodes, hold_user) -> list[str]:
+def _catch_more(states, catches, held, candidates, max_nodes, max_rounds, hold_user) -> list[str]:
     """End the catches of the nodes this sweep holds now, then catch busy nodes with stale pairs, up to
     IDLE_CATCH_SHARE of the fleet under a catch at once. Returns the reservations made."""
     for reservation, node in catches.items():
@@ -194,7 +215,7 @@ def _catch_more(states, catches, held, candidates, max_nodes, hold_user) -> list
     made = []
     for name in to_catch(busy, candidates, measured, timezone.now(), limit):
         reservation = f"{slurm.CATCH_PREFIX}{secrets.token_hex(6)}"
-        slurm.hold(reservation, [slurm.slurm_name(name)], catch_minutes(max_nodes), hold_user, catch=True)
+        slurm.hold(reservation, [slurm.slurm_name(name)], catch_minutes(max_nodes, max_rounds), hold_user, catch=True)
         made.append(reservation)
     if made:
         log.info("idle sweeps: %d busy node(s) caught for the next one", len(made))

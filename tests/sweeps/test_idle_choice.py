@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from cluster_health import coverage
+from cluster_health.core import planner
 from cluster_health.models import pair_key
 from cluster_health.sweeps import idle
 
@@ -77,3 +78,39 @@ def test_the_busy_nodes_caught_are_those_whose_pairs_with_the_idle_ones_are_stal
     assert idle.to_catch(busy, idle_now, measured, NOW, 2) == ["n6", "n5"]
     assert idle.to_catch(busy, idle_now, measured, NOW, 0) == []
     assert idle.to_catch(busy, [], measured, NOW, 2) == []
+
+
+def test_fit_rounds_keeps_what_the_first_fit_places_within_its_rounds_in_order():
+    pairs = [("a", "b"), ("a", "c"), ("c", "d"), ("b", "a"), ("a", "d"), ("b", "c"), ("e", "f"), ("a", "e")]
+    kept = planner.fit_rounds(pairs, 2)
+    # Round 1: a-b, c-d, e-f; round 2: a-c; a-d needs a third round (a is in both), b-c fits neither (c, then
+    # b and c are both taken in rounds 1 and 2), a-e the same; the repeated b-a is dropped.
+    assert kept == [("a", "b"), ("a", "c"), ("c", "d"), ("e", "f")]
+    rounds = planner.schedule_pairs(kept, list("abcdef"))
+    assert len(rounds) == 2 and sorted(map(len, rounds)) == [1, 3]
+    assert planner.fit_rounds(pairs, 0) == []
+    everything = [(a, b) for i, a in enumerate("abcdef") for b in "abcdef"[i + 1 :]]
+    assert planner.fit_rounds(everything, 99) == everything
+
+
+def test_bounded_by_rounds_it_takes_the_stalest_pairs_among_many_nodes_and_holds_only_their_nodes():
+    """Eight idle nodes, four stale pairs that share no node and the rest fresh: one round measures all four,
+    where every pair among a few nodes would spend rounds on fresh ones."""
+    names = [f"n{i}" for i in range(8)]
+    measured = every_pair(names, NOW - timedelta(hours=1))
+    stale = [("n0", "n5"), ("n1", "n6"), ("n2", "n7"), ("n3", "n4")]
+    for i, pair in enumerate(stale):
+        measured[pair] = NOW - timedelta(days=10 - i)
+    chosen, pairs = idle.choose(names, 8, measured, NOW, max_rounds=1)
+    assert pairs == stale and chosen == names
+    # Two stale pairs on the same node cannot share a round: the staler goes first, the other waits.
+    measured[("n0", "n1")] = NOW - timedelta(days=30)
+    chosen, pairs = idle.choose(names, 8, measured, NOW, max_rounds=1)
+    # The round's last two nodes get their stalest pair, fresh or not: the hold lasts the round anyway.
+    assert pairs == [("n0", "n1"), ("n2", "n7"), ("n3", "n4"), ("n5", "n6")] and chosen == names
+    assert len(planner.schedule_pairs(pairs, chosen)) == 1
+    # A node no kept pair has is not held: three nodes, one round, one pair.
+    assert idle.choose(["n0", "n1", "n2"], 3, {}, NOW, max_rounds=1) == (["n0", "n1"], [("n0", "n1")])
+    chosen, pairs = idle.choose(names, 8, measured, NOW, max_rounds=2)
+    assert pairs[:4] == [("n0", "n1"), ("n0", "n5"), ("n1", "n6"), ("n2", "n7")]
+    assert len(planner.schedule_pairs(pairs, chosen)) == 2 and len(pairs) == 8

@@ -44,7 +44,10 @@ class Command(BaseCommand):
         parser.add_argument("--sizes", help="message sizes in bytes, comma-separated")
         parser.add_argument("--iterations", type=int)
         parser.add_argument(
-            "--rounds", type=int, help=f"for --kind sampled: rounds of random pairs (default {planner.SAMPLED_ROUNDS})"
+            "--rounds",
+            type=int,
+            help=f"for --kind sampled: rounds of random pairs (default {planner.SAMPLED_ROUNDS}); with --idle: "
+            "at most N rounds of the idle nodes' stalest pairs (default CLUSTER_HEALTH_IDLE_MAX_ROUNDS)",
         )
         parser.add_argument(
             "--seed", type=int, help="for --kind sampled: the seed that draws the pairs (default: drawn)"
@@ -122,8 +125,10 @@ class Command(BaseCommand):
             raise CommandError("--idle chooses its nodes from Slurm's idle ones: no --nodes or --pairs")
         if opts["max_nodes"] is not None and not 2 <= opts["max_nodes"] <= idle.MAX_NODES:
             raise CommandError(f"--max-nodes: expected 2..{idle.MAX_NODES}")
+        if opts["rounds"] is not None and not 1 <= opts["rounds"] <= idle.MAX_NODES - 1:
+            raise CommandError(f"--rounds: expected 1..{idle.MAX_NODES - 1}")
         try:
-            sweep = idle.start(opts["max_nodes"])
+            sweep = idle.start(opts["max_nodes"], max_rounds=opts["rounds"])
         except (idle.IdleSweepError, slurm.SlurmError) as exc:
             raise CommandError(f"idle sweep: {exc}") from None
         hold = sweep.params["idle_hold"]
