@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from cluster_health import sweeps, vocabulary
@@ -137,14 +137,21 @@ def test_an_idle_sweep_refuses_when_a_job_took_the_nodes(slurm_bed):
     running_job(slurm_bed, "-N", "3", "-w", "n1,n2,n3")
     with pytest.raises(idle.IdleSweepError, match="idle in Slurm"):
         idle.start()
+    with pytest.raises(CommandError, match=r"idle sweep: 1 node\(s\) idle in Slurm"):
+        call_command("sweep", idle=True, rounds=3)
+    for rounds in (0, idle.MAX_NODES):
+        with pytest.raises(CommandError, match="--rounds: expected 1..1023"):
+            call_command("sweep", idle=True, rounds=rounds)
     assert not Sweep.objects.exists()
 
 
 def test_a_killed_worker_leaves_the_nodes_held_no_longer_than_the_reservations_duration(slurm_bed, driver):
     """The after-sweep step that releases a hold never runs when the server worker dies mid-sweep for good: the
     reservation ends by itself at its Duration, which slurmctld fixed when the hold was made (docs/OPERATIONS.md)."""
-    sweep = driver.run(idle.start, 4)
+    sweep = driver.run(idle.start, 4, max_rounds=2)  # 6 pairs never measured, 2 rounds: 4 of them, 2 a round
     hold = sweep.params["idle_hold"]
+    assert len(planner.schedule_pairs([tuple(p) for p in sweep.params["pairs"]], NODES)) == 2
+    assert len(sweep.params["pairs"]) == 4
     driver.run(sweeps.start_sweep, sweep.pk)  # the sweep runs; nobody will finish it or run its after-sweep step
     line = slurm_bed.run("scontrol", "show", "reservation", hold["reservation"], "--oneliner")
     start, end = (
