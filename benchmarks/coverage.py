@@ -202,6 +202,8 @@ def simulate(
         "busy_share_reached": round(busy_node_min / ran, 3),
         "days_to_every_pair": round(covered_at / 1440, 2) if covered_at is not None else None,
         "share_measured_at_end": round(len(measured) / total, 4),
+        "pairs_unmeasured_at_end": total - len(measured),
+        "days_simulated": round(minute / 1440, 2),
         "share_measured_day_1": round(first_day, 4) if first_day is not None else None,
         "share_measured_day_7": round(first_week, 4) if first_week is not None else round(len(measured) / total, 4),
         "idle_sweeps": sweeps,

@@ -582,8 +582,16 @@ def _coverage_rows(fig: dict, nodes: int) -> list[Target]:
             if "idle_sweeps" in r
             else ""
         )
-        rows.append((name, "<= 7 days", r.get("days_to_every_pair"), " days", at_most(7), beside))
+        days = r.get("days_to_every_pair")
+        if days is None and r.get("pairs_unmeasured_at_end"):  # the simulation ended first
+            days = f"over {r['days_simulated']:g}"
+            beside += f"; {fmt(r['pairs_unmeasured_at_end'])} pairs never measured by then"
+        rows.append((name, "<= 7 days", days, " days", _days_within(7), beside))
     return rows
+
+
+def _days_within(limit: float) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int | float) and v <= limit
 
 
 def _in_rounds(c: dict) -> str:
