@@ -207,7 +207,12 @@ def schedule_list(request):
     return render(
         request,
         "cluster_health/schedules.html",
-        {"rows": rows, "time_zone": settings.TIME_ZONE, "idle_default": idle.DEFAULT_MAX_NODES},
+        {
+            "rows": rows,
+            "time_zone": settings.TIME_ZONE,
+            "idle_default": idle.DEFAULT_MAX_NODES,
+            "idle_rounds": settings.IDLE_MAX_ROUNDS,
+        },
     )
 
 
