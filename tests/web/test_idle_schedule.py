@@ -43,7 +43,8 @@ def test_an_operator_schedules_an_idle_sweep_and_the_page_says_what_it_does(oper
 
     listing = operator.get(reverse("schedules")).content.decode()
     row = listing[listing.index('data-schedule="idle gaps"') :]
-    assert 'data-kind="idle">idle' in row and "up to 16 of the nodes Slurm has idle, their stalest pairs in up to 20 rounds, held while swept" in row
+    assert 'data-kind="idle">idle' in row
+    assert "up to 16 of the nodes Slurm has idle, their stalest pairs in up to 20 rounds, held while swept" in row
     edit = operator.get(reverse("schedule-edit", args=[task.pk])).content.decode()
     assert 'value="16"' in edit and '<option value="idle" selected>idle</option>' in edit
 
