@@ -223,9 +223,13 @@ def test_a_node_shaped_among_fast_links_is_named_on_the_first_sweep(bed, stack):
     assert {(p["status"], p["reason"]) for p in mine} == {("degraded", "below_peers")}, mine
     assert all("links without it" in p["hint"] for p in mine), mine
     assert {p["evidence"]["confirmation"]["outcome"] for p in mine if p["evidence"]["confirmation"]} == {"confirmed"}
-    # A link slow once next to the others (a loaded host) and normal when probed again is transient, not slow.
+    # A link slow once next to the others (a loaded host) and normal when probed again is transient, not slow;
+    # one slow both times while its host's probe waited for a CPU is contended (four probes on two cores
+    # here): measured under load, named as such, never acted on. No other node or link is blamed.
     others = [p for p in report["pairs"] if p not in mine]
-    assert {p["status"] for p in others} <= {"ok", "transient"}, brief(report)
+    assert {p["status"] for p in others} <= {"ok", "transient", "contended"}, brief(report)
+    blamed = [f for f in report["findings"] if f["severity"] in ("warn", "fail")]
+    assert [f["subject"] for f in blamed] == ["rack1-n1"], brief(report)
     assert report["confirmation"]["rounds"] >= 1
     shown = f"cells {sorted({p['status'] for p in mine})}; fail finding: {slow[0]['text'][:90]}"
     record_cell("rack1-n1 shaped to 200 Mbit/s, first sweep, no baseline (tc tbf)", took, mine[0], shown)
