@@ -119,8 +119,8 @@ def simulate(
     catching: dict[str, float] = {}  # busy nodes under a catch -> the minute it ends
     caught: dict[str, float] = {}  # caught nodes whose job ended: held, idle, waiting for the next idle sweep
     catch_limit = math.floor(catch_share * nodes)
-    pass_rounds = max_nodes - 1 if max_rounds is None else min(max_nodes - 1, max_rounds)
-    catch_min = pass_rounds * ROUND_S / 60 + idle.CATCH_WAIT_MIN  # one idle sweep's pass, and the wait
+    # One idle sweep's pass, and the wait.
+    catch_min = idle.pass_rounds(max_nodes, max_rounds) * ROUND_S / 60 + idle.CATCH_WAIT_MIN
     first_day = first_week = None
     job_id = gang_checks = gang_pairs = 0
     choose_s = 0.0

@@ -229,7 +229,9 @@ def judge(
                 sides.append({"node": side, "partner": other, "status": r["status"], "busbw_gbps": r.get("busbw_gbps")})
                 if worse:
                     side_bad.append(side)
-        load = busy(p, typical) if p["status"] not in BAD else None
+        # Far below what it is compared with, only other traffic explains a figure; busy cores do not.
+        cpu = not judging.far_below(p)
+        load = busy(p, typical, cpu) if p["status"] not in BAD else None
         if second is not None:
             confirmed = bad_again(p, second)
             if confirmed and p.get("reason") in SLOW_REASONS and second["status"] not in BAD:
@@ -243,7 +245,7 @@ def judge(
         heavier = None
         if confirmed and second is not None and p.get("reason") in SLOW_REASONS and second["status"] not in BAD:
             heavier = judging.heavier_again(p, second)
-        if confirmed and load and (second is None or busy(second, typical)):
+        if confirmed and load and (second is None or busy(second, typical, cpu)):
             outcome = "contended"  # slow each time it was measured, and each time beside other work
         elif heavier:
             outcome, load = "contended", heavier  # slow again, but only under heavier load than the first look
@@ -293,7 +295,7 @@ def judge(
     return updates, told
 
 
-def busy(p: Mapping[str, Any], typical: float | None = None) -> str | None:
+def busy(p: Mapping[str, Any], typical: float | None = None, cpu: bool = True) -> str | None:
     """What else kept a side of the pair busy while it measured, in words with the figures; None when neither was.
 
     Busy: the side's interface carried other bytes at CONTENDED_NIC_SHARE of the probe's own or
@@ -303,7 +305,8 @@ def busy(p: Mapping[str, Any], typical: float | None = None) -> str | None:
     for a CPU, where that side's figure is busy and heavier than the typical one.
     Other work on the CPUs counted as busy cores decides nothing: where hosts share a machine's
     cores (a namespace bed, containers), the peer rank itself counts as other work, and load that
-    every node carries explains no one pair.
+    every node carries explains no one pair. With ``cpu`` false (a figure far below what it is compared
+    with: judging.far_below) only other traffic on an interface counts.
     """
     ev = p.get("evidence") or {}
     said = []
@@ -314,9 +317,9 @@ def busy(p: Mapping[str, Any], typical: float | None = None) -> str | None:
         own, total = load.get("own_bytes"), load.get("nic_bytes")
         if own and total is not None and side.get("interface") != "lo" and total - own >= CONTENDED_NIC_SHARE * own:
             why.append(f"other traffic {load.get('other_gbps', 0):.3g} GB/s on its interface beside the probe's own")
-        if (load.get("cpu_steal") or 0) >= CONTENDED_STEAL:
+        if cpu and (load.get("cpu_steal") or 0) >= CONTENDED_STEAL:
             why.append(f"{load['cpu_steal']:.0%} of its CPU stolen")
-        if typical is not None:
+        if cpu and typical is not None:
             parts = judging.side_parts(load, side.get("interface"))
             for name in ("cpu_pressure", "sched_wait"):  # a cold start alone is not contention: its figure judges
                 if parts.get(name, 0.0) >= judging.BUSY and parts[name] >= typical + judging.HEAVIER:

@@ -361,6 +361,17 @@ def as_fast_as_partners(
     return mine >= reference * (1 - margin(ex, 1 - expected_busbw.MIN_DROP, scatter_now))
 
 
+def far_below(first: Mapping[str, Any]) -> bool:
+    """Whether a slow pair's first look was under FAR_BELOW of what it is compared with (its history, else
+    its peers' reference): busy cores slow a probe, they do not cut it to a fraction; only other traffic can."""
+    first_ratio = ratio(first)
+    reference = ((first.get("evidence") or {}).get("peers") or {}).get("reference_gbps")
+    if first_ratio is None and isinstance(reference, (int, float)) and reference > 0:
+        bw = first.get("busbw_gbps")
+        first_ratio = bw / reference if isinstance(bw, (int, float)) else None
+    return first_ratio is not None and first_ratio < FAR_BELOW
+
+
 def heavier_again(first: Mapping[str, Any], second: Mapping[str, Any]) -> str | None:
     """Why a second look that was slow again confirms nothing: it measured under heavier load than the first.
 
@@ -368,12 +379,7 @@ def heavier_again(first: Mapping[str, Any], second: Mapping[str, Any]) -> str | 
     1 - MAX_MARGIN of its history, or of its peers' reference): busy cores slow a probe, they do
     not cut it to a fraction, and a shaped or broken link must not hide behind a busier second look.
     """
-    first_ratio = ratio(first)
-    reference = ((first.get("evidence") or {}).get("peers") or {}).get("reference_gbps")
-    if first_ratio is None and isinstance(reference, (int, float)) and reference > 0:
-        bw = first.get("busbw_gbps")
-        first_ratio = bw / reference if isinstance(bw, (int, float)) else None
-    if first_ratio is not None and first_ratio < FAR_BELOW:
+    if far_below(first):
         return None
     before, after = pair_score(first), pair_score(second)
     if after is None or after < BUSY or after < (before or 0.0) + HEAVIER:

@@ -123,12 +123,16 @@ def hold_minutes(pairs: list[tuple[str, str]], names: list[str]) -> int:
     return math.ceil((2 * rounds * deadline + HOLD_MARGIN_S) / 60)
 
 
+def pass_rounds(max_nodes: int, max_rounds: int | None = None) -> int:
+    """The rounds of one pass of an idle sweep of ``max_nodes`` nodes bounded to ``max_rounds`` (None: every pair)."""
+    return max_nodes - 1 if max_rounds is None else min(max_nodes - 1, max_rounds)
+
+
 def catch_minutes(max_nodes: int, max_rounds: int | None = None) -> int:
     """How long a catch lasts: one pass of an idle sweep of ``max_nodes`` nodes in at most ``max_rounds`` rounds
     (every round's probe deadline), and CATCH_WAIT_MIN for its job to end and the next idle sweep to come."""
     deadline = dispatch.probe_settings({}, "bandwidth", kind="pair")["deadline_s"]
-    rounds = max_nodes - 1 if max_rounds is None else min(max_nodes - 1, max_rounds)
-    return math.ceil(rounds * deadline / 60) + CATCH_WAIT_MIN
+    return math.ceil(pass_rounds(max_nodes, max_rounds) * deadline / 60) + CATCH_WAIT_MIN
 
 
 def idle_candidates(states: dict[str, str] | None = None, reserved: dict[str, list[str]] | None = None) -> list[str]:

@@ -180,13 +180,37 @@ def test_a_pair_slow_each_time_beside_a_network_hog_is_contended_with_the_figure
     slow = pair("n1", "n2", "degraded", 0.2, "below_peers", round_=2)
     slow["evidence"] = {"a": busy_side("n1", other_gbps=0.9), "b": busy_side("n2"), "peers": {"reference_gbps": 1.0}}
     pairs = [p for p in pairs if (p["a"], p["b"]) != ("n1", "n2")] + [slow]
-    second = {**pair("n1", "n2", "ok", 0.25, round_=16), "evidence": {"a": busy_side("n1", cpu_steal=0.3)}}
+    second = {**pair("n1", "n2", "ok", 0.25, round_=16), "evidence": {"a": busy_side("n1", other_gbps=0.8)}}
     updates, [told] = confirmation.judge(pairs, [second])
     change = updates[("n1", "n2")]
     assert change["status"] == "contended" and change["confirmation"]["outcome"] == "contended"
     assert "n1 was busy (other traffic 0.9 GB/s on its interface beside the probe's own)" in change["hint"]
     assert change["hint"].endswith("contended, not acted on") and told["code"] == "contended"
     assert verdicts.verdict([p["status"] for p in pairs[:-1]] + ["contended"], [told]) == "pass"
+
+
+def waiting_for_a_cpu(node, wait=0.6):
+    """A side whose probe waited for a CPU ``wait`` of its time (a namespace bed's four probes on two cores)."""
+    side = busy_side(node)
+    return {**side, "load": {**side["load"], "sched_wait": wait}}
+
+
+def test_a_pair_a_fraction_of_its_peers_each_time_is_not_explained_by_a_wait_for_a_cpu():
+    # The bed's shaped host: 0.025 GB/s beside peers at 1 GB/s, its probe waiting for a CPU both times.
+    _, pairs = fleet()
+    for p in pairs:  # the rest of the sweep measured on quiet hosts
+        p["evidence"] = {"a": busy_side(p["a"]), "b": busy_side(p["b"])}
+    for bw, outcome in ((0.025, "confirmed"), (0.6, "contended")):
+        slow = pair("n1", "n2", "degraded", bw, "below_peers", round_=2)
+        slow["evidence"] = {"a": waiting_for_a_cpu("n1"), "b": busy_side("n2"), "peers": {"reference_gbps": 1.0}}
+        others = [p for p in pairs if (p["a"], p["b"]) != ("n1", "n2")]
+        second = {**pair("n1", "n2", "degraded", bw, round_=16), "evidence": {"a": waiting_for_a_cpu("n1")}}
+        updates, [told] = confirmation.judge([*others, slow], [second])
+        change = updates[("n1", "n2")]
+        assert change["confirmation"]["outcome"] == outcome == told["code"], (bw, change)
+        # Busy cores slow a probe (0.6 of its peers: contended); they do not cut it to a fortieth.
+        assert ("status" not in change) == (outcome == "confirmed"), change
+        assert ("of the time for a CPU" in change.get("hint", "")) == (outcome == "contended"), change
 
 
 def test_a_pair_slow_again_on_quiet_hosts_stays_degraded():
