@@ -4,6 +4,7 @@ and the coverage the dashboard and GET /api/coverage show; viewers change nothin
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.urls import reverse
@@ -74,4 +75,9 @@ def test_coverage_counts_each_pairs_last_measurement(operator_client):
     assert got["stalest"][0]["last_measured"] is None
     by_node = {n["name"]: n for n in got["nodes"]}
     assert by_node["n1"]["last_full_measurement"] is None and by_node["n1"]["pairs_measured"] == 1
-    assert b"data-coverage" in operator_client.get(reverse("overview")).content
+    page = operator_client.get(reverse("overview")).content.decode()
+    assert "data-coverage" in page
+    # The pair measured: its time in the one format with its zone; the others never measured.
+    stalest = re.search(r"Stalest: (.*?)</p>", page).group(1)
+    measured = r'n1 ↔ n2</a> <span class="muted">\(<time datetime="[^"]+">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>\)'
+    assert stalest.count("(never)") == 2 and re.search(measured, stalest), stalest
