@@ -26,8 +26,12 @@ def drain(server: RedisServer, name: str, got: list, start: threading.Barrier) -
     taker = consumer.Consumer(name, client)
     start.wait(10)
     try:
-        for _ in range(1000):  # bounded: 6,000 messages need a dozen batches between the two
+        for turn in range(1000):  # bounded: 6,000 messages need a dozen batches between the two
             batch = taker.take()
+            if turn == 0:
+                # Both took their first batch at the same moment; then each runs free. (Without this a loaded
+                # machine may schedule one thread for every batch before the other runs once.)
+                start.wait(10)
             if not batch and not keys.waiting_on_ingest(client):
                 return
             got.extend(batch)
