@@ -17,6 +17,13 @@ node's heartbeat (on the same list) every ``--heartbeat-s``. Every node is enrol
 heartbeat and half is signed with it, as agents sign them: the server checks
 each signature (and refuses unsigned messages) as it does in production. Then it requests one sweep and reads the rows it wrote.
 
+Both ranks of a probe answer together, as a real collective ends on both ranks at once: a probe's
+second command is due when its first was taken, and due answers go out by probe. Until 2026-11-28
+(rows measured at or before ``f836177``) answers went out in the order the nodes' queues were read, so a
+pair's two halves were up to a whole round's answers apart and often fell into two of the consumer's
+batches (one claimed, then closed by the other: two writes of the row where a real fleet mostly
+needs one); the first 100 rounds at 1,024 nodes took 0.52 s a round that way and 0.50 s this way.
+
 A round's wall time is from the first probe of the round started by the server to
 the first probe of the next (the last round: to its last probe closed); the
 overhead per round is that minus the simulated probe time, so it holds dispatch,
@@ -252,8 +259,11 @@ class Fleet(LoopThread):
         self.template = template or None
         self.queues = [contract.agent_queue(n) for n in names]
         self.redis = redis.Redis.from_url(redis_url)
-        self.due: list[tuple[float, int, dict]] = []  # (when, seq, command) answers waiting for their time
+        # (when, probe, rank, command): answers waiting for their time. Both ranks of a probe finish
+        # together, as a real collective's do: a probe's second command is due when its first was.
+        self.due: list[tuple[float, int, int, int, dict]] = []  # (when, probe, rank, seq, command)
         self.seq = 0
+        self.started: dict[int, list] = {}  # probe id -> [when its answers are due, its ranks not yet taken]
         self.silenced = False  # dead nodes stop once the sweep starts
         self.busy_s = 0.0  # the simulator's own work: decoding commands, sending halves and heartbeats
         self.commands = self.halves = 0
@@ -312,7 +322,12 @@ class Fleet(LoopThread):
                 continue
             self.commands += 1
             self.seq += 1
-            heapq.heappush(self.due, (time.monotonic() + self.probe_s, self.seq, command))
+            probe = command["probe_id"]
+            started = self.started.setdefault(probe, [time.monotonic() + self.probe_s, command.get("world_size", 2)])
+            started[1] -= 1
+            if started[1] <= 0:
+                del self.started[probe]
+            heapq.heappush(self.due, (started[0], probe, command["rank"], self.seq, command))
         self.busy_s += time.perf_counter() - t0
 
     def to_server(self, out: list, task: str, name: str, body: dict, expires_s: float | None = None) -> None:
@@ -326,7 +341,7 @@ class Fleet(LoopThread):
         t0 = time.perf_counter()
         sent = 0
         while self.due and self.due[0][0] <= time.monotonic() and sent < SENDS_PER_TURN:
-            command = heapq.heappop(self.due)[2]
+            command = heapq.heappop(self.due)[-1]
             peers = {p["name"] for p in command.get("peers", [])}
             cut = any(frozenset((command["node"], peer)) in self.failing for peer in peers)
             if self.template and not cut:
