@@ -22,7 +22,8 @@ second command is due when its first was taken, and due answers go out by probe.
 (rows measured at or before ``f836177``) answers went out in the order the nodes' queues were read, so a
 pair's two halves were up to a whole round's answers apart and often fell into two of the consumer's
 batches (one claimed, then closed by the other: two writes of the row where a real fleet mostly
-needs one); the first 100 rounds at 1,024 nodes took 0.52 s a round that way and 0.50 s this way.
+needs one). At 1,024 nodes the difference is within the runs' spread (the first 100 rounds: 0.52 s a
+round that way, 0.50 s this way, 2.9 and 2.7 consumer batches a round; docs/BENCHMARKS.md).
 
 A round's wall time is from the first probe of the round started by the server to
 the first probe of the next (the last round: to its last probe closed); the
