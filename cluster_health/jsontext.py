@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS  # an int key written as a string, as json.dumps writes it
 _django = DjangoJSONEncoder()
@@ -58,3 +60,15 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value, default=_default, option=_OPTIONS).decode()
     except TypeError:  # orjson.JSONEncodeError is a TypeError
         return json.dumps(value, cls=DjangoJSONEncoder)
+
+
+def column(name: str) -> Cast:
+    """A JSON column read as its text, for ``value_of``: Django's JSONField decodes every value it reads with
+    the standard library, which was most of the time closing a 1,024-node sweep took (523,776 rows, two
+    JSON columns each)."""
+    return Cast(name, output_field=TextField())
+
+
+def value_of(text: str | None) -> Any:
+    """The value of a JSON column read with ``column``: None for SQL NULL, as the field gives it."""
+    return None if text is None else loads(text)

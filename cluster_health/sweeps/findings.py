@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents import contract
-from cluster_health import vocabulary
+from cluster_health import jsontext, vocabulary
 from cluster_health.core import (
     advertised,
     clocks,
@@ -51,10 +51,11 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
             "hint": h,
             "busbw_gbps": bw,
             "latency_us": lat,
-            "sizes": sz,
-            "evidence": ev,
+            "sizes": jsontext.value_of(sz),
+            "evidence": jsontext.value_of(ev),
         }
         for a, b, s, st, r, h, bw, lat, sz, ev in PairProbe.objects.filter(sweep=sweep)
+        .annotate(sizes_text=jsontext.column("sizes"), evidence_text=jsontext.column("evidence"))
         .values_list(
             "node_a__name",
             "node_b__name",
@@ -64,8 +65,8 @@ def sweep_findings(sweep: Sweep) -> tuple[list[dict], list[str]]:
             "hint",
             "busbw_gbps",
             "latency_us_p50",
-            "sizes",
-            "evidence",
+            "sizes_text",
+            "evidence_text",
         )
         .iterator(chunk_size=READ_CHUNK)
     ]
@@ -182,11 +183,13 @@ def _history_findings(sweep: Sweep, pairs: list[dict], current: list[dict]) -> l
         PairProbe.objects.filter(sweep_id__in=earlier)
         .exclude(status__in=vocabulary.OPEN_STATUSES)
         .exclude(evidence__has_key="uplink")  # a share of an uplink, not the link's figure (closing.uplink_share)
-        .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes", "load")
+        .annotate(sizes_text=jsontext.column("sizes"))
+        .values_list("sweep_id", "node_a__name", "node_b__name", "status", "busbw_gbps", "sizes_text", "load")
     )
     # Each sweep's links that passed, by size: a link's busbw next to its peers of the same moment.
     peers: dict[tuple[int, int | None], list[float]] = {}
-    for sid, a, b, status, bw, sizes, load in rows.iterator(chunk_size=READ_CHUNK):
+    for sid, a, b, status, bw, sizes_text, load in rows.iterator(chunk_size=READ_CHUNK):
+        sizes = jsontext.value_of(sizes_text)
         key = (a, b) if (a, b) in links else (b, a)
         if key in links:
             # A figure measured with a side's CPU saturated is its share of the CPU: no point of a trend.

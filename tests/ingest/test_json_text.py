@@ -68,3 +68,26 @@ def test_the_pair_tables_json_is_compressed_with_lz4_where_the_server_has_it():
             " AND attname IN ('half_a', 'half_b', 'evidence', 'sizes')"
         )
         assert dict(cursor.fetchall()) == {"half_a": "l", "half_b": "l", "evidence": "l", "sizes": "l"}
+
+
+@pytest.mark.django_db
+def test_a_json_column_read_as_text_is_the_value_the_field_reads():
+    """What the sweep's close reads through jsontext.column (orjson) is what the JSONField gives, on either database."""
+    from cluster_health.models import Node, PairProbe, Sweep
+
+    sweep = Sweep.objects.create(kind="connectivity", nodes=["jt-a", "jt-b"], status="running")
+    a, b = (Node.objects.create(name=name, address=f"10.7.0.{i}") for i, name in enumerate(("jt-a", "jt-b"), 1))
+    values = [
+        None,
+        {"tcp": {"RetransSegs": 3, "retrans_pct": 0.25}, "uplink": None, "big": 123456789012345678901234567890},
+        [{"bytes": 4, "busbw_gbps": 1e-07, "ok": True}, {"bytes": 67108864, "busbw_gbps": 12.5, "ok": False}],
+        {"text": "x\u00e9\U0001f600", "nested": [[1, 2], {"k": "v"}], "empty": {}},
+    ]
+    for i, value in enumerate(values):
+        PairProbe.objects.create(sweep=sweep, round=i, node_a=a, node_b=b, status="ok", evidence=value, sizes=value)
+    rows = PairProbe.objects.filter(sweep=sweep).order_by("round")
+    read = [
+        (jsontext.value_of(ev), jsontext.value_of(sz))
+        for ev, sz in rows.annotate(ev=jsontext.column("evidence"), sz=jsontext.column("sizes")).values_list("ev", "sz")
+    ]
+    assert read == list(rows.values_list("evidence", "sizes")) == [(v, v) for v in values]
