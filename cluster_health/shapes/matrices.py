@@ -169,7 +169,10 @@ def sweep_matrix_arrays(sweep: Sweep, only: list[str] | None = None) -> matrix.M
     """The sweep's matrix from its pair rows, over all its nodes or ``only`` those named (a drill-down)."""
     named = only if only is not None else sweep.nodes
     names = dict(Node.objects.filter(name__in=named).values_list("pk", "name")) if named else {}
-    rows = PairProbe.objects.filter(sweep=sweep).order_by()
+    # In round order: a pair looked at again (the confirmation pass, a bisect phase) shows its later look, as
+    # an open sweep's read applies the rounds since its snapshot. Without an order PostgreSQL returns rows as
+    # they lie on disk, where an updated first look can come after the second.
+    rows = PairProbe.objects.filter(sweep=sweep).order_by("round")
     if only is not None:
         rows = rows.filter(node_a_id__in=list(names), node_b_id__in=list(names))
     rows = rows.values_list(*MATRIX_FIELDS)

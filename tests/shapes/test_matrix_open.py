@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
 
 from cluster_health import sweeps
 from cluster_health.core import matrix
@@ -239,3 +240,22 @@ def test_a_held_matrix_is_the_same_sweeps_only_and_few_are_held(driver, monkeypa
     older = matrices._held[others[0].pk]
     matrices._hold(others[0], matrix.MatrixArrays.blank(["a", "b"]), 0, 1)  # a slower reader's older matrix
     assert matrices._held[others[0].pk] is older
+
+
+def test_a_pair_looked_at_twice_shows_its_later_look_whatever_order_its_rows_lie_in():
+    """The confirmation pass looks at a pair again in a later round: the matrix built from the rows (the stored
+    one, small sweeps' reads, snapshots) shows that look, as an open read over a snapshot does, even where
+    the first look's row was updated after the second was written (PostgreSQL then returns it after)."""
+    from cluster_health.models import Node
+
+    a, b = (Node.objects.create(name=name, address=f"10.8.0.{i}") for i, name in enumerate(("lk-a", "lk-b"), 1))
+    sweep = Sweep.objects.create(kind="connectivity", nodes=["lk-a", "lk-b"], status="running", total_rounds=2)
+    first = PairProbe.objects.create(sweep=sweep, round=1, node_a=a, node_b=b, status="ok", busbw_gbps=1.0)
+    PairProbe.objects.create(sweep=sweep, round=2, node_a=a, node_b=b, status="degraded", busbw_gbps=2.0)
+    PairProbe.objects.filter(pk=first.pk).update(hint="first look")  # a new row version, after the second look's
+    if connection.vendor == "postgresql":  # read the table as it lies (the plan a large sweep's read gets)
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_indexscan = off; SET LOCAL enable_bitmapscan = off")
+    built = matrices.sweep_matrix_arrays(sweep).payload()
+    assert matrix.status_counts(built) == {"degraded": 1}
+    assert list(matrix.decode(built["busbw_gbps"], "f")) == [2.0]
