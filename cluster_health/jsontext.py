@@ -64,8 +64,8 @@ def dumps(value: Any) -> str:
 
 def column(name: str) -> Cast:
     """A JSON column read as its text, for ``value_of``: Django's JSONField decodes every value it reads with
-    the standard library, which was most of the time closing a 1,024-node sweep took (523,776 rows, two
-    JSON columns each)."""
+    the standard library, a third of the time a sweep's findings took to read (two JSON columns a pair row;
+    cProfile of a 256-node sweep's close, docs/BENCHMARKS.md)."""
     return Cast(name, output_field=TextField())
 
 
