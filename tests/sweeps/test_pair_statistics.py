@@ -48,16 +48,27 @@ def test_the_task_analyzes_the_pair_table():
 @pytest.fixture
 def no_autovacuum():
     """The pair table without PostgreSQL's autovacuum for the test: a daemon's vacuum of it, started at any moment
-    by earlier tests' churn, would reset the dead-version count or hold the table while the test asks ours."""
+    by earlier tests' churn, would reset the dead-version count or hold the table while the test asks ours.
+
+    And a snapshot held open in another session throughout: without it any statement that reads a page of the
+    table (the leg's server stack, the test's own) may prune the test's dead versions and take them off the
+    count between two of its calls, and the reaper then rightly finds nothing to vacuum."""
     if not POSTGRES:
         yield
         return
     table = PairProbe._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(f'ALTER TABLE "{table}" SET (autovacuum_enabled = false)')
+    pin = connection.get_new_connection(connection.get_connection_params())
+    pin.autocommit = False
     try:
+        with pin.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            cursor.execute("SELECT 1")  # the snapshot: versions dead after it stay until it ends
         yield
     finally:
+        pin.rollback()
+        pin.close()
         with connection.cursor() as cursor:
             cursor.execute(f'ALTER TABLE "{table}" RESET (autovacuum_enabled)')
 
