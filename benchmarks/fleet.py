@@ -260,9 +260,9 @@ class Fleet(LoopThread):
         self.template = template or None
         self.queues = [contract.agent_queue(n) for n in names]
         self.redis = redis.Redis.from_url(redis_url)
-        # (when, probe, rank, command): answers waiting for their time. Both ranks of a probe finish
+        # Answers waiting for their time, as (when, probe, rank, seq, command). Both ranks of a probe finish
         # together, as a real collective's do: a probe's second command is due when its first was.
-        self.due: list[tuple[float, int, int, int, dict]] = []  # (when, probe, rank, seq, command)
+        self.due: list[tuple[float, int, int, int, dict]] = []
         self.seq = 0
         self.started: dict[int, list] = {}  # probe id -> [when its answers are due, its ranks not yet taken]
         self.silenced = False  # dead nodes stop once the sweep starts
