@@ -217,10 +217,10 @@ class Sweep(models.Model):
 
     @property
     def phase(self) -> str:
-        """``confirming`` while a running sweep is in its confirmation pass (rounds from ``confirm_first``), else
-        ``probing`` (cluster_health/sweeps/confirming.py)."""
-        first = self.params.get("confirm_first")
-        if self.status == "running" and first is not None and self.current_round >= first:
+        """``confirming`` while a running sweep is in its confirmation pass (planned after the last planned round,
+        its rounds from ``confirm_first``; its wait before them included), else ``probing``
+        (cluster_health/sweeps/confirming.py)."""
+        if self.status == "running" and self.params.get("confirm_first") is not None:
             return "confirming"
         return "probing"
 
@@ -228,7 +228,10 @@ class Sweep(models.Model):
         """The confirmation pass as the sweep JSON shows it, once planned: its first round and how many it took."""
         if "confirm_first" not in self.params:
             return None
-        return {"first_round": self.params["confirm_first"], "rounds": self.params.get("confirm_rounds", 0)}
+        out = {"first_round": self.params["confirm_first"], "rounds": self.params.get("confirm_rounds", 0)}
+        if "confirm_at" in self.params:  # the pass waited (confirm_after_s) before its first round
+            out["after_s"] = self.params["confirm_after_s"]
+        return out
 
     def progress(self, round_only: bool = False) -> dict:
         """Counts by pair status (a gpu sweep's: by check status), rounds and failures: what a progress line

@@ -204,6 +204,10 @@ DEGRADED_RATIO = envfloat("CLUSTER_HEALTH_DEGRADED_RATIO", 0.9, 0.0, 1.0)
 CONFIRMATION = envstr("CLUSTER_HEALTH_CONFIRMATION", "on").strip().lower()
 if CONFIRMATION not in ("on", "off"):
     raise ImproperlyConfigured(f"CLUSTER_HEALTH_CONFIRMATION: expected on or off, got {CONFIRMATION!r}")
+# How long the confirmation pass waits after the planned rounds before it looks again, so that a burst
+# (a checkpoint written, a neighbour's job starting) can pass first; a sweep's request may say otherwise
+# (``confirm_after_s``, ``sweep --confirm-after S``). The pass starts at the reaper's first tick after it.
+CONFIRM_AFTER_S = envfloat("CLUSTER_HEALTH_CONFIRM_AFTER_S", 0.0, 0.0, 600.0)
 # How node names map to groups (rack, leaf, rail) for segment findings: a regex whose first
 # matching group is the group; unset, the name up to its last '-', '_' or '.' (or without trailing digits).
 GROUP_PATTERN = envstr("CLUSTER_HEALTH_GROUP_PATTERN")

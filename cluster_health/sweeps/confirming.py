@@ -14,6 +14,7 @@ pass's own rows, so every reader of the sweep sees each pair once, with both out
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -28,9 +29,25 @@ READ_FIELDS = ("id", "round", "node_a__name", "node_b__name", "status", "stage",
 READ_CHUNK = 10000
 
 
+MAX_AFTER_S = 600.0  # the longest wait before the pass a sweep may ask for
+
+
 def confirm_first(sweep: Sweep) -> int | None:
     """The first round of the sweep's confirmation pass, if it has one."""
     return sweep.params.get("confirm_first")
+
+
+def after_s(sweep: Sweep) -> float:
+    """How long this sweep's pass waits after its planned rounds: its request's ``confirm_after_s``, else
+    CLUSTER_HEALTH_CONFIRM_AFTER_S."""
+    own = sweep.params.get("confirm_after_s")
+    return float(settings.CONFIRM_AFTER_S if own is None else own)
+
+
+def waiting(sweep: Sweep, next_round: int, now: float | None = None) -> bool:
+    """Whether ``next_round`` is the pass's first and its wait (``params["confirm_at"]``) has not run out."""
+    at = sweep.params.get("confirm_at")
+    return at is not None and next_round == confirm_first(sweep) and (time.time() if now is None else now) < at
 
 
 def _pairs(sweep: Sweep, confirming: bool) -> list[dict[str, Any]]:
@@ -101,6 +118,8 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
     rounds = planner.schedule_pairs(todo, sweep.nodes)[: confirmation.MAX_ROUNDS]
     first = sweep.total_rounds + 1
     params = {**sweep.params, "confirm_first": first if rounds else None, "confirm_rounds": len(rounds)}
+    if rounds and after_s(sweep) > 0:  # the wait it had, and when advance() may start its first round
+        params.update(confirm_after_s=after_s(sweep), confirm_at=round(time.time() + after_s(sweep), 3))
     if not Sweep.objects.filter(pk=sweep.pk, status="running", total_rounds=sweep.total_rounds).update(
         total_rounds=sweep.total_rounds + len(rounds), params=params
     ):
@@ -123,7 +142,11 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
     sweep.params, sweep.total_rounds = params, sweep.total_rounds + len(rounds)
     if rounds:
         log.info(
-            "sweep %s: confirming %d pair(s) in %d round(s)", sweep.pk, len(confirmation.suspects(pairs)), len(rounds)
+            "sweep %s: confirming %d pair(s) in %d round(s)%s",
+            sweep.pk,
+            len(confirmation.suspects(pairs)),
+            len(rounds),
+            f" after {after_s(sweep):g} s" if "confirm_at" in params else "",
         )
     return rounds
 

@@ -76,7 +76,10 @@ def _request(job_id: str, kind: str, warn: Callable[[str], None]) -> Sweep | Non
     # A quick check prefers the pairs measured longest ago: the checks before jobs then also cover pairs of busy
     # nodes, which idle-gap sweeps reach last (docs/OPERATIONS.md, "Idle-gap sweeps and coverage").
     prefer = {"stalest_first": True} if kind == "quick" else {}
-    return request_sweep(source="command", kind=kind, nodes=names, marks={"slurm_job": job_id}, **prefer)
+    # Within the prolog's time: the second look comes at once, whatever wait the fleet's sweeps take.
+    return request_sweep(
+        source="command", kind=kind, nodes=names, marks={"slurm_job": job_id}, confirm_after_s=0, **prefer
+    )
 
 
 def _cancel(sweep: Sweep) -> None:

@@ -117,10 +117,11 @@ def to_catch(busy: list[str], candidates: list[str], measured: dict, now, limit:
 
 
 def hold_minutes(pairs: list[tuple[str, str]], names: list[str]) -> int:
-    """How long to hold the nodes: each round's probe deadline, twice (a confirmation pass), and a margin."""
+    """How long to hold the nodes: each round's probe deadline, twice (a confirmation pass), the pass's wait
+    (CLUSTER_HEALTH_CONFIRM_AFTER_S) and a margin."""
     rounds = len(planner.schedule_pairs(pairs, names))
     deadline = dispatch.probe_settings({}, "bandwidth", kind="pair")["deadline_s"]
-    return math.ceil((2 * rounds * deadline + HOLD_MARGIN_S) / 60)
+    return math.ceil((2 * rounds * deadline + settings.CONFIRM_AFTER_S + HOLD_MARGIN_S) / 60)
 
 
 def pass_rounds(max_nodes: int, max_rounds: int | None = None) -> int:

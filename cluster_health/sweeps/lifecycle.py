@@ -273,6 +273,8 @@ def advance(sweep_id: int) -> None:
                     continue
                 finish(sweep)
                 return
+            if confirming.waiting(sweep, k + 1):
+                return  # the pass waits out its settle time; the reaper's tick after it goes on
             if not Sweep.objects.filter(pk=sweep_id, status="running", current_round=k).update(current_round=k + 1):
                 return  # another worker advanced it
             sweep.current_round = k + 1

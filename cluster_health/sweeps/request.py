@@ -11,6 +11,7 @@ from cluster_health import vocabulary
 from cluster_health.core import planner
 from cluster_health.models import Node, Sweep
 from cluster_health.queues import dispatch
+from cluster_health.sweeps import confirming
 
 MAX_NODES = contract.MAX_WORLD_SIZE
 MAX_PAIRS = 10000  # explicit pairs in one "pairs" sweep
@@ -52,6 +53,8 @@ def clean_request(kind: str = "full", backend: str = "gloo", nodes=None, **param
         raise SweepRequestError("master_port: a launch rehearsal needs the MASTER_PORT the job will use")
     if params.get("baseline") is not None:
         clean["baseline"] = _clean_baseline_spec(params["baseline"])
+    if params.get("confirm_after_s") is not None:
+        clean["confirm_after_s"] = _clean_confirm_after(params["confirm_after_s"])
     _check_deadline(kind, clean)
     return {"kind": kind, "backend": backend, "params": clean}
 
@@ -137,6 +140,17 @@ def _clean_pairs(raw) -> list[list[str]]:
         return [[contract.check_node_name(a, "pairs"), contract.check_node_name(b, "pairs")] for a, b in raw]
     except (TypeError, ValueError) as exc:
         raise SweepRequestError(f"pairs: expected [a, b] node-name pairs ({exc})") from None
+
+
+def _clean_confirm_after(seconds) -> float:
+    """How long the confirmation pass waits after the planned rounds (sweeps/confirming.py)."""
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not 0 <= seconds <= confirming.MAX_AFTER_S  # NaN fails both comparisons
+    ):
+        raise SweepRequestError(f"confirm_after_s: expected seconds in 0..{confirming.MAX_AFTER_S:g}, got {seconds!r}")
+    return float(seconds)
 
 
 def _clean_baseline_spec(spec) -> str:

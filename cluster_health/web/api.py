@@ -222,6 +222,7 @@ def _create_sweep(request):
         "last_stage",
         "rounds",
         "seed",
+        "confirm_after_s",
     }
     unknown = sorted(set(body) - allowed)
     if unknown:

@@ -82,8 +82,9 @@ def gang_check(job: str, timeout: float = 30) -> int:
 
 
 def test_the_gang_check_fails_a_job_on_a_confirmed_fault_and_passes_a_healthy_one(
-    slurm_bed, driver, monkeypatch, capsys
+    slurm_bed, driver, monkeypatch, capsys, settings
 ):
+    settings.CONFIRM_AFTER_S = 120  # the fleet's sweeps wait before the second look; the prolog's does not
     job = running_job(slurm_bed, "-N", "4")
     drive_with(driver, monkeypatch, n3_dead)
     assert gang_check(job) == 2
@@ -91,6 +92,7 @@ def test_the_gang_check_fails_a_job_on_a_confirmed_fault_and_passes_a_healthy_on
     assert "node_unreachable n3" in out, out
     sweep = Sweep.objects.get()
     assert (sweep.kind, sweep.nodes, sweep.params["slurm_job"]) == ("quick", NODES, job)
+    assert sweep.params["confirm_after_s"] == 0 and "confirm_at" not in sweep.params
 
     drive_with(driver, monkeypatch)
     assert gang_check(job) == 0
@@ -145,9 +147,10 @@ def test_an_idle_sweep_refuses_when_a_job_took_the_nodes(slurm_bed):
     assert not Sweep.objects.exists()
 
 
-def test_a_killed_worker_leaves_the_nodes_held_no_longer_than_the_reservations_duration(slurm_bed, driver):
+def test_a_killed_worker_leaves_the_nodes_held_no_longer_than_the_reservations_duration(slurm_bed, driver, settings):
     """The after-sweep step that releases a hold never runs when the server worker dies mid-sweep for good: the
     reservation ends by itself at its Duration, which slurmctld fixed when the hold was made (docs/OPERATIONS.md)."""
+    settings.CONFIRM_AFTER_S = 90  # the confirmation pass's wait is held for too
     sweep = driver.run(idle.start, 4, max_rounds=2)  # 6 pairs never measured, 2 rounds: 4 of them, 2 a round
     hold = sweep.params["idle_hold"]
     assert len(planner.schedule_pairs([tuple(p) for p in sweep.params["pairs"]], NODES)) == 2
@@ -158,10 +161,10 @@ def test_a_killed_worker_leaves_the_nodes_held_no_longer_than_the_reservations_d
         datetime.fromisoformat(re.search(rf"\b{key}=(\S+)", line).group(1)) for key in ("StartTime", "EndTime")
     )
     assert end - start == timedelta(minutes=hold["minutes"]) and "MAINT" in line, line
-    # The estimate behind it: every round's probe deadline twice (a confirmation pass) and the margin.
+    # The estimate behind it: every round's probe deadline twice (a confirmation pass), its wait and the margin.
     rounds = len(planner.schedule_pairs([tuple(p) for p in sweep.params["pairs"]], hold["slurm_nodes"]))
     deadline = dispatch.probe_settings({}, "bandwidth", kind="pair")["deadline_s"]
-    assert hold["minutes"] == math.ceil((2 * rounds * deadline + idle.HOLD_MARGIN_S) / 60)
+    assert hold["minutes"] == math.ceil((2 * rounds * deadline + 90 + idle.HOLD_MARGIN_S) / 60)
     assert sorted(hold["slurm_nodes"]) == NODES
     # Released early by whoever ends the sweep (here: the command's own end); once gone, releasing is a no-op.
     assert idle.release_hold(sweep) == [f"released {hold['reservation']}"]

@@ -96,37 +96,56 @@ def test_a_drainer_killed_mid_batch_loses_nothing(stack, driver, settings):
     """The halves a killed drainer held are applied by the worker's next drain, once."""
     sweep_id, cmds = open_pairs(stack, driver, "kill", PAIRS)
     client = redis.Redis.from_url(settings.REDIS_URL)
-    for cmd in cmds:  # what result tasks appended while the shard's drainer was busy
-        half = result_for(cmd)
-        client.rpush(
-            keys.pending_key(keys.shard_of(half)), keys.sealed(json.dumps(half), keys.seal_key(settings.SECRET_KEY))
-        )
-    # A drainer in its own process, with a short lock so the worker takes over soon after the kill.
-    env = {**stack.env, "CLUSTER_HEALTH_INGEST_DRAIN_LOCK_S": "2"}
-    code = "import django; django.setup(); from cluster_health.ingest import buffer; buffer.drain_all()"
-    drainer = subprocess.Popen(
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=services.ROOT,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    processing = [keys.processing_key(s) for s in range(keys.SHARDS)]
+    marker = f"test:drainer-in-batch:{sweep_id}"
+    # The worker frozen while the halves wait, so that the drainer below is the one that takes them (the
+    # worker's reaper drains every few seconds, and took them all first once); it is let go after the kill.
+    worker = stack.sup.procs["worker"].pid
+    os.killpg(worker, signal.SIGSTOP)
+    drainer = None
     try:
+        for cmd in cmds:  # what result tasks appended while the shard's drainer was busy
+            half = result_for(cmd)
+            client.rpush(
+                keys.pending_key(keys.shard_of(half)),
+                keys.sealed(json.dumps(half), keys.seal_key(settings.SECRET_KEY)),
+            )
+        # A drainer in its own process, with a short lock so the worker takes over soon after the kill. It dies
+        # in its batch's transaction: its apply step says so and waits there, and the kill comes then (a drainer
+        # left to run could commit its batch between the test seeing it in processing and the kill).
+        env = {**stack.env, "CLUSTER_HEALTH_INGEST_DRAIN_LOCK_S": "2"}
+        code = (
+            "import time, django, redis; django.setup()\n"
+            "from django.conf import settings\n"
+            "from cluster_health.ingest import buffer, results\n"
+            "def stall(halves):\n"
+            f"    redis.Redis.from_url(settings.REDIS_URL).set({marker!r}, len(halves))\n"
+            "    time.sleep(120)\n"
+            "results.ingest_results = stall\n"
+            "buffer.drain_all()\n"
+        )
+        drainer = subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=services.ROOT,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         services.wait_until(
-            lambda: any(client.llen(k) for k in processing) or drainer.poll() is not None,
-            60,
-            interval=0.002,
-            message="a batch in processing",
+            lambda: client.exists(marker) or drainer.poll() is not None, 60, interval=0.01, message="a batch held"
         )
         os.killpg(drainer.pid, signal.SIGKILL)
         drainer.wait(10)
-        left = sum(client.llen(k) for k in processing)
+        held = int(client.get(marker) or 0)
+        left = sum(client.llen(keys.processing_key(s)) for s in range(keys.SHARDS))
+        applied = PairProbe.objects.filter(sweep_id=sweep_id, status="ok").count()  # before the worker goes on
     finally:
-        services.stop_process(drainer)
+        os.killpg(worker, signal.SIGCONT)
+        if drainer is not None:
+            services.stop_process(drainer)
+        client.delete(marker)
         client.close()
-    assert left, "killed while a batch was in processing"
-    assert PairProbe.objects.filter(sweep_id=sweep_id, status="ok").count() < PAIRS
+    assert held and left >= held, f"killed holding a batch of {held} halves; {left} in processing"
+    assert applied == 0, "nothing of the killed drainer's batch was committed"
     wait_closed(sweep_id, PAIRS, timeout=60)  # the reaper's drain, once the lock expired
     assert all(p.half_a and p.half_b for p in PairProbe.objects.filter(sweep_id=sweep_id))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from cluster_health.actions import slurm
@@ -183,3 +185,36 @@ def test_with_the_pass_off_nothing_is_probed_again_and_nothing_is_confirmed_to_a
     assert ("warn", "slow_node", "n3") in [(f["severity"], f["code"], f["subject"]) for f in report["findings"]]
     assert ("fail", "link_failed", "n2<->n5") in [(f["severity"], f["code"], f["subject"]) for f in report["findings"]]
     assert slurm.blamed_nodes(sweep) == {}
+
+
+def test_the_pass_waits_its_settle_time_before_it_looks_again(driver, monkeypatch):
+    """``confirm_after_s``: the planned rounds end, the pass is planned (the sweep is confirming) and nothing is
+    probed again until the wait has run out; the reaper's tick after it sends the pass's first round."""
+    from cluster_health.sweeps import confirming
+
+    fleet()
+    sweep = driver.sweep(kind="pairs", nodes=NODES, pairs=[["n1", "n2"], ["n3", "n4"]], confirm_after_s=30)
+    for cmd in driver.take():
+        pair, _ = names(cmd)
+        failing = pair == {"n1", "n2"}
+        driver.ingest(result_for(cmd, status="failed", reason="refused") if failing else result_for(cmd))
+    sweep.refresh_from_db()
+    assert sweep.phase == "confirming" and sweep.current_round == sweep.params["confirm_first"] - 1
+    assert documents.sweep_json(sweep)["confirmation"]["after_s"] == 30
+    driver.reap()
+    assert not driver.take(), "probed again before the wait ran out"
+    real = confirming.time.time
+    monkeypatch.setattr(confirming, "time", SimpleNamespace(time=lambda: real() + 31))
+    driver.reap()
+    again = [names(cmd) for cmd in driver.take()]
+    assert again and all(r == sweep.params["confirm_first"] for _, r in again), again
+    assert {"n1", "n2"} & set().union(*(pair for pair, _ in again))
+
+
+def test_a_wait_before_the_pass_is_bounded_and_a_number(driver):
+    from cluster_health.sweeps.request import SweepRequestError, clean_request
+
+    assert clean_request(kind="full", confirm_after_s=2.5)["params"]["confirm_after_s"] == 2.5
+    for bad in (-1, 601, "5", True, float("nan")):
+        with pytest.raises(SweepRequestError, match="confirm_after_s"):
+            clean_request(kind="full", confirm_after_s=bad)

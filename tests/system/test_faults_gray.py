@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.netns, pytest.mark.e2e, pytest.mark.django_db(transact
 NAMES = ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]
 TIMEOUTS = ["--stage-timeout", "connect=3", "--stage-timeout", "store=5", "--stage-timeout", "init=8"]
 CONNECTIVITY = ["--kind", "connectivity", "--iterations", "3", *TIMEOUTS]
+SETTLE_S = 3  # the wait before the confirmation pass a sweep below asks for (sweep --confirm-after)
 BANDWIDTH = ["--kind", "pairs", "--baseline", "none", *sweep_flags("65536,1048576", 3, bandwidth=10), *TIMEOUTS]
 
 
@@ -241,15 +242,29 @@ def test_a_node_slowed_until_the_pass_is_transient_and_drains_nothing(bed, stack
     from cluster_health.models import Sweep
 
     with fault(NAMES, lambda: bed.shape("rack2-n2", 200), lambda: bed.unshape("rack2-n2")) as injected:
-        run = TimedSweep(stack, "--wait", "--timeout", "150", *BANDWIDTH, *all_pairs(), injected_at=injected)
+        run = TimedSweep(
+            stack,
+            "--wait",
+            "--timeout",
+            "150",
+            "--confirm-after",
+            str(SETTLE_S),
+            *BANDWIDTH,
+            *all_pairs(),
+            injected_at=injected,
+        )
         sid = run.sweep_id()
-        # The shaper stays for the planned rounds only: lifted the moment the confirmation pass is planned,
-        # while its first probes are still on their way through resolve, store and init to their bandwidth stage.
+        # The shaper stays for the planned rounds only: lifted once the confirmation pass is planned, during the
+        # wait the sweep asked for before it looks again (lifted after its probes had started, the second look
+        # once measured the shaper's last moments, 0.2 GB/s against 0.8).
         deadline = time.monotonic() + 120
         while Sweep.objects.get(pk=sid).phase != "confirming" and time.monotonic() < deadline:
             time.sleep(0.02)
         bed.unshape("rack2-n2")  # idempotent: the fault's clear runs it again
+        waited = Sweep.objects.get(pk=sid).current_round < Sweep.objects.get(pk=sid).params["confirm_first"]
         rc, report = run.report(timeout=210)
+    assert waited, "the shaper was lifted before the pass's first round"
+    assert report["confirmation"]["after_s"] == SETTLE_S
     mine = [p for p in report["pairs"] if "rack2-n2" in (p["a"], p["b"])]
     passed = [p for p in mine if p["status"] == "transient"]
     assert passed and {p["status"] for p in mine} <= {"transient", "degraded"}, brief(report)

@@ -74,6 +74,8 @@ def test_it_starts_a_sweep_with_an_operator_token(client, operator_token, driver
         ({"kind": "sampled", "seed": -1}, "seed"),
         ({"kind": "sampled", "seed": "7"}, "seed"),
         ({"kind": "full", "rounds": 4}, "rounds"),
+        ({"confirm_after_s": 3600}, "confirm_after_s"),
+        ({"confirm_after_s": "5"}, "confirm_after_s"),
     ],
 )
 def test_it_answers_out_of_bounds_parameters_with_a_clear_400(client, operator_token, body, field):

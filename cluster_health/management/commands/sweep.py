@@ -56,6 +56,13 @@ class Command(BaseCommand):
             parser, "--stage-timeout", "STAGE=S", "per-stage timeout, e.g. connect=2 (repeatable)"
         )
         parser.add_argument("--baseline", help="none, rolling (default), sweep:<id> or baseline:<id>")
+        parser.add_argument(
+            "--confirm-after",
+            type=float,
+            metavar="S",
+            help="wait S seconds after the planned rounds before the confirmation pass probes the suspects "
+            "again, so that a burst can pass (default CLUSTER_HEALTH_CONFIRM_AFTER_S)",
+        )
         parser.add_argument("--wait", action="store_true", help="block until the sweep ends")
         parser.add_argument(
             "--timeout",
@@ -111,6 +118,8 @@ class Command(BaseCommand):
                 raise CommandError("--stage-timeout: expected STAGE=SECONDS") from None
         if opts["baseline"]:
             request["baseline"] = opts["baseline"]
+        if opts["confirm_after"] is not None:
+            request["confirm_after_s"] = opts["confirm_after"]
         sweep = waiting.request_or_error(**request)
         if not opts["wait"]:
             if opts["json"]:
