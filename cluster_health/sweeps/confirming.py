@@ -118,8 +118,9 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
     rounds = planner.schedule_pairs(todo, sweep.nodes)[: confirmation.MAX_ROUNDS]
     first = sweep.total_rounds + 1
     params = {**sweep.params, "confirm_first": first if rounds else None, "confirm_rounds": len(rounds)}
-    if rounds and after_s(sweep) > 0:  # the wait it had, and when advance() may start its first round
-        params.update(confirm_after_s=after_s(sweep), confirm_at=round(time.time() + after_s(sweep), 3))
+    wait = after_s(sweep)
+    if rounds and wait > 0:  # the wait it had, and when advance() may start its first round
+        params.update(confirm_after_s=wait, confirm_at=round(time.time() + wait, 3))
     if not Sweep.objects.filter(pk=sweep.pk, status="running", total_rounds=sweep.total_rounds).update(
         total_rounds=sweep.total_rounds + len(rounds), params=params
     ):
@@ -146,7 +147,7 @@ def plan_pass(sweep: Sweep) -> list[list[tuple[str, str]]] | None:
             sweep.pk,
             len(confirmation.suspects(pairs)),
             len(rounds),
-            f" after {after_s(sweep):g} s" if "confirm_at" in params else "",
+            f" after {wait:g} s" if "confirm_at" in params else "",
         )
     return rounds
 

@@ -31,6 +31,16 @@ def _int(params: dict, key: str, lo: int, hi: int):
     return val
 
 
+def _seconds(params: dict, key: str, lo: float, hi: float) -> float | None:
+    """A number of seconds in lo..hi (an int or a float, never a bool or NaN), as a float; None when not given."""
+    val = params.get(key)
+    if val is None:
+        return None
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or not lo <= val <= hi:  # NaN fails both
+        raise SweepRequestError(f"{key}: expected seconds in {lo:g}..{hi:g}, got {val!r}")
+    return float(val)
+
+
 def clean_request(kind: str = "full", backend: str = "gloo", nodes=None, **params) -> dict:
     """Validate and bound a sweep request; returns the fields to store, or raises SweepRequestError."""
     if kind not in vocabulary.SWEEP_KINDS:
@@ -54,7 +64,7 @@ def clean_request(kind: str = "full", backend: str = "gloo", nodes=None, **param
     if params.get("baseline") is not None:
         clean["baseline"] = _clean_baseline_spec(params["baseline"])
     if params.get("confirm_after_s") is not None:
-        clean["confirm_after_s"] = _clean_confirm_after(params["confirm_after_s"])
+        clean["confirm_after_s"] = _seconds(params, "confirm_after_s", 0, confirming.MAX_AFTER_S)
     _check_deadline(kind, clean)
     return {"kind": kind, "backend": backend, "params": clean}
 
@@ -100,10 +110,7 @@ def _clean_probe_params(params: dict) -> dict:
         if val is not None:
             clean[key] = val
     if params.get("deadline_s") is not None:
-        d = params["deadline_s"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 1 <= d <= contract.MAX_DEADLINE_S:
-            raise SweepRequestError(f"deadline_s: expected seconds in 1..{contract.MAX_DEADLINE_S}")
-        clean["deadline_s"] = float(d)
+        clean["deadline_s"] = _seconds(params, "deadline_s", 1, contract.MAX_DEADLINE_S)
     if params.get("last_stage") is not None:
         if params["last_stage"] not in contract.LAST_STAGES:
             raise SweepRequestError(f"last_stage: expected one of {', '.join(contract.LAST_STAGES)}")
@@ -140,17 +147,6 @@ def _clean_pairs(raw) -> list[list[str]]:
         return [[contract.check_node_name(a, "pairs"), contract.check_node_name(b, "pairs")] for a, b in raw]
     except (TypeError, ValueError) as exc:
         raise SweepRequestError(f"pairs: expected [a, b] node-name pairs ({exc})") from None
-
-
-def _clean_confirm_after(seconds) -> float:
-    """How long the confirmation pass waits after the planned rounds (sweeps/confirming.py)."""
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, (int, float))
-        or not 0 <= seconds <= confirming.MAX_AFTER_S  # NaN fails both comparisons
-    ):
-        raise SweepRequestError(f"confirm_after_s: expected seconds in 0..{confirming.MAX_AFTER_S:g}, got {seconds!r}")
-    return float(seconds)
 
 
 def _clean_baseline_spec(spec) -> str:
